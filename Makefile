@@ -1,0 +1,33 @@
+# edgesteer: build the custom caddy and coredns, run the demo, test, bench.
+GO      ?= go
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X github.com/edgesteer/edgesteer/internal/version.Version=$(VERSION)
+
+.PHONY: all build run test bench xcaddy vet clean
+
+all: build
+
+build:
+	$(GO) build -ldflags '$(LDFLAGS)' -o bin/caddy ./builds/caddy
+	$(GO) build -ldflags '$(LDFLAGS)' -o bin/coredns ./builds/coredns
+
+# Builds both binaries and starts the demo on loopback; Ctrl-C stops it.
+run: build
+	./scripts/demo.sh
+
+# Installs missing test tools (as root), then vet and every test.
+test:
+	./scripts/test.sh
+
+bench: build
+	./scripts/bench.sh
+
+# Builds bin/caddy-xcaddy with xcaddy from xcaddy.json.
+xcaddy:
+	$(GO) run ./builds/xcaddy -manifest xcaddy.json -output bin/caddy-xcaddy
+
+vet:
+	$(GO) vet ./...
+
+clean:
+	rm -rf bin

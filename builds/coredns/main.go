@@ -1,0 +1,26 @@
+// Command coredns is CoreDNS with its stock plugins and every edgesteer
+// plugin under corednsplugins/, placed in the plugin chain by directives.go.
+package main
+
+import (
+	"log"
+
+	"github.com/coredns/coredns/core/dnsserver"
+	_ "github.com/coredns/coredns/core/plugin"
+	"github.com/coredns/coredns/coremain"
+
+	"github.com/edgesteer/edgesteer/internal/version"
+)
+
+func main() {
+	directives, err := withEdgesteer(dnsserver.Directives, edgesteerPlugins)
+	if err != nil {
+		log.Fatalf("edgesteer: %v", err)
+	}
+	if err := dnsserver.SetDirectives(directives); err != nil {
+		log.Fatalf("edgesteer: %v", err)
+	}
+	// `coredns -version` ends its release line with the edgesteer version.
+	coremain.GitCommit = "edgesteer " + version.Version
+	coremain.Run()
+}

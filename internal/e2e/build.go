@@ -1,0 +1,157 @@
+// Package e2e runs the real edgesteer binaries for end-to-end tests: it
+// builds bin/caddy and bin/coredns once per source state, starts them with a
+// given config on free loopback ports, waits until they answer, shows their
+// logs when a test fails, and always stops them.
+package e2e
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+)
+
+// Root returns the repository root (the directory holding go.mod).
+func Root(t testing.TB) string {
+	t.Helper()
+	root, err := findRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+func findRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
+
+var (
+	buildOnce sync.Once
+	binDir    string
+	buildErr  error
+)
+
+// Bin returns the path of a freshly built binary, "caddy" or "coredns".
+// Both are built together into bin/test/<hash of the sources>/, so every test
+// package of one `go test ./...` run, and later runs with unchanged sources,
+// share one build; a file lock keeps concurrent test processes from building
+// twice.
+func Bin(t testing.TB, name string) string {
+	t.Helper()
+	buildOnce.Do(func() { binDir, buildErr = build() })
+	if buildErr != nil {
+		t.Fatalf("building the binaries: %v", buildErr)
+	}
+	return filepath.Join(binDir, name)
+}
+
+func build() (string, error) {
+	root, err := findRoot()
+	if err != nil {
+		return "", err
+	}
+	sum, err := sourceHash(root)
+	if err != nil {
+		return "", err
+	}
+	base := filepath.Join(root, "bin", "test")
+	if err := os.MkdirAll(base, 0o755); err != nil {
+		return "", err
+	}
+	lock, err := os.OpenFile(filepath.Join(base, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return "", err
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return "", err
+	}
+	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
+
+	dir := filepath.Join(base, sum[:16])
+	stamp := filepath.Join(dir, ".complete")
+	if _, err := os.Stat(stamp); err == nil {
+		return dir, nil
+	}
+	// Older builds are of no further use.
+	if old, _ := filepath.Glob(filepath.Join(base, "*")); len(old) > 0 {
+		for _, o := range old {
+			if filepath.Base(o) != ".lock" {
+				os.RemoveAll(o)
+			}
+		}
+	}
+	ldflags := "-X github.com/edgesteer/edgesteer/internal/version.Version=test-" + sum[:12]
+	cmd := exec.Command("go", "build", "-ldflags", ldflags, "-o", dir+string(filepath.Separator),
+		"./builds/caddy", "./builds/coredns")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build: %v\n%s", err, out)
+	}
+	return dir, os.WriteFile(stamp, []byte(sum+"\n"), 0o644)
+}
+
+// sourceHash digests everything that goes into the binaries: go.mod, go.sum
+// and every non-test Go file outside bin/, testdata and hidden directories.
+func sourceHash(root string) (string, error) {
+	var files []string
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		name := d.Name()
+		if d.IsDir() {
+			if path != root && (name == "bin" || name == "testdata" || strings.HasPrefix(name, ".")) {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if name == "go.mod" || name == "go.sum" ||
+			(strings.HasSuffix(name, ".go") && !strings.HasSuffix(name, "_test.go")) {
+			files = append(files, path)
+		}
+		return nil
+	})
+	if err != nil {
+		return "", err
+	}
+	sort.Strings(files)
+	h := sha256.New()
+	for _, f := range files {
+		rel, _ := filepath.Rel(root, f)
+		fmt.Fprintf(h, "%s\x00", rel)
+		fh, err := os.Open(f)
+		if err != nil {
+			return "", err
+		}
+		_, err = io.Copy(h, fh)
+		fh.Close()
+		if err != nil {
+			return "", err
+		}
+		h.Write([]byte{0})
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}

@@ -1,0 +1,101 @@
+package e2e_test
+
+import (
+	"encoding/json"
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/edgesteer/edgesteer/internal/e2e"
+)
+
+const modulePath = "github.com/edgesteer/edgesteer"
+
+// packagesUnder lists the import paths of the Go packages (directories with
+// non-test .go files) below dir.
+func packagesUnder(t *testing.T, root, dir string) []string {
+	var pkgs []string
+	filepath.WalkDir(filepath.Join(root, dir), func(path string, d os.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return nil
+		}
+		gos, _ := filepath.Glob(filepath.Join(path, "*.go"))
+		for _, g := range gos {
+			if !strings.HasSuffix(g, "_test.go") {
+				rel, _ := filepath.Rel(root, path)
+				pkgs = append(pkgs, modulePath+"/"+filepath.ToSlash(rel))
+				break
+			}
+		}
+		return nil
+	})
+	return pkgs
+}
+
+func imports(t *testing.T, file string) []string {
+	f, err := parser.ParseFile(token.NewFileSet(), file, nil, parser.ImportsOnly)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, imp := range f.Imports {
+		p, _ := strconv.Unquote(imp.Path.Value)
+		out = append(out, p)
+	}
+	return out
+}
+
+// builds/caddy imports every module package under caddymodules/, and
+// xcaddy.json lists exactly the plugins builds/caddy adds to Caddy's
+// standard modules.
+func TestCaddyPluginListsInStep(t *testing.T) {
+	root := e2e.Root(t)
+	main := imports(t, filepath.Join(root, "builds/caddy/main.go"))
+	for _, p := range packagesUnder(t, root, "caddymodules") {
+		if !slices.Contains(main, p) {
+			t.Errorf("builds/caddy/main.go does not import %s", p)
+		}
+	}
+	var plugins []string
+	for _, p := range main {
+		// Everything but Caddy itself and our own internals is a plugin.
+		if !strings.HasPrefix(p, "github.com/caddyserver/caddy/v2") && !strings.HasPrefix(p, modulePath+"/internal/") {
+			plugins = append(plugins, p)
+		}
+	}
+	var manifest struct {
+		Plugins []struct{ Package string } `json:"plugins"`
+	}
+	data, err := os.ReadFile(filepath.Join(root, "xcaddy.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(data, &manifest); err != nil {
+		t.Fatal(err)
+	}
+	var listed []string
+	for _, p := range manifest.Plugins {
+		listed = append(listed, p.Package)
+	}
+	slices.Sort(plugins)
+	slices.Sort(listed)
+	if !slices.Equal(plugins, listed) {
+		t.Fatalf("builds/caddy plugins %v, xcaddy.json plugins %v", plugins, listed)
+	}
+}
+
+// builds/coredns imports every plugin package under corednsplugins/.
+func TestCoreDNSPluginsImported(t *testing.T) {
+	root := e2e.Root(t)
+	main := imports(t, filepath.Join(root, "builds/coredns/main.go"))
+	for _, p := range packagesUnder(t, root, "corednsplugins") {
+		if !slices.Contains(main, p) {
+			t.Errorf("builds/coredns/main.go does not import %s", p)
+		}
+	}
+}

@@ -1,0 +1,155 @@
+package e2e
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"os/exec"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Proc is one running program whose output is captured.
+type Proc struct {
+	Name string
+	cmd  *exec.Cmd
+	out  *logBuffer
+	done chan struct{}
+	err  error
+}
+
+// Start runs bin with args and env (added to the test's environment). The
+// program is stopped, and its output logged if the test failed, when the
+// test ends.
+func Start(t testing.TB, name, bin string, env []string, args ...string) *Proc {
+	t.Helper()
+	p := &Proc{Name: name, out: &logBuffer{}, done: make(chan struct{})}
+	p.cmd = exec.Command(bin, args...)
+	p.cmd.Env = append(p.cmd.Environ(), env...)
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("starting %s: %v", name, err)
+	}
+	go func() { p.err = p.cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		p.Stop()
+		if t.Failed() {
+			t.Logf("--- output of %s (%s):\n%s", name, p.cmd.String(), p.Logs())
+		}
+	})
+	return p
+}
+
+// Stop sends SIGTERM, waits up to 15 s, then kills. It returns the exit error.
+func (p *Proc) Stop() error {
+	select {
+	case <-p.done:
+		return p.err
+	default:
+	}
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(15 * time.Second):
+		p.cmd.Process.Kill()
+		<-p.done
+	}
+	return p.err
+}
+
+// Kill stops the program at once with SIGKILL, as a crash would.
+func (p *Proc) Kill() {
+	p.cmd.Process.Kill()
+	<-p.done
+}
+
+// Exited reports whether the program has ended.
+func (p *Proc) Exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Logs returns everything the program wrote so far.
+func (p *Proc) Logs() string { return p.out.String() }
+
+// WaitFor polls ready every 50 ms until it returns nil, the program exits, or
+// timeout passes; it fails the test in the latter two cases.
+func (p *Proc) WaitFor(t testing.TB, what string, timeout time.Duration, ready func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := ready()
+		if err == nil {
+			return
+		}
+		if p.Exited() {
+			t.Fatalf("%s exited (%v) while waiting for %s; last error: %v\n%s", p.Name, p.err, what, err, p.Logs())
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %s not ready after %v: %v", p.Name, what, timeout, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// WaitTCP waits until addr accepts TCP connections.
+func (p *Proc) WaitTCP(t testing.TB, addr string) {
+	t.Helper()
+	p.WaitFor(t, "tcp "+addr, 30*time.Second, func() error {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err
+	})
+}
+
+// FreePort returns a loopback TCP port that was free a moment ago and whose
+// UDP twin is free too, so it can serve DNS on both.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	for range 50 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		u, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port))
+		l.Close()
+		if err == nil {
+			u.Close()
+			return port
+		}
+	}
+	t.Fatal("no free loopback port")
+	return 0
+}
+
+// Addr returns "127.0.0.1:<a free port>".
+func Addr(t testing.TB) string {
+	return fmt.Sprintf("127.0.0.1:%d", FreePort(t))
+}
+
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}

@@ -1,0 +1,128 @@
+package e2e
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+// Caddy is a running bin/caddy.
+type Caddy struct {
+	*Proc
+	// Admin is the admin API's address, host:port.
+	Admin string
+}
+
+// caddyEnv keeps Caddy's storage and autosave inside the test's temp dir and
+// puts the admin API on addr unless the config names its own.
+func caddyEnv(t testing.TB, admin string) []string {
+	home := t.TempDir()
+	return []string{
+		"HOME=" + home,
+		"XDG_CONFIG_HOME=" + filepath.Join(home, "config"),
+		"XDG_DATA_HOME=" + filepath.Join(home, "data"),
+		"CADDY_ADMIN=" + admin,
+	}
+}
+
+// StartCaddy runs bin/caddy with config, given in adapter's format
+// ("caddyfile" or "json"), and waits until its admin API answers. The
+// config should leave the admin address unset: the harness picks one.
+// Use WaitTCP for listeners the test needs.
+func StartCaddy(t testing.TB, adapter, config string) *Caddy {
+	t.Helper()
+	name := "caddy.json"
+	if adapter == "caddyfile" {
+		name = "Caddyfile"
+	}
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, []byte(config), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	admin := Addr(t)
+	args := []string{"run", "--config", path}
+	if adapter != "json" {
+		args = append(args, "--adapter", adapter)
+	}
+	c := &Caddy{Proc: Start(t, "caddy", Bin(t, "caddy"), caddyEnv(t, admin), args...), Admin: admin}
+	c.WaitFor(t, "admin API", 60*time.Second, func() error {
+		resp, err := http.Get("http://" + admin + "/config/")
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("admin API: %s", resp.Status)
+		}
+		return nil
+	})
+	return c
+}
+
+// CaddyCommand returns an exec.Cmd for a one-shot bin/caddy subcommand
+// (validate, adapt, list-modules, version) with an isolated environment.
+func CaddyCommand(t testing.TB, args ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(Bin(t, "caddy"), args...)
+	cmd.Env = append(cmd.Environ(), caddyEnv(t, Addr(t))...)
+	return cmd
+}
+
+// CoreDNS is a running bin/coredns.
+type CoreDNS struct {
+	*Proc
+	// Addr is the DNS listener, 127.0.0.1:port, on UDP and TCP.
+	Addr string
+}
+
+// StartCoreDNS runs bin/coredns with corefile, whose server blocks should
+// name no port: the harness passes a free one with -dns.port. It waits until
+// a query for probe (a name and type, e.g. "example.test. SOA") is answered
+// with any response code.
+func StartCoreDNS(t testing.TB, corefile, probe string) *CoreDNS {
+	t.Helper()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "Corefile")
+	if err := os.WriteFile(path, []byte(corefile), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	port := FreePort(t)
+	d := &CoreDNS{
+		Proc: Start(t, "coredns", Bin(t, "coredns"), nil, "-conf", path, "-dns.port", fmt.Sprint(port)),
+		Addr: fmt.Sprintf("127.0.0.1:%d", port),
+	}
+	name, qtype := splitProbe(t, probe)
+	d.WaitFor(t, "a DNS answer", 30*time.Second, func() error {
+		_, err := d.Exchange(name, qtype)
+		return err
+	})
+	return d
+}
+
+// Exchange sends one UDP query and returns the response.
+func (d *CoreDNS) Exchange(name string, qtype uint16) (*dns.Msg, error) {
+	m := new(dns.Msg)
+	m.SetQuestion(dns.Fqdn(name), qtype)
+	c := &dns.Client{Timeout: 2 * time.Second}
+	r, _, err := c.Exchange(m, d.Addr)
+	return r, err
+}
+
+func splitProbe(t testing.TB, probe string) (string, uint16) {
+	f := strings.Fields(probe)
+	if len(f) != 2 {
+		t.Fatalf("probe %q: want \"NAME TYPE\"", probe)
+	}
+	qtype, ok := dns.StringToType[strings.ToUpper(f[1])]
+	if !ok {
+		t.Fatalf("probe %q: unknown type %q", probe, f[1])
+	}
+	return f[0], qtype
+}
