@@ -12,6 +12,8 @@ import (
 	// Plugins: keep in step with xcaddy.json.
 	_ "github.com/caddyserver/caddy/v2/modules/standard"
 	_ "github.com/mholt/caddy-l4"
+
+	_ "github.com/edgesteer/edgesteer/caddymodules/latencybucket"
 )
 
 func main() {

@@ -126,3 +126,12 @@ func splitProbe(t testing.TB, probe string) (string, uint16) {
 	}
 	return f[0], qtype
 }
+
+// StartPeer runs bin/testpeer as its own process on addr; it answers
+// GET /probe after probeDelay and everything else at once with name.
+func StartPeer(t testing.TB, name, addr string, probeDelay time.Duration) *Proc {
+	t.Helper()
+	p := Start(t, name, Bin(t, "testpeer"), nil, "-listen", addr, "-name", name, "-probe-delay", probeDelay.String())
+	p.WaitTCP(t, addr)
+	return p
+}

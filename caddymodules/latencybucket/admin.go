@@ -1,0 +1,134 @@
+package latencybucket
+
+import (
+	"encoding/json"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+)
+
+func init() {
+	caddy.RegisterModule(Admin{})
+}
+
+// registry holds the live policies, for the admin API and metrics.
+var registry = &policies{set: map[*policy]struct{}{}}
+
+type policies struct {
+	mu  sync.Mutex
+	set map[*policy]struct{}
+}
+
+func (r *policies) add(p *policy) {
+	r.mu.Lock()
+	r.set[p] = struct{}{}
+	r.mu.Unlock()
+}
+
+func (r *policies) remove(p *policy) {
+	r.mu.Lock()
+	delete(r.set, p)
+	r.mu.Unlock()
+}
+
+func (r *policies) list() []*policy {
+	r.mu.Lock()
+	out := make([]*policy, 0, len(r.set))
+	for p := range r.set {
+		out = append(out, p)
+	}
+	r.mu.Unlock()
+	slices.SortFunc(out, func(a, b *policy) int { return strings.Compare(a.name, b.name) })
+	return out
+}
+
+// Admin is the admin API endpoint GET /latency_bucket/: every live
+// latency_bucket policy's publishers with latency, bucket, active state,
+// last probe error and sticky-entry count (the seed's "View Publisher
+// Latency Details").
+type Admin struct{}
+
+// CaddyModule returns the Caddy module information.
+func (Admin) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "admin.api.latency_bucket",
+		New: func() caddy.Module { return new(Admin) },
+	}
+}
+
+// Routes returns the admin routes.
+func (Admin) Routes() []caddy.AdminRoute {
+	return []caddy.AdminRoute{{Pattern: "/latency_bucket/", Handler: caddy.AdminHandlerFunc(serveAdmin)}}
+}
+
+// PolicyView is one policy in the admin API's answer.
+type PolicyView struct {
+	Name          string          `json:"name"`
+	Kind          string          `json:"kind"`
+	BucketWidthMS float64         `json:"bucket_width_ms"`
+	Latency       string          `json:"latency"`
+	Sticky        bool            `json:"sticky"`
+	StickyEntries int             `json:"sticky_entries"`
+	Publishers    []PublisherView `json:"publishers"`
+}
+
+// PublisherView is one publisher in the admin API's answer.
+type PublisherView struct {
+	Address       string    `json:"address"`
+	LatencyMS     float64   `json:"latency_ms"`
+	ProbedMS      float64   `json:"probed_ms"`
+	SegmentMS     float64   `json:"segment_ms"`
+	Bucket        string    `json:"bucket"`
+	Measured      bool      `json:"measured"`
+	Active        bool      `json:"active"`
+	LastRTTsMS    []float64 `json:"last_rtts_ms"`
+	LastError     string    `json:"last_error,omitempty"`
+	LastProbe     time.Time `json:"last_probe,omitzero"`
+	Rounds        uint64    `json:"probe_rounds"`
+	StickyEntries int       `json:"sticky_entries"`
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func serveAdmin(w http.ResponseWriter, r *http.Request) error {
+	if r.Method != http.MethodGet {
+		return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed}
+	}
+	now := time.Now().UnixNano()
+	views := []PolicyView{}
+	for _, p := range registry.list() {
+		cfg := p.tracker.Config()
+		v := PolicyView{Name: p.name, Kind: p.kind, BucketWidthMS: ms(cfg.BucketWidth), Latency: "on", Sticky: p.table != nil}
+		if cfg.NoBuckets {
+			v.Latency = "off"
+		}
+		var counts map[uint32]int
+		if p.table != nil {
+			counts = p.table.Counts(now)
+			for _, n := range counts {
+				v.StickyEntries += n
+			}
+		}
+		for _, st := range p.tracker.Statuses() {
+			pv := PublisherView{
+				Address: st.Addr, LatencyMS: ms(st.Latency), ProbedMS: ms(st.Probed), SegmentMS: ms(st.Segment),
+				Bucket: st.Label, Measured: st.Measured, Active: st.Active, LastError: st.LastError,
+				LastProbe: st.LastProbe, Rounds: st.Rounds, StickyEntries: counts[st.ID], LastRTTsMS: []float64{},
+			}
+			for _, d := range st.LastRTTs {
+				pv.LastRTTsMS = append(pv.LastRTTsMS, ms(d))
+			}
+			v.Publishers = append(v.Publishers, pv)
+		}
+		views = append(views, v)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	return json.NewEncoder(w).Encode(views)
+}
+
+// Interface guards
+var _ caddy.AdminRouter = Admin{}

@@ -1,0 +1,148 @@
+package latencybucket
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
+
+	"github.com/edgesteer/edgesteer/internal/pubsel"
+)
+
+func init() {
+	caddy.RegisterModule(HTTPPolicy{})
+}
+
+// HTTPPolicy is the latency_bucket selection policy of reverse_proxy.
+//
+// It sets the placeholders {http.reverse_proxy.latency_bucket.publisher},
+// {…latency_ms}, {…bucket} and {…decision} ("new" or "sticky").
+type HTTPPolicy struct {
+	Config
+
+	policy   policy
+	selector *pubsel.Selector[*reverseproxy.Upstream]
+}
+
+// CaddyModule returns the Caddy module information.
+func (HTTPPolicy) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "http.reverse_proxy.selection_policies.latency_bucket",
+		New: func() caddy.Module { return new(HTTPPolicy) },
+	}
+}
+
+// Provision starts probing the upstreams of the enclosing reverse_proxy.
+func (h *HTTPPolicy) Provision(ctx caddy.Context) error {
+	var dials []string
+	for _, m := range ctx.Modules() {
+		if rp, ok := m.(*reverseproxy.Handler); ok {
+			dials = dials[:0]
+			for _, u := range rp.Upstreams {
+				dials = append(dials, u.Dial)
+			}
+		}
+	}
+	if err := h.policy.provision(ctx, &h.Config, "http", dials); err != nil {
+		return err
+	}
+	h.selector = &pubsel.Selector[*reverseproxy.Upstream]{
+		Tracker:   h.policy.tracker,
+		Host:      httpHost{},
+		LeastConn: h.Within == "least_conn",
+		Sticky:    h.policy.table,
+	}
+	return nil
+}
+
+// Validate checks the configuration.
+func (h *HTTPPolicy) Validate() error { return h.Config.Validate(false) }
+
+// Cleanup stops probing.
+func (h *HTTPPolicy) Cleanup() error {
+	h.policy.cleanup()
+	return nil
+}
+
+// Select picks the upstream for r.
+func (h *HTTPPolicy) Select(pool reverseproxy.UpstreamPool, r *http.Request, _ http.ResponseWriter) *reverseproxy.Upstream {
+	repl, _ := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
+	var user, app string
+	if h.policy.table != nil {
+		user, app = h.identity(r, repl)
+	}
+	u, d, ok := h.selector.Select(pool, user, app, time.Now().UnixNano())
+	if !ok {
+		return nil
+	}
+	h.policy.selected(d)
+	if repl != nil && d.Status != nil {
+		setPlaceholders(repl, "http.reverse_proxy.latency_bucket.", d)
+	}
+	return u
+}
+
+// identity names the (user, app) pair: the configured placeholders, else
+// the client IP (which honours trusted_proxies) and the request host.
+func (h *HTTPPolicy) identity(r *http.Request, repl *caddy.Replacer) (user, app string) {
+	if h.StickyUser != "" && repl != nil {
+		user = repl.ReplaceAll(h.StickyUser, "")
+	} else if ip, ok := caddyhttp.GetVar(r.Context(), caddyhttp.ClientIPVarKey).(string); ok {
+		user = ip
+	} else {
+		user = r.RemoteAddr
+	}
+	if h.StickyApp != "" && repl != nil {
+		app = repl.ReplaceAll(h.StickyApp, "")
+	} else {
+		app = r.Host
+	}
+	return user, app
+}
+
+type httpHost struct{}
+
+func (httpHost) Addr(u *reverseproxy.Upstream) string    { return probeAddr(u.Dial) }
+func (httpHost) Available(u *reverseproxy.Upstream) bool { return u.Available() }
+func (httpHost) Conns(u *reverseproxy.Upstream) int      { return u.NumRequests() }
+
+// Placeholder values are Stringers over the status, so setting them costs
+// no allocation; they are rendered only if something uses them.
+type (
+	publisherText pubsel.Status
+	latencyText   pubsel.Status
+	bucketText    pubsel.Status
+)
+
+func (s *publisherText) String() string { return s.Addr }
+func (s *bucketText) String() string    { return s.Label }
+func (s *latencyText) String() string {
+	if !s.Measured {
+		return ""
+	}
+	return strconv.FormatFloat(ms(s.Latency), 'f', 3, 64)
+}
+
+func setPlaceholders(repl *caddy.Replacer, prefix string, d pubsel.Decision) {
+	repl.Set(prefix+"publisher", (*publisherText)(d.Status))
+	repl.Set(prefix+"latency_ms", (*latencyText)(d.Status))
+	repl.Set(prefix+"bucket", (*bucketText)(d.Status))
+	if d.Sticky {
+		repl.Set(prefix+"decision", "sticky")
+	} else {
+		repl.Set(prefix+"decision", "new")
+	}
+}
+
+// Interface guards
+var (
+	_ reverseproxy.Selector = (*HTTPPolicy)(nil)
+	_ caddy.Provisioner     = (*HTTPPolicy)(nil)
+	_ caddy.Validator       = (*HTTPPolicy)(nil)
+	_ caddy.CleanerUpper    = (*HTTPPolicy)(nil)
+	_ caddyfile.Unmarshaler = (*HTTPPolicy)(nil)
+)

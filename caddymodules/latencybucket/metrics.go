@@ -1,0 +1,112 @@
+package latencybucket
+
+import (
+	"errors"
+	"sync"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/edgesteer/edgesteer/internal/latency"
+)
+
+const metricsPrefix = "caddy_edgesteer_latency_bucket_"
+
+type metrics struct {
+	selections    *prometheus.CounterVec
+	probeRTT      *prometheus.HistogramVec
+	probeFailures *prometheus.CounterVec
+	state         stateCollector
+}
+
+var (
+	metricsOnce sync.Once
+	theMetrics  *metrics
+)
+
+// registerMetrics registers the collectors, created once per process, with
+// this config's registry (a reload registers them again; that is no error).
+func registerMetrics(ctx caddy.Context) (*metrics, error) {
+	metricsOnce.Do(func() {
+		theMetrics = &metrics{
+			selections: prometheus.NewCounterVec(prometheus.CounterOpts{
+				Name: metricsPrefix + "selections_total",
+				Help: "Publisher selections by policy, publisher, latency bucket and decision (new pick or sticky).",
+			}, []string{"policy", "publisher", "bucket", "decision"}),
+			probeRTT: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+				Name:    metricsPrefix + "probe_rtt_seconds",
+				Help:    "Round-trip time of successful publisher probes.",
+				Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14), // 0.5 ms … 4 s
+			}, []string{"policy", "publisher"}),
+			probeFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+				Name: metricsPrefix + "probe_failures_total",
+				Help: "Failed publisher probes.",
+			}, []string{"policy", "publisher"}),
+		}
+	})
+	reg := ctx.GetMetricsRegistry()
+	if reg == nil {
+		return theMetrics, nil
+	}
+	for _, c := range []prometheus.Collector{theMetrics.selections, theMetrics.probeRTT, theMetrics.probeFailures, &theMetrics.state} {
+		if err := reg.Register(c); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if !errors.As(err, &are) {
+				return nil, err
+			}
+		}
+	}
+	return theMetrics, nil
+}
+
+func (m *metrics) observeRound(policy, addr string, r latency.Result) {
+	for _, rtt := range r.RTTs {
+		if rtt == 0 {
+			m.probeFailures.WithLabelValues(policy, addr).Inc()
+			continue
+		}
+		m.probeRTT.WithLabelValues(policy, addr).Observe(rtt.Seconds())
+	}
+}
+
+// stateCollector reports every live policy's publishers at scrape time.
+type stateCollector struct{}
+
+var (
+	descLatency = prometheus.NewDesc(metricsPrefix+"publisher_latency_seconds",
+		"Publisher latency: probe minimum over the window plus the static segment.", []string{"policy", "publisher"}, nil)
+	descActive = prometheus.NewDesc(metricsPrefix+"publisher_active",
+		"1 if the publisher's last probe round had a success.", []string{"policy", "publisher"}, nil)
+	descBucket = prometheus.NewDesc(metricsPrefix+"publisher_bucket",
+		"Index of the publisher's latency bucket (0 is [0,w)); -1 unmeasured.", []string{"policy", "publisher"}, nil)
+	descSticky = prometheus.NewDesc(metricsPrefix+"sticky_entries",
+		"Entries in the policy's sticky table.", []string{"policy"}, nil)
+)
+
+func (*stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descLatency
+	ch <- descActive
+	ch <- descBucket
+	ch <- descSticky
+}
+
+func (*stateCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, p := range registry.list() {
+		for _, st := range p.tracker.Statuses() {
+			active, bucket := 0.0, float64(st.Bucket)
+			if st.Active {
+				active = 1
+			}
+			if !st.Measured {
+				bucket = -1
+			} else {
+				ch <- prometheus.MustNewConstMetric(descLatency, prometheus.GaugeValue, st.Latency.Seconds(), p.name, st.Addr)
+			}
+			ch <- prometheus.MustNewConstMetric(descActive, prometheus.GaugeValue, active, p.name, st.Addr)
+			ch <- prometheus.MustNewConstMetric(descBucket, prometheus.GaugeValue, bucket, p.name, st.Addr)
+		}
+		if p.table != nil {
+			ch <- prometheus.MustNewConstMetric(descSticky, prometheus.GaugeValue, float64(p.table.Len()), p.name)
+		}
+	}
+}

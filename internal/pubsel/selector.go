@@ -1,0 +1,205 @@
+package pubsel
+
+import (
+	"math/rand/v2"
+	"slices"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/edgesteer/edgesteer/internal/latency"
+	"github.com/edgesteer/edgesteer/internal/sticky"
+)
+
+// Host is what a Selector needs to know of a framework's upstream type U.
+type Host[U comparable] interface {
+	// Addr is the host:port to probe, or "" for an upstream that cannot be
+	// probed (e.g. a placeholder); such an upstream stays unmeasured.
+	Addr(U) string
+	// Available reports the framework's own view: health checks, limits.
+	Available(U) bool
+	// Conns is the upstream's current connection or request count; it is
+	// used only by the least-connections mode and may return 0 otherwise.
+	Conns(U) int
+}
+
+// Selector picks an upstream from a pool. Views of a pool, its upstreams
+// grouped by bucket, are precomputed when the pool or any publisher's
+// bucket or activity changes, so a pick is a random index and a few atomic
+// loads.
+type Selector[U comparable] struct {
+	Tracker   *Tracker
+	Host      Host[U]
+	LeastConn bool          // fewest connections within the bucket, not random
+	Sticky    *sticky.Table // nil: no stickiness
+
+	view atomic.Pointer[view[U]]
+}
+
+// Decision says how an upstream was chosen.
+type Decision struct {
+	Status *Status // the chosen publisher's status; nil if it is not probed
+	Sticky bool    // an existing (user, app) entry decided
+}
+
+type view[U comparable] struct {
+	gen     uint64
+	first   *U // identity of the pool the view was built from
+	size    int
+	groups  [][]member[U] // active members by bucket, lowest bucket first
+	byID    []int32       // target id → index in members, -1 if absent
+	members []member[U]
+}
+
+type member[U comparable] struct {
+	u      U
+	id     uint32
+	probed bool
+}
+
+func (s *Selector[U]) currentView(pool []U) *view[U] {
+	gen := s.Tracker.Generation()
+	v := s.view.Load()
+	if v != nil && v.gen == gen && v.size == len(pool) && v.first == unsafe.SliceData(pool) {
+		return v
+	}
+	v = s.build(pool)
+	s.view.Store(v)
+	return v
+}
+
+func (s *Selector[U]) build(pool []U) *view[U] {
+	// Register first: Ensure may bump the generation, and the view must
+	// carry the generation its statuses were read at or after.
+	ids := make([]int64, len(pool))
+	for i, u := range pool {
+		ids[i] = -1
+		if addr := s.Host.Addr(u); addr != "" {
+			if id, err := s.Tracker.Ensure(addr); err == nil {
+				ids[i] = int64(id)
+			}
+		}
+	}
+	v := &view[U]{gen: s.Tracker.Generation(), first: unsafe.SliceData(pool), size: len(pool)}
+	type ranked struct {
+		m      member[U]
+		bucket int
+	}
+	var active []ranked
+	maxID := -1
+	for i, u := range pool {
+		m := member[U]{u: u}
+		bucket := latency.Unmeasured
+		if ids[i] >= 0 {
+			m.id, m.probed = uint32(ids[i]), true
+			maxID = max(maxID, int(ids[i]))
+			st := s.Tracker.StatusOf(m.id)
+			if !st.Active {
+				v.members = append(v.members, m)
+				continue
+			}
+			bucket = st.Bucket
+			if s.Tracker.cfg.NoBuckets {
+				bucket = 0
+			}
+		} else if s.Tracker.cfg.NoBuckets {
+			bucket = 0
+		}
+		v.members = append(v.members, m)
+		active = append(active, ranked{m, bucket})
+	}
+	slices.SortStableFunc(active, func(a, b ranked) int { return a.bucket - b.bucket })
+	for i := 0; i < len(active); {
+		j := i
+		var g []member[U]
+		for ; j < len(active) && active[j].bucket == active[i].bucket; j++ {
+			g = append(g, active[j].m)
+		}
+		v.groups = append(v.groups, g)
+		i = j
+	}
+	v.byID = make([]int32, maxID+1)
+	for i := range v.byID {
+		v.byID[i] = -1
+	}
+	for i, m := range v.members {
+		if m.probed {
+			v.byID[m.id] = int32(i)
+		}
+	}
+	return v
+}
+
+// Select picks an upstream for the (user, app) pair at now (unix ns): the
+// pair's sticky publisher if it is still active and available, else a
+// random (or least-loaded) available member of the lowest bucket that has
+// one. It returns ok false when no upstream is available.
+func (s *Selector[U]) Select(pool []U, user, app string, now int64) (u U, d Decision, ok bool) {
+	if len(pool) == 0 {
+		return u, d, false
+	}
+	v := s.currentView(pool)
+	var key uint64
+	if s.Sticky != nil {
+		key = s.Sticky.Key(user, app)
+		if id, hit := s.Sticky.Get(key, now); hit && int(id) < len(v.byID) && v.byID[id] >= 0 {
+			m := v.members[v.byID[id]]
+			if st := s.Tracker.StatusOf(id); st.Active && s.Host.Available(m.u) {
+				return m.u, Decision{Status: st, Sticky: true}, true
+			}
+		}
+	}
+	for _, g := range v.groups {
+		m, found := s.pick(g)
+		if !found {
+			continue
+		}
+		if m.probed {
+			d.Status = s.Tracker.StatusOf(m.id)
+			// A pick made before anything in the pool was measured is not
+			// latency-based: do not pin the pair to it.
+			if s.Sticky != nil && (d.Status.Measured || s.Tracker.cfg.NoBuckets) {
+				s.Sticky.Put(key, m.id, now)
+			}
+		}
+		return m.u, d, true
+	}
+	return u, d, false
+}
+
+func (s *Selector[U]) pick(g []member[U]) (member[U], bool) {
+	n := len(g)
+	start := 0
+	if n > 1 {
+		start = rand.IntN(n)
+	}
+	if !s.LeastConn {
+		for i := range n {
+			if m := g[(start+i)%n]; s.Host.Available(m.u) {
+				return m, true
+			}
+		}
+		return member[U]{}, false
+	}
+	best, bestConns := -1, 0
+	for i := range n {
+		j := (start + i) % n // random start breaks ties at random
+		if !s.Host.Available(g[j].u) {
+			continue
+		}
+		if c := s.Host.Conns(g[j].u); best < 0 || c < bestConns {
+			best, bestConns = j, c
+		}
+	}
+	if best < 0 {
+		return member[U]{}, false
+	}
+	return g[best], true
+}
+
+// StickyCounts returns how many live sticky entries point at each target id.
+func (s *Selector[U]) StickyCounts(now int64) map[uint32]int {
+	if s.Sticky == nil {
+		return nil
+	}
+	return s.Sticky.Counts(now)
+}
