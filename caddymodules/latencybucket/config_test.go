@@ -96,11 +96,11 @@ func TestBadConfigNamesOption(t *testing.T) {
 // JSON with bad values fails validation the same way.
 func TestBadJSONNamesOption(t *testing.T) {
 	for raw, want := range map[string]string{
-		`{"bucket_width": -1}`:              "bucket_width",
-		`{"probes": -2}`:                    "probes",
-		`{"probe": "ping"}`:                 "probe",
-		`{"segments": {"a:1": "-4ms"}}`:     "segment a:1",
-		`{"sticky_max_entries": -1}`:        "sticky_max_entries",
+		`{"bucket_width": -1}`:             "bucket_width",
+		`{"probes": -2}`:                   "probes",
+		`{"probe": "ping"}`:                "probe",
+		`{"segments": {"a:1": "-4ms"}}`:    "segment a:1",
+		`{"sticky_max_entries": -1}`:       "sticky_max_entries",
 		`{"within": "least_conn", "x": 1}`: "", // unknown JSON fields are Caddy's to reject
 	} {
 		var c Config

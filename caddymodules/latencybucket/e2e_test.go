@@ -73,7 +73,7 @@ func adminView(t *testing.T, c *e2e.Caddy, policy string, n int) latencybucket.P
 
 type answer struct {
 	peer, bucket, decision, latency string
-	err                                error
+	err                             error
 }
 
 var client = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
