@@ -3,7 +3,6 @@ package latencybucket
 import (
 	"net/http"
 	"strconv"
-	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
@@ -24,7 +23,7 @@ func init() {
 type HTTPPolicy struct {
 	Config
 
-	policy   policy
+	policy   *policy
 	selector *pubsel.Selector[*reverseproxy.Upstream]
 }
 
@@ -47,6 +46,7 @@ func (h *HTTPPolicy) Provision(ctx caddy.Context) error {
 			}
 		}
 	}
+	h.policy = new(policy)
 	if err := h.policy.provision(ctx, &h.Config, "http", dials); err != nil {
 		return err
 	}
@@ -64,7 +64,9 @@ func (h *HTTPPolicy) Validate() error { return h.Config.Validate(false) }
 
 // Cleanup stops probing.
 func (h *HTTPPolicy) Cleanup() error {
-	h.policy.cleanup()
+	if h.policy != nil {
+		h.policy.cleanup()
+	}
 	return nil
 }
 
@@ -75,7 +77,7 @@ func (h *HTTPPolicy) Select(pool reverseproxy.UpstreamPool, r *http.Request, _ h
 	if h.policy.table != nil {
 		user, app = h.identity(r, repl)
 	}
-	u, d, ok := h.selector.Select(pool, user, app, time.Now().UnixNano())
+	u, d, ok := h.selector.Select(pool, user, app, h.policy.now())
 	if !ok {
 		return nil
 	}

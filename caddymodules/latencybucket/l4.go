@@ -2,7 +2,6 @@ package latencybucket
 
 import (
 	"net"
-	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
@@ -23,7 +22,7 @@ func init() {
 type L4Policy struct {
 	Config
 
-	policy   policy
+	policy   *policy
 	selector *pubsel.Selector[*l4proxy.Upstream]
 }
 
@@ -48,6 +47,7 @@ func (p *L4Policy) Provision(ctx caddy.Context) error {
 			}
 		}
 	}
+	p.policy = new(policy)
 	if err := p.policy.provision(ctx, &p.Config, "layer4", dials); err != nil {
 		return err
 	}
@@ -64,7 +64,9 @@ func (p *L4Policy) Validate() error { return p.Config.Validate(true) }
 
 // Cleanup stops probing.
 func (p *L4Policy) Cleanup() error {
-	p.policy.cleanup()
+	if p.policy != nil {
+		p.policy.cleanup()
+	}
 	return nil
 }
 
@@ -78,7 +80,7 @@ func (p *L4Policy) Select(pool l4proxy.UpstreamPool, conn *layer4.Connection) *l
 	if p.policy.table != nil && conn != nil {
 		user, app = p.identity(conn, repl)
 	}
-	u, d, ok := p.selector.Select(pool, user, app, time.Now().UnixNano())
+	u, d, ok := p.selector.Select(pool, user, app, p.policy.now())
 	if !ok {
 		return nil
 	}

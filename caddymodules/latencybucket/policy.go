@@ -4,9 +4,12 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/edgesteer/edgesteer/internal/latency"
@@ -25,6 +28,15 @@ type policy struct {
 	logger  *zap.Logger
 	metrics *metrics
 	done    chan struct{}
+
+	// clock is a coarse unix-nanosecond clock for the sticky table, which
+	// counts in seconds: reading it is cheaper than time.Now per request.
+	clock atomic.Int64
+	// counters caches selection counters by target, bucket and decision
+	// (copy on write): resolving label values per request would cost more
+	// than the pick itself.
+	counters   atomic.Pointer[map[uint64]prometheus.Counter]
+	countersMu sync.Mutex
 }
 
 // provision validates c, starts probing the static upstreams found in the
@@ -67,8 +79,9 @@ func (p *policy) provision(ctx caddy.Context, c *Config, kind string, dials []st
 		p.table = sticky.New(max, ttl)
 	}
 	p.done = make(chan struct{})
+	p.clock.Store(time.Now().UnixNano())
 	p.tracker.Start()
-	go p.sweep()
+	go p.tick()
 	registry.add(p)
 	p.logger.Info("latency_bucket policy provisioned",
 		zap.String("policy", p.name), zap.Strings("probing", addrs),
@@ -87,22 +100,31 @@ func (p *policy) cleanup() {
 	}
 }
 
-// sweep drops idle sticky entries every minute (or TTL, if shorter).
-func (p *policy) sweep() {
+// tick advances the coarse clock and, once a minute, drops idle sticky
+// entries.
+func (p *policy) tick() {
 	if p.table == nil {
 		return
 	}
-	tick := time.NewTicker(time.Minute)
+	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
+	lastSweep := time.Now()
 	for {
 		select {
 		case <-p.done:
 			return
 		case now := <-tick.C:
-			p.table.Sweep(now.UnixNano())
+			p.clock.Store(now.UnixNano())
+			if now.Sub(lastSweep) >= time.Minute {
+				p.table.Sweep(now.UnixNano())
+				lastSweep = now
+			}
 		}
 	}
 }
+
+// now is the coarse clock, for the sticky table.
+func (p *policy) now() int64 { return p.clock.Load() }
 
 func (p *policy) onRound(addr string, r latency.Result) {
 	p.metrics.observeRound(p.name, addr, r)
@@ -117,9 +139,33 @@ func (p *policy) onRound(addr string, r latency.Result) {
 
 // selected records a decision in the metrics.
 func (p *policy) selected(d pubsel.Decision) {
-	if d.Status != nil {
-		p.metrics.selections.WithLabelValues(p.name, d.Status.Addr, d.Status.Label, stickyLabel(d.Sticky)).Inc()
+	st := d.Status
+	if st == nil {
+		return
 	}
+	key := uint64(st.ID)<<33 | uint64(uint32(st.Bucket))<<1
+	if d.Sticky {
+		key |= 1
+	}
+	if m := p.counters.Load(); m != nil {
+		if c, ok := (*m)[key]; ok {
+			c.Inc()
+			return
+		}
+	}
+	p.countersMu.Lock()
+	old := p.counters.Load()
+	m := make(map[uint64]prometheus.Counter, 1)
+	if old != nil {
+		for k, v := range *old {
+			m[k] = v
+		}
+	}
+	c := p.metrics.selections.WithLabelValues(p.name, st.Addr, st.Label, stickyLabel(d.Sticky))
+	m[key] = c
+	p.counters.Store(&m)
+	p.countersMu.Unlock()
+	c.Inc()
 }
 
 func stickyLabel(b bool) string {
