@@ -103,6 +103,52 @@ func (m *Manifest) Args(baseDir, output string) []string {
 	return args
 }
 
+// Env returns environ with the locally replaced modules kept away from the
+// network: xcaddy's final `go get` resolves their sub-packages by import
+// path, and a module proxy may answer the lookup of an unpublished path with
+// an error rather than "not found", which stops go get before it falls back
+// to the replacement. With the module outside the proxy (GONOPROXY,
+// GONOSUMDB) and version control refused for it (GOVCS off), the lookup is
+// refused locally and the replacement is used.
+func (m *Manifest) Env(environ []string) []string {
+	if len(m.Replace) == 0 {
+		return environ
+	}
+	mods := make([]string, 0, len(m.Replace))
+	for mod := range m.Replace {
+		mods = append(mods, mod)
+	}
+	sort.Strings(mods)
+	vcs := make([]string, len(mods))
+	for i, mod := range mods {
+		vcs[i] = mod + ":off"
+	}
+	add := map[string]string{
+		"GONOPROXY": strings.Join(mods, ","),
+		"GONOSUMDB": strings.Join(mods, ","),
+		"GOVCS":     strings.Join(vcs, ","),
+	}
+	out := make([]string, 0, len(environ)+len(add))
+	for _, kv := range environ {
+		k, v, _ := strings.Cut(kv, "=")
+		if extra, ok := add[k]; ok {
+			if v != "" {
+				extra += "," + v // ours first: GOVCS takes the first match
+			}
+			out = append(out, k+"="+extra)
+			delete(add, k)
+			continue
+		}
+		out = append(out, kv)
+	}
+	for _, k := range []string{"GONOPROXY", "GONOSUMDB", "GOVCS"} {
+		if v, ok := add[k]; ok {
+			out = append(out, k+"="+v)
+		}
+	}
+	return out
+}
+
 func main() {
 	manifestPath := flag.String("manifest", "xcaddy.json", "build manifest")
 	output := flag.String("output", "bin/caddy-xcaddy", "binary to write")
@@ -135,6 +181,7 @@ func main() {
 	}
 	fmt.Fprintln(os.Stderr, *xcaddyBin, strings.Join(args, " "))
 	cmd := exec.Command(*xcaddyBin, args...)
+	cmd.Env = m.Env(os.Environ())
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	if err := cmd.Run(); err != nil {
 		fatal(err)

@@ -54,3 +54,13 @@ func TestRepositoryManifestLoads(t *testing.T) {
 		t.Fatal("xcaddy.json names no xcaddy version")
 	}
 }
+
+func TestEnvKeepsReplacedModulesLocal(t *testing.T) {
+	m := &Manifest{Replace: map[string]string{"github.com/edgesteer/edgesteer": "."}}
+	got := m.Env([]string{"PATH=/bin", "GOVCS=private:all"})
+	want := []string{"PATH=/bin", "GOVCS=github.com/edgesteer/edgesteer:off,private:all",
+		"GONOPROXY=github.com/edgesteer/edgesteer", "GONOSUMDB=github.com/edgesteer/edgesteer"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("got  %q\nwant %q", got, want)
+	}
+}
