@@ -36,7 +36,7 @@ wait_tcp() { # host port
 	done
 	return 1
 }
-for p in 8480 8481 8482 8490 "$dns_port"; do
+for p in 8480 8481 8482 8483 8490 "$dns_port"; do
 	if ! wait_tcp 127.0.0.1 "$p"; then
 		echo "demo: 127.0.0.1:$p did not come up" >&2
 		exit 1
@@ -47,10 +47,10 @@ cat <<MSG
 
 edgesteer demo is running ($("$bin/caddy" version | head -n1)).
 Try:
-  curl -i http://127.0.0.1:8480/hello            # reverse_proxy, round robin over two publishers
-  printf 'GET / HTTP/1.0\r\n\r\n' | nc 127.0.0.1 8490   # layer4 proxy to the same publishers
+  curl -i -H 'X-User: alice' http://127.0.0.1:8480/hello   # latency-bucket pick; alice sticks to hers
+  curl -s http://localhost:2019/latency_bucket/            # publisher latency details
+  printf 'GET / HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n' | nc 127.0.0.1 8490   # layer4 proxy, same policy
   dig @127.0.0.1 -p $dns_port www.demo.edgesteer.test A +short
-  curl -s http://localhost:2019/config/ | head -c 300   # Caddy admin API
 Press Ctrl-C to stop.
 demo ready
 MSG

@@ -29,11 +29,20 @@ func parse(r io.Reader) (map[key]*sample, []key, error) {
 	samples := map[key]*sample{}
 	var order []key
 	sc := bufio.NewScanner(r)
+	pending := "" // a benchmark name whose result a log line pushed down
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())
+		if len(f) > 0 && strings.HasPrefix(f[0], "Benchmark") && (len(f) < 4 || f[3] != "ns/op") {
+			pending = f[0]
+			continue
+		}
+		if len(f) >= 3 && pending != "" && f[2] == "ns/op" {
+			f = append([]string{pending}, f...)
+		}
 		if len(f) < 4 || !strings.HasPrefix(f[0], "Benchmark") || f[3] != "ns/op" {
 			continue
 		}
+		pending = ""
 		name := f[0]
 		if i := strings.LastIndex(name, "-"); i > 0 { // strip the -GOMAXPROCS suffix
 			if _, err := strconv.Atoi(name[i+1:]); err == nil {

@@ -11,7 +11,8 @@ BenchmarkSelect/ours/n=4-2                	1000	  30.0 ns/op	   0 B/op	   0 allo
 BenchmarkSelect/anchor_least_conn/n=4-2   	1000	  70.0 ns/op	   0 B/op	   0 allocs/op
 BenchmarkSelect/ours/n=4-2                	1000	  35.0 ns/op	   0 B/op	   0 allocs/op
 BenchmarkSelect/anchor_least_conn/n=4-2   	1000	  80.0 ns/op	   0 B/op	   0 allocs/op
-BenchmarkSelect/ours/n=4-2                	1000	  40.0 ns/op	  16 B/op	   1 allocs/op
+BenchmarkSelect/ours/n=4-2                	2026-11-30T13:57:50Z	INFO	a log line in the way
+    1000	  40.0 ns/op	  16 B/op	   1 allocs/op
 BenchmarkPlain-2                          	1000	  10.0 ns/op
 PASS
 `
@@ -25,7 +26,7 @@ func TestParseAndReportMedianRatios(t *testing.T) {
 		t.Fatalf("want 2 implementations, got %v", order)
 	}
 	ours := samples[key{group: "BenchmarkSelect/n=4", impl: "ours"}]
-	if ours == nil || median(ours.nsPerOp) != 35 {
+	if ours == nil || median(ours.nsPerOp) != 35 || len(ours.nsPerOp) != 3 {
 		t.Fatalf("median of ours: %+v", ours)
 	}
 	var b strings.Builder

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"runtime"
 	"testing"
 	"time"
 
@@ -96,19 +97,25 @@ func BenchmarkSelect(b *testing.B) {
 	}
 }
 
-// BenchmarkStickyHitAtOneMillion is a sticky hit with 1M other pairs in the
-// table, cycling through 4096 distinct users.
+// BenchmarkStickyHitAtOneMillion is a sticky hit through Select with 1M
+// pairs in the table, cycling through 4096 distinct users.
 func BenchmarkStickyHitAtOneMillion(b *testing.B) {
 	h, pool := benchPool(b, 4, "on")
 	reqs := make([]*http.Request, 4096)
-	for i := range 1 << 20 {
+	for i := range reqs {
 		r, _ := http.NewRequest("GET", "http://app.example/", nil)
-		r.RemoteAddr = fmt.Sprintf("10.%d.%d.%d:1", i>>16, (i>>8)&255, i&255)
-		h.Select(pool, r, nil)
-		if i%256 == 0 {
-			reqs[i/256] = r
-		}
+		r.RemoteAddr = fmt.Sprintf("192.0.2.%d:%d", i&255, 1024+i)
+		h.Select(pool, r, nil) // a real pick pins each of them
+		reqs[i] = r
 	}
+	table, now := h.policy.table, h.policy.now()
+	for i := range 1<<20 - len(reqs) {
+		table.Put(table.Key(fmt.Sprintf("10.%d.%d.%d", i>>16, (i>>8)&255, i&255), "app.example"), uint32(i%4), now)
+	}
+	if n := table.Len(); n < 1<<20-1<<14 {
+		b.Fatalf("table holds %d pairs", n)
+	}
+	runtime.GC()
 	b.ResetTimer()
 	i := 0
 	for b.Loop() {

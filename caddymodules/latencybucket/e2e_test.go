@@ -299,24 +299,7 @@ func TestLayer4SeedTableAndStickiness(t *testing.T) {
 	c.WaitTCP(t, front)
 	adminView(t, c, "l4-apps", 4)
 
-	dial := func(src string) (string, error) {
-		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 5 * time.Second}
-		conn, err := d.Dial("tcp", front)
-		if err != nil {
-			return "", err
-		}
-		defer conn.Close()
-		conn.SetDeadline(time.Now().Add(10 * time.Second))
-		fmt.Fprint(conn, "GET /l4 HTTP/1.0\r\nHost: x\r\n\r\n")
-		body, err := io.ReadAll(conn)
-		if err != nil {
-			return "", err
-		}
-		if i := strings.Index(string(body), "\r\n\r\n"); i >= 0 {
-			return strings.Fields(string(body[i+4:]))[0], nil
-		}
-		return "", fmt.Errorf("no HTTP answer: %q", body)
-	}
+	dial := func(src string) (string, error) { return dialL4(front, src) }
 	first, err := dial("127.0.0.2")
 	if err != nil {
 		t.Fatal(err)
@@ -342,5 +325,94 @@ func TestLayer4SeedTableAndStickiness(t *testing.T) {
 	// is measured are not pinned).
 	if v := adminView(t, c, "l4-apps", 4); v.StickyEntries < 101 || v.StickyEntries > 102 || v.Kind != "layer4" {
 		t.Fatalf("admin view: %d sticky entries, kind %s", v.StickyEntries, v.Kind)
+	}
+}
+
+// dialL4 connects to the layer4 front from source IP src, sends an HTTP
+// request over the raw connection and returns the answering peer's name.
+func dialL4(front, src string) (string, error) {
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 5 * time.Second}
+	conn, err := d.Dial("tcp", front)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprint(conn, "GET /l4 HTTP/1.0\r\nHost: x\r\n\r\n")
+	body, err := io.ReadAll(conn)
+	if err != nil {
+		return "", err
+	}
+	if i := strings.Index(string(body), "\r\n\r\n"); i >= 0 && len(body) > i+4 {
+		return strings.Fields(string(body[i+4:]))[0], nil
+	}
+	return "", fmt.Errorf("no HTTP answer: %q", body)
+}
+
+// layer4 failover: kill the publisher a client IP sticks to while its
+// connections flow; the proxy's retries and passive health move it with
+// no failed connection beyond one in flight, and it sticks again.
+func TestLayer4Failover(t *testing.T) {
+	pubs, procs := publishers(t, 5*ms, 8*ms)
+	front := e2e.Addr(t)
+	c := e2e.StartCaddy(t, "caddyfile", fmt.Sprintf(`{
+	layer4 {
+		%s {
+			route {
+				proxy %s %s {
+					lb_policy latency_bucket {
+						name l4-failover
+						probe http /probe
+						probe_interval 200ms
+						probe_timeout 500ms
+					}
+					lb_try_duration 5s
+					lb_try_interval 50ms
+					fail_duration 30s
+				}
+			}
+		}
+	}
+}`, front, pubs[0], pubs[1]))
+	c.WaitTCP(t, front)
+	adminView(t, c, "l4-failover", 2)
+	first, err := dialL4(front, "127.0.0.3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	victim, other := procs[0], "publisher-2"
+	if first == "publisher-2" {
+		victim, other = procs[1], "publisher-1"
+	}
+	var failures, sent atomic.Int64
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			sent.Add(1)
+			if _, err := dialL4(front, "127.0.0.3"); err != nil {
+				failures.Add(1)
+				t.Logf("connection failed during failover: %v", err)
+			}
+		}
+	}()
+	time.Sleep(300 * ms)
+	victim.Kill()
+	time.Sleep(1500 * ms)
+	close(stop)
+	<-done
+	if f := failures.Load(); f > 1 {
+		t.Fatalf("%d of %d connections failed during failover", f, sent.Load())
+	}
+	for i := range 50 {
+		if p, err := dialL4(front, "127.0.0.3"); err != nil || p != other {
+			t.Fatalf("after failover connection %d went to %s (%v), want %s", i, p, err, other)
+		}
 	}
 }

@@ -2,6 +2,7 @@ package e2e_test
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -56,21 +57,26 @@ func TestDemoStartsAndStopsOnInterrupt(t *testing.T) {
 		t.Fatalf("demo not ready in 60 s:\n%s", stderr.String())
 	}
 
-	seen := map[string]bool{}
-	for range 4 {
-		resp, err := http.Get("http://127.0.0.1:8480/hello")
-		if err != nil {
-			t.Fatal(err)
+	// Wait for the first probe rounds, then: publishers 1 and 2 share the
+	// [0,32) bucket, publisher 3 (40 ms segment) is never picked, and a
+	// user sticks to one publisher.
+	waitMeasured(t, "demo-http", 3)
+	seen := map[string]int{}
+	for i := range 40 {
+		h := demoGet(t, fmt.Sprint("user-", i))
+		seen[h.Get("X-Publisher")]++
+		if h.Get("X-Latency-Bucket") != "[0,32)" {
+			t.Fatalf("bucket %q", h.Get("X-Latency-Bucket"))
 		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if !strings.Contains(string(body), "answered GET /hello") {
-			t.Fatalf("front answered %q", body)
-		}
-		seen[resp.Header.Get("X-Upstream")] = true
 	}
-	if !seen["127.0.0.1:8481"] || !seen["127.0.0.1:8482"] {
-		t.Fatalf("round robin reached %v, want both publishers", seen)
+	if seen["127.0.0.1:8483"] != 0 || seen["127.0.0.1:8481"] == 0 || seen["127.0.0.1:8482"] == 0 {
+		t.Fatalf("demo picks %v: want publishers 1 and 2, never 3", seen)
+	}
+	alice := demoGet(t, "alice").Get("X-Publisher")
+	for range 10 {
+		if h := demoGet(t, "alice"); h.Get("X-Publisher") != alice || h.Get("X-Publisher-Decision") != "sticky" {
+			t.Fatalf("alice moved from %s: %v", alice, h)
+		}
 	}
 
 	conn, err := net.DialTimeout("tcp", "127.0.0.1:8490", 2*time.Second)
@@ -106,4 +112,50 @@ func TestDemoStartsAndStopsOnInterrupt(t *testing.T) {
 			t.Errorf("%s still accepts connections after the demo stopped", addr)
 		}
 	}
+}
+
+func demoGet(t *testing.T, user string) http.Header {
+	t.Helper()
+	req, _ := http.NewRequest("GET", "http://127.0.0.1:8480/hello", nil)
+	req.Header.Set("X-User", user)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), "answered GET /hello") {
+		t.Fatalf("front answered %q", body)
+	}
+	return resp.Header
+}
+
+// waitMeasured polls the demo's admin API until policy has n measured
+// publishers.
+func waitMeasured(t *testing.T, policy string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		var views []struct {
+			Name       string
+			Publishers []struct{ Measured bool }
+		}
+		if resp, err := http.Get("http://localhost:2019/latency_bucket/"); err == nil {
+			json.NewDecoder(resp.Body).Decode(&views)
+			resp.Body.Close()
+		}
+		for _, v := range views {
+			m := 0
+			for _, p := range v.Publishers {
+				if p.Measured {
+					m++
+				}
+			}
+			if v.Name == policy && m == n {
+				return
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("policy %s never had %d measured publishers", policy, n)
 }

@@ -57,26 +57,22 @@ type Config struct {
 }
 
 func (c *Config) setDefaults() {
-	if c.BucketWidth == 0 {
-		c.BucketWidth = DefaultBucketWidth
-	}
-	if c.Probes == 0 {
-		c.Probes = DefaultProbes
-	}
-	if c.Interval == 0 {
-		c.Interval = DefaultInterval
-	}
-	if c.Timeout == 0 {
-		c.Timeout = DefaultTimeout
-	}
-	if c.Window == 0 {
-		c.Window = DefaultWindow
-	}
-	if c.MaxTargets == 0 {
-		c.MaxTargets = DefaultMaxTargets
-	}
+	orDefault(&c.BucketWidth, DefaultBucketWidth)
+	orDefault(&c.Probes, DefaultProbes)
+	orDefault(&c.Interval, DefaultInterval)
+	orDefault(&c.Timeout, DefaultTimeout)
+	orDefault(&c.Window, DefaultWindow)
+	orDefault(&c.MaxTargets, DefaultMaxTargets)
 	if c.Prober == nil {
 		c.Prober = latency.TCPProber{}
+	}
+}
+
+// orDefault sets *v to def if *v is the zero value.
+func orDefault[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
 	}
 }
 

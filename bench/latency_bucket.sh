@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# latency_bucket through bin/caddy, with wrk, in one run:
+#  1. throughput: lb_policy latency_bucket vs lb_policy random over the same
+#     4 local upstreams, 10 interleaved runs of each, median ratio (goal >=
+#     0.98x). wrk's connections all come from 127.0.0.1, so a sticky policy
+#     sends them all to one upstream while random spreads them: the sticky-off
+#     variant is the like-for-like comparison of the pick itself;
+#  2. tail latency: one of 4 publishers 10x slower (50 ms vs 5 ms): p99 with
+#     latency_bucket, with random, and with 4 fast publishers (goal: <= 1.2x
+#     all-fast).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+command -v wrk >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null; }
+go build -o bin/testpeer ./internal/e2e/testpeer
+PAIRS=${PAIRS:-10} DUR=${DUR:-5s}
+work=$(mktemp -d)
+pids=()
+cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"; }
+trap cleanup EXIT
+
+peer() { # port name delay
+	bin/testpeer -listen "127.0.0.1:$1" -name "$2" -delay "$3" -probe-delay 0 2>/dev/null &
+	pids+=($!)
+}
+wait_port() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.1; done; echo "port $1 down" >&2; return 1; }
+
+# Throughput upstreams: 18101-18104 (no delay). Tail upstreams: 18111-18114,
+# 18114 ten times slower. All-fast upstreams: 18121-18124.
+for i in 1 2 3 4; do peer $((18100 + i)) "p$i" 0; done
+for i in 1 2 3; do peer $((18110 + i)) "t$i" 5ms; done
+peer 18114 t4 50ms
+for i in 1 2 3 4; do peer $((18120 + i)) "f$i" 5ms; done
+
+site() { # port policy upstream-base
+	local ups="" i
+	for i in 1 2 3 4; do ups+=" 127.0.0.1:$(($3 + i))"; done
+	if [ "$2" = latency_bucket ] || [ "$2" = latency_bucket_nosticky ]; then
+		local sticky=on
+		[ "$2" = latency_bucket_nosticky ] && sticky=off
+		printf 'http://127.0.0.1:%s {\n\tbind 127.0.0.1\n\treverse_proxy%s {\n\t\tlb_policy latency_bucket {\n\t\t\tprobe http /\n\t\t\tprobe_interval 1s\n\t\t\tsticky %s\n\t\t}\n\t}\n}\n' "$1" "$ups" "$sticky"
+	else
+		printf 'http://127.0.0.1:%s {\n\tbind 127.0.0.1\n\treverse_proxy%s {\n\t\tlb_policy %s\n\t}\n}\n' "$1" "$ups" "$2"
+	fi
+}
+{
+	printf '{\n\tadmin off\n\tauto_https off\n\tlog default {\n\t\tlevel ERROR\n\t}\n}\n'
+	site 18001 latency_bucket 18100
+	site 18002 random 18100
+	site 18003 latency_bucket_nosticky 18100
+	site 18011 latency_bucket 18110
+	site 18012 random 18110
+	site 18021 random 18120
+} >"$work/Caddyfile"
+XDG_DATA_HOME=$work XDG_CONFIG_HOME=$work bin/caddy run --adapter caddyfile --config "$work/Caddyfile" 2>"$work/caddy.log" &
+pids+=($!)
+for p in 18001 18002 18003 18011 18012 18021 18101 18114 18124; do wait_port $p; done
+sleep 3 # a few probe rounds
+
+rps() { wrk -t2 -c50 -d"$DUR" "http://127.0.0.1:$1/" | awk '/Requests\/sec/ {print $2}'; }
+p99() { wrk -t2 -c10 -d"$DUR" --latency "http://127.0.0.1:$1/" | awk '$1 == "99%" {v=$2; if (v ~ /us$/) {sub(/us/,"",v); v/=1000} else if (v ~ /ms$/) {sub(/ms/,"",v)} else if (v ~ /s$/) {sub(/s/,"",v); v*=1000}; print v}'; }
+median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+
+echo "machine: $(nproc) cores shared by wrk, caddy and the upstreams; wrk -t2 -c50 -d$DUR, $PAIRS interleaved rounds"
+ratios=() ratios_ns=() lb_all=() ns_all=() rnd_all=()
+for i in $(seq "$PAIRS"); do
+	a=$(rps 18001) c=$(rps 18003) b=$(rps 18002)
+	lb_all+=("$a") ns_all+=("$c") rnd_all+=("$b")
+	ratios+=("$(awk -v a="$a" -v b="$b" 'BEGIN {printf "%.3f", a/b}')")
+	ratios_ns+=("$(awk -v a="$c" -v b="$b" 'BEGIN {printf "%.3f", a/b}')")
+	echo "round $i: latency_bucket $a, latency_bucket sticky off $c, random $b req/s"
+done
+echo "throughput medians: latency_bucket $(printf '%s\n' "${lb_all[@]}" | median), sticky off $(printf '%s\n' "${ns_all[@]}" | median), random $(printf '%s\n' "${rnd_all[@]}" | median) req/s"
+echo "throughput ratios (median of per-round ratios): latency_bucket/random $(printf '%s\n' "${ratios[@]}" | median)x, latency_bucket sticky off/random $(printf '%s\n' "${ratios_ns[@]}" | median)x (goal >= 0.98x)"
+
+lbp=() rp=() fp=()
+for i in $(seq 5); do
+	lbp+=("$(p99 18011)") rp+=("$(p99 18012)") fp+=("$(p99 18021)")
+done
+l=$(printf '%s\n' "${lbp[@]}" | median) r=$(printf '%s\n' "${rp[@]}" | median) f=$(printf '%s\n' "${fp[@]}" | median)
+echo "tail (one publisher 10x slower, wrk -c10, median of 5): p99 latency_bucket ${l} ms, random ${r} ms, all-fast ${f} ms"
+awk -v l="$l" -v r="$r" -v f="$f" 'BEGIN {printf "tail ratios: latency_bucket/all-fast %.2fx (goal <= 1.2x), random/all-fast %.2fx\n", l/f, r/f}'
