@@ -416,3 +416,62 @@ func TestLayer4Failover(t *testing.T) {
 		}
 	}
 }
+
+// A config reload stops the old policy's probing and starts the new one's:
+// the admin view lists only the live policy, and the old one's publisher
+// sees no more probes.
+func TestReloadStopsOldProbing(t *testing.T) {
+	pubs, _ := publishers(t, 1*ms)
+	front := e2e.Addr(t)
+	cfg := func(name string) string {
+		return fmt.Sprintf("http://%s {\n\tbind 127.0.0.1\n\treverse_proxy %s {\n\t\tlb_policy latency_bucket {\n\t\t\tname %s\n\t\t\tprobe http /probe\n\t\t\tprobe_interval 100ms\n\t\t}\n\t}\n}\n", front, pubs[0], name)
+	}
+	c := e2e.StartCaddy(t, "caddyfile", cfg("before"))
+	adminView(t, c, "before", 1)
+	req, _ := http.NewRequest("POST", "http://"+c.Admin+"/load", strings.NewReader(cfg("after")))
+	req.Header.Set("Content-Type", "text/caddyfile")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("reload: %s %s", resp.Status, body)
+	}
+	adminView(t, c, "after", 1)
+	resp, err = http.Get("http://" + c.Admin + "/latency_bucket/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var views []latencybucket.PolicyView
+	json.NewDecoder(resp.Body).Decode(&views)
+	resp.Body.Close()
+	if len(views) != 1 || views[0].Name != "after" {
+		t.Fatalf("after reload the admin view lists %+v", views)
+	}
+	// The old policy's probe count stands still; the new one's grows.
+	probes := func(policy string) string {
+		resp, err := http.Get("http://" + c.Admin + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		data, _ := io.ReadAll(resp.Body)
+		for _, line := range strings.Split(string(data), "\n") {
+			if strings.HasPrefix(line, `caddy_edgesteer_latency_bucket_probe_rtt_seconds_count{policy="`+policy+`"`) {
+				return line
+			}
+		}
+		t.Fatalf("no probe count for %s", policy)
+		return ""
+	}
+	before, after := probes("before"), probes("after")
+	time.Sleep(500 * ms)
+	if now := probes("before"); now != before {
+		t.Fatalf("old policy still probing: %s then %s", before, now)
+	}
+	if now := probes("after"); now == after {
+		t.Fatalf("new policy not probing: %s", now)
+	}
+}
