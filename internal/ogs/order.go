@@ -1,0 +1,78 @@
+// Package ogs is Optimal Gateway Selection as Cisco AnyConnect does it:
+// probe every gateway a few times, keep each gateway's lowest RTT, and order
+// the gateways as the optimal one, then its backup list, then the rest by
+// RTT. Results are cached per client location for a long time (14 days by
+// default), a probe run never outlasts its deadline (7 s), and when it
+// yields nothing the location keeps its previous selection. It knows
+// nothing of CoreDNS: the ogs plugin adapts it.
+package ogs
+
+import (
+	"slices"
+	"time"
+)
+
+// Gateway is one selectable gateway.
+type Gateway struct {
+	Name    string   // e.g. "gw1.example.test"
+	Addr    string   // host:port probed, e.g. "192.0.2.10:443"
+	Backups []string // names of other gateways, tried after this one
+}
+
+// Order returns gateway indices in selection order for the RTTs measured
+// (rtts[i] <= 0: no successful probe). The optimal gateway (lowest RTT,
+// ties by config order) comes first, then its backup list, then the other
+// measured gateways by RTT, then those without a result (left out when
+// omitUnmeasured). With no result at all it returns the configured order.
+func Order(gws []Gateway, rtts []time.Duration, omitUnmeasured bool) []int {
+	byName := make(map[string]int, len(gws))
+	for i, g := range gws {
+		byName[g.Name] = i
+	}
+	measured := make([]int, 0, len(gws))
+	for i := range gws {
+		if rtts[i] > 0 {
+			measured = append(measured, i)
+		}
+	}
+	if len(measured) == 0 {
+		out := make([]int, len(gws))
+		for i := range out {
+			out[i] = i
+		}
+		return out
+	}
+	slices.SortStableFunc(measured, func(a, b int) int {
+		switch {
+		case rtts[a] < rtts[b]:
+			return -1
+		case rtts[a] > rtts[b]:
+			return 1
+		}
+		return 0
+	})
+	out := make([]int, 0, len(gws))
+	seen := make([]bool, len(gws))
+	add := func(i int) {
+		if !seen[i] {
+			seen[i] = true
+			out = append(out, i)
+		}
+	}
+	best := measured[0]
+	add(best)
+	for _, b := range gws[best].Backups {
+		if i, ok := byName[b]; ok {
+			add(i)
+		}
+	}
+	for _, i := range measured {
+		add(i)
+	}
+	if !omitUnmeasured {
+		for i := range gws {
+			add(i)
+		}
+	}
+	return out
+}
