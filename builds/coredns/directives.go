@@ -22,7 +22,9 @@ type directive struct {
 // other. The stock loadbalance plugin runs earlier in the chain and shuffles
 // whatever answers pass through it, so do not combine it with an ordering
 // plugin in the same server block.
-var edgesteerPlugins = []directive{}
+var edgesteerPlugins = []directive{
+	{Name: "ogs", Before: "cache"},
+}
 
 // withEdgesteer returns a copy of the stock directive list with each plugin
 // inserted before its anchor.

@@ -10,6 +10,9 @@ import (
 	"github.com/coredns/coredns/coremain"
 
 	"github.com/edgesteer/edgesteer/internal/version"
+
+	// edgesteer plugins: each also needs its place in directives.go.
+	_ "github.com/edgesteer/edgesteer/corednsplugins/ogs"
 )
 
 func main() {

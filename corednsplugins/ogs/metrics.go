@@ -1,0 +1,35 @@
+package ogs
+
+import (
+	"github.com/coredns/coredns/plugin"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
+
+var (
+	probes = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace, Subsystem: pluginName, Name: "probes_total",
+		Help: "Gateway probes by gateway and result (ok or failed).",
+	}, []string{"gateway", "result"})
+	probeRTT = promauto.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: plugin.Namespace, Subsystem: pluginName, Name: "probe_rtt_seconds",
+		Help:    "Round-trip time of successful gateway probes.",
+		Buckets: prometheus.ExponentialBuckets(0.001, 2, 14), // 1 ms … 8 s
+	}, []string{"gateway"})
+	runs = promauto.NewCounter(prometheus.CounterOpts{
+		Namespace: plugin.Namespace, Subsystem: pluginName, Name: "probe_runs_total",
+		Help: "Probe runs (one per location whose entry was missing or expired).",
+	})
+	cacheHits = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace, Subsystem: pluginName, Name: "cache_hits_total",
+		Help: "Queries answered from a location's cached selection.",
+	}, []string{"server"})
+	cacheMisses = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace, Subsystem: pluginName, Name: "cache_misses_total",
+		Help: "Queries whose location had no fresh selection.",
+	}, []string{"server"})
+	fallbacks = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace, Subsystem: pluginName, Name: "fallbacks_total",
+		Help: "Queries answered past the probe deadline, by what answered: previous or configured.",
+	}, []string{"server", "kind"})
+)

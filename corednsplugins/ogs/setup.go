@@ -1,0 +1,244 @@
+package ogs
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/coredns/caddy"
+	"github.com/coredns/coredns/core/dnsserver"
+	"github.com/coredns/coredns/plugin"
+	clog "github.com/coredns/coredns/plugin/pkg/log"
+	"github.com/miekg/dns"
+
+	"github.com/edgesteer/edgesteer/internal/latency"
+	"github.com/edgesteer/edgesteer/internal/ogs"
+)
+
+const pluginName = "ogs"
+
+var log = clog.NewWithPlugin(pluginName)
+
+func init() { plugin.Register(pluginName, setup) }
+
+func setup(c *caddy.Controller) error {
+	o, err := parse(c)
+	if err != nil {
+		return plugin.Error(pluginName, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c.OnStartup(func() error {
+		if o.cacheFile != "" {
+			n, err := o.sel.Load(o.cacheFile)
+			if err != nil {
+				log.Warningf("cache file: %v (starting empty)", err)
+			} else if n > 0 {
+				log.Infof("loaded %d location(s) from %s", n, o.cacheFile)
+			}
+			o.sel.Persist(ctx, o.cacheFile, time.Second, func(err error) { log.Errorf("saving %s: %v", o.cacheFile, err) })
+		}
+		return nil
+	})
+	c.OnShutdown(func() error {
+		cancel()
+		if o.cacheFile != "" {
+			return o.sel.Save(o.cacheFile)
+		}
+		return nil
+	})
+	dnsserver.GetConfig(c).AddPlugin(func(next plugin.Handler) plugin.Handler {
+		o.Next = next
+		return o
+	})
+	return nil
+}
+
+// parse reads
+//
+//	ogs [NAMES...] {
+//		gateway NAME ADDRESS:PORT [backup NAME...]
+//		probe tcp|tls|http|https [PATH]
+//		probe_verify_tls
+//		probes COUNT
+//		deadline DURATION
+//		cache_ttl DURATION
+//		retry DURATION
+//		ttl SECONDS
+//		records COUNT
+//		unmeasured last|omit
+//		prefix V4LEN V6LEN
+//		srv
+//		cache_file PATH
+//		max_locations COUNT
+//		diagnostic NAME
+//		fallthrough [ZONES...]
+//	}
+func parse(c *caddy.Controller) (*OGS, error) {
+	o := &OGS{ttl: 30, v4Prefix: 24, v6Prefix: 56}
+	cfg := ogs.Config{}
+	probe, path, verify := "https", "/", false
+	seen := false
+	for c.Next() {
+		if seen {
+			return nil, c.Err("ogs: only one ogs block per server block")
+		}
+		seen = true
+		o.names = plugin.OriginsFromArgsOrServerBlock(c.RemainingArgs(), c.ServerBlockKeys)
+		for c.NextBlock() {
+			opt := c.Val()
+			args := c.RemainingArgs()
+			bad := func(format string, a ...any) error {
+				return c.Errf("ogs: %s %s: %s", opt, strings.Join(args, " "), fmt.Sprintf(format, a...))
+			}
+			switch opt {
+			case "gateway":
+				if len(args) < 2 || (len(args) > 2 && (args[2] != "backup" || len(args) == 3)) {
+					return nil, bad("want gateway NAME ADDRESS:PORT [backup NAME...]")
+				}
+				host, port, err := net.SplitHostPort(args[1])
+				if err != nil {
+					return nil, bad("%v", err)
+				}
+				ip := net.ParseIP(host)
+				if ip == nil {
+					return nil, bad("the address must be an IP: answers carry it")
+				}
+				if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+					return nil, bad("bad port %q", port)
+				}
+				g := ogs.Gateway{Name: args[0], Addr: args[1]}
+				if len(args) > 3 {
+					g.Backups = args[3:]
+				}
+				cfg.Gateways = append(cfg.Gateways, g)
+				o.ips = append(o.ips, ip)
+			case "probe":
+				if len(args) < 1 || len(args) > 2 {
+					return nil, bad("want probe tcp|tls|http|https [PATH]")
+				}
+				probe = args[0]
+				if len(args) == 2 {
+					path = args[1]
+				}
+				switch probe {
+				case "tcp", "tls", "http", "https":
+				default:
+					return nil, bad("unknown probe kind %q; want tcp, tls, http or https", probe)
+				}
+			case "probe_verify_tls":
+				if len(args) != 0 {
+					return nil, bad("takes no argument")
+				}
+				verify = true
+			case "probes", "records", "max_locations", "ttl":
+				if len(args) != 1 {
+					return nil, bad("want one number")
+				}
+				n, err := strconv.Atoi(args[0])
+				if err != nil || n < 1 {
+					return nil, bad("want a whole number of at least 1")
+				}
+				switch opt {
+				case "probes":
+					cfg.Probes = n
+				case "records":
+					o.records = n
+				case "max_locations":
+					cfg.MaxLocations = n
+				case "ttl":
+					o.ttl = uint32(n)
+				}
+			case "deadline", "cache_ttl", "retry":
+				if len(args) != 1 {
+					return nil, bad("want one duration")
+				}
+				d, err := parseDuration(args[0])
+				if err != nil || d <= 0 {
+					return nil, bad("want a positive duration such as 7s, 10m or 14d")
+				}
+				switch opt {
+				case "deadline":
+					cfg.Deadline = d
+				case "cache_ttl":
+					cfg.CacheTTL = d
+				case "retry":
+					cfg.Retry = d
+				}
+			case "unmeasured":
+				if len(args) != 1 || (args[0] != "last" && args[0] != "omit") {
+					return nil, bad("want last or omit")
+				}
+				cfg.OmitUnmeasured = args[0] == "omit"
+			case "prefix":
+				if len(args) != 2 {
+					return nil, bad("want prefix V4LEN V6LEN")
+				}
+				v4, err4 := strconv.Atoi(args[0])
+				v6, err6 := strconv.Atoi(args[1])
+				if err4 != nil || err6 != nil || v4 < 0 || v4 > 32 || v6 < 0 || v6 > 128 {
+					return nil, bad("want 0-32 and 0-128")
+				}
+				o.v4Prefix, o.v6Prefix = v4, v6
+			case "srv":
+				if len(args) != 0 {
+					return nil, bad("takes no argument")
+				}
+				o.srv = true
+			case "cache_file":
+				if len(args) != 1 {
+					return nil, bad("want one path")
+				}
+				o.cacheFile = args[0]
+			case "diagnostic":
+				if len(args) != 1 {
+					return nil, bad("want one name")
+				}
+				o.diagnostic = dns.Fqdn(strings.ToLower(args[0]))
+			case "fallthrough":
+				o.Fall.SetZonesFromArgs(args)
+			default:
+				return nil, c.Errf("ogs: unknown option %q", opt)
+			}
+		}
+	}
+	if len(cfg.Gateways) == 0 {
+		return nil, c.Err("ogs: at least one gateway is required")
+	}
+	tlsCfg := &tls.Config{InsecureSkipVerify: !verify} //nolint:gosec // latency probe; opt in to verification
+	switch probe {
+	case "tcp":
+		cfg.Prober = latency.TCPProber{}
+	case "tls":
+		cfg.Prober = latency.TLSProber{Config: tlsCfg}
+	default:
+		// Like the seed: each probe its own connection, timed from the SYN
+		// to the end of the exchange.
+		cfg.Prober = latency.NewHTTPProber(probe, path, "", tlsCfg, true)
+	}
+	cfg.OnRun = o.logRun
+	sel, err := ogs.NewSelector(cfg)
+	if err != nil {
+		return nil, c.Errf("ogs: %v", err)
+	}
+	o.sel = sel
+	if o.diagnostic == "" {
+		o.diagnostic = "_ogs." + o.names[0]
+	}
+	return o, nil
+}
+
+// parseDuration is time.ParseDuration plus whole days ("14d").
+func parseDuration(s string) (time.Duration, error) {
+	if d, ok := strings.CutSuffix(s, "d"); ok {
+		n, err := strconv.Atoi(d)
+		if err != nil {
+			return 0, err
+		}
+		return time.Duration(n) * 24 * time.Hour, nil
+	}
+	return time.ParseDuration(s)
+}
