@@ -51,6 +51,8 @@ Try:
   curl -s http://localhost:2019/latency_bucket/            # publisher latency details
   printf 'GET / HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n' | nc 127.0.0.1 8490   # layer4 proxy, same policy
   dig @127.0.0.1 -p $dns_port www.demo.edgesteer.test A +short
+  dig @127.0.0.1 -p $dns_port vpn.demo.edgesteer.test A +short        # gateways, best first (ogs)
+  dig @127.0.0.1 -p $dns_port _ogs.vpn.demo.edgesteer.test TXT +short  # OGS Selection Results
 Press Ctrl-C to stop.
 demo ready
 MSG

@@ -96,6 +96,16 @@ func TestDemoStartsAndStopsOnInterrupt(t *testing.T) {
 		t.Fatalf("dig: %v %q", err, out)
 	}
 
+	// ogs: the three demo gateways, all answering, and the selection results.
+	out, err = exec.Command("dig", "@127.0.0.1", "-p", fmt.Sprint(dnsPort), "vpn.demo.edgesteer.test", "A", "+short", "+tries=1", "+time=5").CombinedOutput()
+	if got := strings.Fields(string(out)); err != nil || len(got) != 3 {
+		t.Fatalf("dig vpn.demo.edgesteer.test: %v %q", err, out)
+	}
+	out, _ = exec.Command("dig", "@127.0.0.1", "-p", fmt.Sprint(dnsPort), "_ogs.vpn.demo.edgesteer.test", "TXT", "+short", "+tries=1", "+time=5").CombinedOutput()
+	if !strings.Contains(string(out), "as the optimal server") || strings.Contains(string(out), "RTT(ms) -") {
+		t.Fatalf("selection results: %q", out)
+	}
+
 	// Ctrl-C in a terminal signals the whole foreground process group.
 	syscall.Kill(-cmd.Process.Pid, syscall.SIGINT)
 	select {

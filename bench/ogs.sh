@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# ogs through bin/coredns, with dnsperf, in one run: cached ogs answers vs
+# the stock template plugin (goal >= 0.9x) and the stock hosts plugin, each
+# answering the same name with the same four A records from an identical
+# server. 5 interleaved runs each, median queries per second and median of
+# per-run ratios.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+command -v dnsperf >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dnsperf >/dev/null; }
+go build -o bin/testpeer ./internal/e2e/testpeer
+RUNS=${RUNS:-5} SECS=${SECS:-5}
+work=$(mktemp -d)
+pids=()
+cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"; }
+trap cleanup EXIT
+
+for i in 1 2 3 4; do
+	bin/testpeer -listen "127.0.0.1$i:18443" -name "gw$i" 2>/dev/null &
+	pids+=($!)
+done
+cat >"$work/ogs.Corefile" <<COREFILE
+vpn.example.test {
+	bind 127.0.0.1
+	ogs {
+		gateway gw1.example.test 127.0.0.11:18443
+		gateway gw2.example.test 127.0.0.12:18443
+		gateway gw3.example.test 127.0.0.13:18443
+		gateway gw4.example.test 127.0.0.14:18443
+		probe http /
+	}
+}
+COREFILE
+cat >"$work/template.Corefile" <<'COREFILE'
+vpn.example.test {
+	bind 127.0.0.1
+	template IN A {
+		answer "{{ .Name }} 30 IN A 127.0.0.11"
+		answer "{{ .Name }} 30 IN A 127.0.0.12"
+		answer "{{ .Name }} 30 IN A 127.0.0.13"
+		answer "{{ .Name }} 30 IN A 127.0.0.14"
+	}
+}
+COREFILE
+cat >"$work/hosts.Corefile" <<'COREFILE'
+vpn.example.test {
+	bind 127.0.0.1
+	hosts {
+		127.0.0.11 vpn.example.test
+		127.0.0.12 vpn.example.test
+		127.0.0.13 vpn.example.test
+		127.0.0.14 vpn.example.test
+	}
+}
+COREFILE
+bin/coredns -conf "$work/hosts.Corefile" -dns.port 18055 >/dev/null 2>&1 &
+pids+=($!)
+bin/coredns -conf "$work/ogs.Corefile" -dns.port 18053 >/dev/null 2>&1 &
+pids+=($!)
+bin/coredns -conf "$work/template.Corefile" -dns.port 18054 >/dev/null 2>&1 &
+pids+=($!)
+sleep 1
+# Warm the ogs cache for this location (127.0.0.1/24).
+dig @127.0.0.1 -p 18053 vpn.example.test A +short +time=10 >/dev/null
+echo "vpn.example.test A" >"$work/queries.txt"
+
+qps() { dnsperf -s 127.0.0.1 -p "$1" -d "$work/queries.txt" -l "$SECS" -c 4 -Q 500000 2>/dev/null | awk '/Queries per second/ {print $4}'; }
+median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+echo "machine: $(nproc) cores shared by dnsperf and coredns; dnsperf -c 4 -l $SECS, $RUNS interleaved runs"
+o_all=() t_all=() h_all=() r_all=() rh_all=()
+for i in $(seq "$RUNS"); do
+	o=$(qps 18053) t=$(qps 18054) h=$(qps 18055)
+	o_all+=("$o") t_all+=("$t") h_all+=("$h")
+	r_all+=("$(awk -v a="$o" -v b="$t" 'BEGIN {printf "%.3f", a/b}')")
+	rh_all+=("$(awk -v a="$o" -v b="$h" 'BEGIN {printf "%.3f", a/b}')")
+	echo "run $i: ogs $o qps, template $t qps, hosts $h qps"
+done
+echo "medians: ogs $(printf '%s\n' "${o_all[@]}" | median) qps, template $(printf '%s\n' "${t_all[@]}" | median) qps, hosts $(printf '%s\n' "${h_all[@]}" | median) qps"
+echo "ratios (median of per-run ratios): ogs/template $(printf '%s\n' "${r_all[@]}" | median)x (goal >= 0.9x), ogs/hosts $(printf '%s\n' "${rh_all[@]}" | median)x"
