@@ -10,6 +10,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/coredns/coredns/plugin"
@@ -36,6 +37,9 @@ type OGS struct {
 	v4Prefix   int
 	v6Prefix   int
 	cacheFile  string
+	resolv     *ogs.ResolvConf // location from resolver config, when set
+	networks   *ogs.Networks
+	lastWarn   atomic.Int64 // unix ns of the last resolver-config warning
 }
 
 // Name implements plugin.Handler.
@@ -47,6 +51,15 @@ func (o *OGS) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (i
 	qname := strings.ToLower(state.Name())
 	diag := qname == o.diagnostic
 	if !diag && !o.serves(qname) {
+		// Below a served name we are authoritative: NXDOMAIN, unless
+		// fallthrough covers it. Anything else is not ours.
+		if o.below(qname) && !o.Fall.Through(qname) {
+			m := new(dns.Msg)
+			m.SetRcode(r, dns.RcodeNameError)
+			m.Authoritative = true
+			w.WriteMsg(m)
+			return dns.RcodeNameError, nil
+		}
 		return plugin.NextOrFailure(o.Name(), o.Next, ctx, w, r)
 	}
 	loc, ecs := o.location(state)
@@ -91,8 +104,20 @@ func (o *OGS) serves(qname string) bool {
 	return false
 }
 
+func (o *OGS) below(qname string) bool {
+	for _, n := range o.names {
+		if dns.IsSubDomain(n, qname) {
+			return true
+		}
+	}
+	return false
+}
+
 // location names the client's network: the ECS subnet when the query
-// carries one, else the source address masked to the configured prefix.
+// carries one; else, with location resolv_conf, the network named by the
+// resolver configuration's "suffix|server" pairs (for CoreDNS running as
+// the client's own resolver); else the source address masked to the
+// configured prefix.
 func (o *OGS) location(state request.Request) (string, *dns.EDNS0_SUBNET) {
 	if opt := state.Req.IsEdns0(); opt != nil {
 		for _, e := range opt.Option {
@@ -105,6 +130,15 @@ func (o *OGS) location(state request.Request) (string, *dns.EDNS0_SUBNET) {
 				reply := *s
 				return "ecs:" + prefix.String(), &reply
 			}
+		}
+	}
+	if o.resolv != nil {
+		keys, err := o.resolv.Keys(time.Now())
+		if err == nil && len(keys) > 0 {
+			return "net:" + o.networks.Location(keys), nil
+		}
+		if last := o.lastWarn.Load(); time.Since(time.Unix(0, last)) > time.Minute && o.lastWarn.CompareAndSwap(last, time.Now().UnixNano()) {
+			log.Warningf("location from %s: %v (falling back to the source address)", o.resolv.Path, err)
 		}
 	}
 	ip := net.ParseIP(state.IP())

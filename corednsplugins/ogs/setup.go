@@ -71,6 +71,7 @@ func setup(c *caddy.Controller) error {
 //		records COUNT
 //		unmeasured last|omit
 //		prefix V4LEN V6LEN
+//		location resolv_conf [PATH]
 //		srv
 //		cache_file PATH
 //		max_locations COUNT
@@ -183,6 +184,16 @@ func parse(c *caddy.Controller) (*OGS, error) {
 					return nil, bad("want 0-32 and 0-128")
 				}
 				o.v4Prefix, o.v6Prefix = v4, v6
+			case "location":
+				if len(args) < 1 || len(args) > 2 || args[0] != "resolv_conf" {
+					return nil, bad("want location resolv_conf [PATH]")
+				}
+				path := "/etc/resolv.conf"
+				if len(args) == 2 {
+					path = args[1]
+				}
+				o.resolv = &ogs.ResolvConf{Path: path}
+				o.networks = ogs.NewNetworks(10_000)
 			case "srv":
 				if len(args) != 0 {
 					return nil, bad("takes no argument")

@@ -1,0 +1,88 @@
+package ogs
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coredns/caddy"
+)
+
+func TestParseFull(t *testing.T) {
+	c := caddy.NewTestController("dns", `ogs vpn.example.test {
+		gateway gw1 192.0.2.1:443
+		gateway gw2 [2001:db8::2]:443 backup gw1
+		probe tls
+		probes 5
+		deadline 3s
+		cache_ttl 14d
+		retry 30s
+		ttl 60
+		records 2
+		unmeasured omit
+		prefix 16 48
+		location resolv_conf /etc/resolv.conf
+		srv
+		cache_file /tmp/x.json
+		max_locations 10
+		diagnostic why.vpn.example.test
+		fallthrough example.test
+	}`)
+	o, err := parse(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := o.sel.Config()
+	if len(cfg.Gateways) != 2 || cfg.Gateways[1].Backups[0] != "gw1" || cfg.Probes != 5 ||
+		cfg.Deadline != 3*time.Second || cfg.CacheTTL != 14*24*time.Hour || cfg.Retry != 30*time.Second ||
+		!cfg.OmitUnmeasured || cfg.MaxLocations != 10 {
+		t.Fatalf("config %+v", cfg)
+	}
+	if o.names[0] != "vpn.example.test." || o.ttl != 60 || o.records != 2 || o.v4Prefix != 16 || o.v6Prefix != 48 ||
+		!o.srv || o.cacheFile != "/tmp/x.json" || o.diagnostic != "why.vpn.example.test." || o.resolv == nil {
+		t.Fatalf("plugin %+v", o)
+	}
+	if !o.Fall.Through("a.example.test.") {
+		t.Fatal("fallthrough zones not set")
+	}
+}
+
+func TestParseDefaults(t *testing.T) {
+	c := caddy.NewTestController("dns", "ogs {\n gateway gw1 192.0.2.1:443\n}")
+	c.ServerBlockKeys = []string{"vpn.example.test:53"}
+	o, err := parse(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := o.sel.Config()
+	if cfg.Probes != 3 || cfg.Deadline != 7*time.Second || cfg.CacheTTL != 14*24*time.Hour {
+		t.Fatalf("seed defaults: %+v", cfg)
+	}
+	if o.names[0] != "vpn.example.test." || o.diagnostic != "_ogs.vpn.example.test." || o.ttl != 30 {
+		t.Fatalf("%v %v %v", o.names, o.diagnostic, o.ttl)
+	}
+}
+
+func TestParseErrorsNameOption(t *testing.T) {
+	for body, want := range map[string]string{
+		"gateway a 192.0.2.1:1\nprobes 0":              "probes 0",
+		"gateway a 192.0.2.1:1\ndeadline 7":            "deadline 7",
+		"gateway a 192.0.2.1:1\ncache_ttl -1d":         "cache_ttl -1d",
+		"gateway a 192.0.2.1:1\ngateway a 192.0.2.2:1": "duplicate name",
+		"gateway a 192.0.2.1:1\ngateway b 192.0.2.1:1": "duplicate address",
+		"gateway a 192.0.2.1:1 backup c":               `backup "c"`,
+		"gateway a 192.0.2.1:1 standby c":              "gateway a 192.0.2.1:1 standby c",
+		"gateway a 192.0.2.1:99999":                    "bad port",
+		"gateway a 192.0.2.1:1\nunmeasured sometimes":  "want last or omit",
+		"gateway a 192.0.2.1:1\nprefix 33 56":          "prefix 33 56",
+		"gateway a 192.0.2.1:1\nlocation geoip":        "location geoip",
+		"gateway a 192.0.2.1:1\ncolour blue":           `unknown option "colour"`,
+		"probes 3":                                     "at least one gateway",
+	} {
+		c := caddy.NewTestController("dns", "ogs vpn.example.test {\n"+body+"\n}")
+		_, err := parse(c)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: got %v, want %q", body, err, want)
+		}
+	}
+}
