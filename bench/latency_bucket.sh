@@ -10,7 +10,8 @@
 #     all-fast).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-command -v wrk >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null; }
+. bench/lib.sh
+need wrk wrk
 go build -o bin/testpeer ./internal/e2e/testpeer
 PAIRS=${PAIRS:-10} DUR=${DUR:-5s}
 work=$(mktemp -d)
@@ -22,7 +23,6 @@ peer() { # port name delay
 	bin/testpeer -listen "127.0.0.1:$1" -name "$2" -delay "$3" -probe-delay 0 2>/dev/null &
 	pids+=($!)
 }
-wait_port() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.1; done; echo "port $1 down" >&2; return 1; }
 
 # Throughput upstreams: 18101-18104 (no delay). Tail upstreams: 18111-18114,
 # 18114 ten times slower. All-fast upstreams: 18121-18124.
@@ -58,15 +58,14 @@ sleep 3 # a few probe rounds
 
 rps() { wrk -t2 -c50 -d"$DUR" "http://127.0.0.1:$1/" | awk '/Requests\/sec/ {print $2}'; }
 p99() { wrk -t2 -c10 -d"$DUR" --latency "http://127.0.0.1:$1/" | awk '$1 == "99%" {v=$2; if (v ~ /us$/) {sub(/us/,"",v); v/=1000} else if (v ~ /ms$/) {sub(/ms/,"",v)} else if (v ~ /s$/) {sub(/s/,"",v); v*=1000}; print v}'; }
-median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 
 echo "machine: $(nproc) cores shared by wrk, caddy and the upstreams; wrk -t2 -c50 -d$DUR, $PAIRS interleaved rounds"
 ratios=() ratios_ns=() lb_all=() ns_all=() rnd_all=()
 for i in $(seq "$PAIRS"); do
 	a=$(rps 18001) c=$(rps 18003) b=$(rps 18002)
 	lb_all+=("$a") ns_all+=("$c") rnd_all+=("$b")
-	ratios+=("$(awk -v a="$a" -v b="$b" 'BEGIN {printf "%.3f", a/b}')")
-	ratios_ns+=("$(awk -v a="$c" -v b="$b" 'BEGIN {printf "%.3f", a/b}')")
+	ratios+=("$(ratio "$a" "$b")")
+	ratios_ns+=("$(ratio "$c" "$b")")
 	echo "round $i: latency_bucket $a, latency_bucket sticky off $c, random $b req/s"
 done
 echo "throughput medians: latency_bucket $(printf '%s\n' "${lb_all[@]}" | median), sticky off $(printf '%s\n' "${ns_all[@]}" | median), random $(printf '%s\n' "${rnd_all[@]}" | median) req/s"

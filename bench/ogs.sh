@@ -6,7 +6,8 @@
 # per-run ratios.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-command -v dnsperf >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dnsperf >/dev/null; }
+. bench/lib.sh
+need dnsperf dnsperf
 go build -o bin/testpeer ./internal/e2e/testpeer
 RUNS=${RUNS:-5} SECS=${SECS:-5}
 work=$(mktemp -d)
@@ -64,14 +65,13 @@ dig @127.0.0.1 -p 18053 vpn.example.test A +short +time=10 >/dev/null
 echo "vpn.example.test A" >"$work/queries.txt"
 
 qps() { dnsperf -s 127.0.0.1 -p "$1" -d "$work/queries.txt" -l "$SECS" -c 4 -Q 500000 2>/dev/null | awk '/Queries per second/ {print $4}'; }
-median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 echo "machine: $(nproc) cores shared by dnsperf and coredns; dnsperf -c 4 -l $SECS, $RUNS interleaved runs"
 o_all=() t_all=() h_all=() r_all=() rh_all=()
 for i in $(seq "$RUNS"); do
 	o=$(qps 18053) t=$(qps 18054) h=$(qps 18055)
 	o_all+=("$o") t_all+=("$t") h_all+=("$h")
-	r_all+=("$(awk -v a="$o" -v b="$t" 'BEGIN {printf "%.3f", a/b}')")
-	rh_all+=("$(awk -v a="$o" -v b="$h" 'BEGIN {printf "%.3f", a/b}')")
+	r_all+=("$(ratio "$o" "$t")")
+	rh_all+=("$(ratio "$o" "$h")")
 	echo "run $i: ogs $o qps, template $t qps, hosts $h qps"
 done
 echo "medians: ogs $(printf '%s\n' "${o_all[@]}" | median) qps, template $(printf '%s\n' "${t_all[@]}" | median) qps, hosts $(printf '%s\n' "${h_all[@]}" | median) qps"

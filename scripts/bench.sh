@@ -13,6 +13,7 @@ go test -run '^$' -bench "${BENCH:-.}" -benchmem -count "$count" ./... | tee ben
 echo "== medians and ratios"
 go run ./bench/ratios <bench/out/go.txt | tee bench/out/ratios.txt
 for s in bench/*.sh; do
+	[ "$s" = bench/lib.sh ] && continue
 	[ -e "$s" ] || continue
 	echo "== $s"
 	bash "$s" | tee "bench/out/$(basename "$s" .sh).txt"

@@ -3,7 +3,6 @@ package latencybucket
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"runtime"
 	"testing"
@@ -11,6 +10,8 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
+
+	"github.com/edgesteer/edgesteer/internal/e2e"
 )
 
 // benchPool provisions an HTTPPolicy over n real loopback listeners and
@@ -18,21 +19,7 @@ import (
 func benchPool(b *testing.B, n int, sticky string) (*HTTPPolicy, reverseproxy.UpstreamPool) {
 	pool := make(reverseproxy.UpstreamPool, n)
 	for i := range pool {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { l.Close() })
-		go func() {
-			for {
-				c, err := l.Accept()
-				if err != nil {
-					return
-				}
-				c.Close()
-			}
-		}()
-		pool[i] = &reverseproxy.Upstream{Host: new(reverseproxy.Host), Dial: l.Addr().String()}
+		pool[i] = &reverseproxy.Upstream{Host: new(reverseproxy.Host), Dial: e2e.ClosingListener(b)}
 	}
 	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
 	b.Cleanup(cancel)

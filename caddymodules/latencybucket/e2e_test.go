@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -237,39 +236,12 @@ func TestHTTPSeedFAQFailover(t *testing.T) {
 	}
 
 	// Kill user A's publisher while A's requests flow.
-	var failures, sent atomic.Int64
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			sent.Add(1)
-			if r := get(url, "sql.test", "userA"); r.err != nil {
-				failures.Add(1)
-				t.Logf("request failed during failover: %v", r.err)
-			}
-		}
-	}()
-	time.Sleep(300 * ms)
 	victim := procs[3]
 	other := "publisher-3"
 	if a.peer == "publisher-3" {
 		victim, other = procs[2], "publisher-4"
 	}
-	victim.Kill()
-	time.Sleep(1500 * ms) // several probe rounds
-	close(stop)
-	wg.Wait()
-	// One request may have been in flight when the process died.
-	if f := failures.Load(); f > 1 {
-		t.Fatalf("%d of %d requests failed during failover", f, sent.Load())
-	}
+	failoverUnderLoad(t, victim, func() error { return get(url, "sql.test", "userA").err })
 	for i := range 100 {
 		if b := get(url, "sql.test", "userA"); b.err != nil || b.peer != other || b.decision != "sticky" {
 			t.Fatalf("after failover request %d: %+v, want sticky on %s", i, b, other)
@@ -384,32 +356,10 @@ func TestLayer4Failover(t *testing.T) {
 	if first == "publisher-2" {
 		victim, other = procs[1], "publisher-1"
 	}
-	var failures, sent atomic.Int64
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			sent.Add(1)
-			if _, err := dialL4(front, "127.0.0.3"); err != nil {
-				failures.Add(1)
-				t.Logf("connection failed during failover: %v", err)
-			}
-		}
-	}()
-	time.Sleep(300 * ms)
-	victim.Kill()
-	time.Sleep(1500 * ms)
-	close(stop)
-	<-done
-	if f := failures.Load(); f > 1 {
-		t.Fatalf("%d of %d connections failed during failover", f, sent.Load())
-	}
+	failoverUnderLoad(t, victim, func() error {
+		_, err := dialL4(front, "127.0.0.3")
+		return err
+	})
 	for i := range 50 {
 		if p, err := dialL4(front, "127.0.0.3"); err != nil || p != other {
 			t.Fatalf("after failover connection %d went to %s (%v), want %s", i, p, err, other)
@@ -473,5 +423,39 @@ func TestReloadStopsOldProbing(t *testing.T) {
 	}
 	if now := probes("after"); now == after {
 		t.Fatalf("new policy not probing: %s", now)
+	}
+}
+
+// failoverUnderLoad sends one request or connection after another with do,
+// kills victim 300 ms in, goes on for 1.5 s (several probe rounds), and
+// fails the test if more than one attempt (the one in flight at the kill)
+// failed.
+func failoverUnderLoad(t *testing.T, victim *e2e.Proc, do func() error) {
+	t.Helper()
+	var failures, sent atomic.Int64
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			sent.Add(1)
+			if err := do(); err != nil {
+				failures.Add(1)
+				t.Logf("attempt failed during failover: %v", err)
+			}
+		}
+	}()
+	time.Sleep(300 * ms)
+	victim.Kill()
+	time.Sleep(1500 * ms)
+	close(stop)
+	<-done
+	if f := failures.Load(); f > 1 {
+		t.Fatalf("%d of %d attempts failed during failover", f, sent.Load())
 	}
 }

@@ -153,3 +153,25 @@ func (b *logBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
+
+// ClosingListener starts a loopback TCP listener that accepts and at once
+// closes every connection (a TCP-probe target), closed when the test ends,
+// and returns its address.
+func ClosingListener(tb testing.TB) string {
+	tb.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	return l.Addr().String()
+}

@@ -3,11 +3,11 @@ package ogs
 import (
 	"context"
 	"fmt"
-	"net"
 	"runtime"
 	"testing"
 	"time"
 
+	"github.com/edgesteer/edgesteer/internal/e2e"
 	"github.com/edgesteer/edgesteer/internal/latency"
 )
 
@@ -19,21 +19,7 @@ func BenchmarkProbeRun1000Gateways(b *testing.B) {
 	const n = 1000
 	gws := make([]Gateway, n)
 	for i := range gws {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { l.Close() })
-		go func() {
-			for {
-				c, err := l.Accept()
-				if err != nil {
-					return
-				}
-				c.Close()
-			}
-		}()
-		gws[i] = Gateway{Name: fmt.Sprintf("gw%d", i), Addr: l.Addr().String()}
+		gws[i] = Gateway{Name: fmt.Sprintf("gw%d", i), Addr: e2e.ClosingListener(b)}
 	}
 	s, err := NewSelector(Config{Gateways: gws, Prober: latency.TCPProber{}, Deadline: DefaultDeadline})
 	if err != nil {
