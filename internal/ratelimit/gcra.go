@@ -1,0 +1,107 @@
+// Package ratelimit is the peer rate limiter of Cisco vDRA: static limits
+// per peer and per message type (GCRA, one atomic word per key), bounded
+// per-key tables, and the dynamic controller that throttles limits from a
+// backend's load with a threshold table, a reversal hold time and a
+// reversal step. It knows nothing of Caddy or Diameter.
+package ratelimit
+
+import (
+	"fmt"
+	"math"
+	"sync/atomic"
+	"time"
+)
+
+// Rule is a rate limit: Rate per second with bursts of up to Burst. Its
+// effective rate can be lowered at run time (Throttle) without touching
+// the buckets that use it.
+type Rule struct {
+	Name  string
+	Rate  float64 // configured requests per second
+	Burst int
+
+	// Derived from the effective rate; read on every decision.
+	interval  atomic.Int64 // ns between admissions (GCRA emission interval)
+	tolerance atomic.Int64 // ns of burst tolerance
+	throttle  atomic.Int64 // percent of Rate withheld (dynamic throttling)
+}
+
+// DefaultBurst is 1/20 s of traffic (at least 1): over any 10 s window
+// the admitted count exceeds the rate by at most 0.5 %.
+func DefaultBurst(rate float64) int { return max(1, int(math.Ceil(rate/20))) }
+
+// NewRule returns a rule; burst 0 means DefaultBurst.
+func NewRule(name string, rate float64, burst int) (*Rule, error) {
+	if !(rate > 0) || math.IsInf(rate, 0) {
+		return nil, fmt.Errorf("rate %v: must be a positive number per second", rate)
+	}
+	if burst < 0 {
+		return nil, fmt.Errorf("burst %d: must not be negative", burst)
+	}
+	if burst == 0 {
+		burst = DefaultBurst(rate)
+	}
+	r := &Rule{Name: name, Rate: rate, Burst: burst}
+	r.SetThrottle(0)
+	return r, nil
+}
+
+// SetThrottle withholds pct percent (0–100) of the rule's rate.
+func (r *Rule) SetThrottle(pct int) {
+	pct = min(max(pct, 0), 100)
+	r.throttle.Store(int64(pct))
+	eff := r.Rate * float64(100-pct) / 100
+	if eff <= 0 {
+		r.interval.Store(never)
+		r.tolerance.Store(0)
+		return
+	}
+	iv := int64(float64(time.Second) / eff)
+	r.interval.Store(iv)
+	r.tolerance.Store(iv * int64(r.Burst-1))
+}
+
+// Throttle returns the percent withheld.
+func (r *Rule) Throttle() int { return int(r.throttle.Load()) }
+
+// Effective returns the rate in force.
+func (r *Rule) Effective() float64 { return r.Rate * float64(100-r.Throttle()) / 100 }
+
+// never is the interval of a rule throttled to zero: it admits nothing.
+const never = math.MaxInt64 / 4
+
+// Bucket is one key's GCRA state: the theoretical arrival time of the next
+// admission, in unix nanoseconds.
+type Bucket struct {
+	tat atomic.Int64
+}
+
+// Allow admits one event at now under rule r, or refuses it.
+func (b *Bucket) Allow(r *Rule, now int64) bool {
+	interval, tolerance := r.interval.Load(), r.tolerance.Load()
+	if interval == never {
+		return false
+	}
+	for {
+		old := b.tat.Load()
+		tat := max(old, now)
+		if tat-now > tolerance {
+			return false
+		}
+		if b.tat.CompareAndSwap(old, tat+interval) {
+			return true
+		}
+	}
+}
+
+// Refund gives back one admission made under r, for a decision that a
+// later check refused.
+func (b *Bucket) Refund(r *Rule) {
+	b.tat.Add(-r.interval.Load())
+}
+
+// Full reports whether the bucket has refilled (no debt at now), so that
+// dropping it loses nothing.
+func (b *Bucket) Full(now int64) bool {
+	return b.tat.Load() <= now
+}

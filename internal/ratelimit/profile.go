@@ -1,0 +1,88 @@
+package ratelimit
+
+// Profile is the seed's peer rate-limit profile with its message rate-limit
+// profiles: an overall limit and limits per message type, each applied per
+// key (a peer for ingress, an upstream group for egress). Message types
+// without a limit are forwarded as received, subject only to the overall
+// limit.
+type Profile struct {
+	Name     string
+	Overall  *Rule // nil: no overall limit
+	overall  *Table
+	messages map[string]limited
+}
+
+type limited struct {
+	rule  *Rule
+	table *Table
+}
+
+// NewProfile returns a profile whose tables hold at most maxKeys keys each.
+func NewProfile(name string, overall *Rule, messages []*Rule, maxKeys int) *Profile {
+	p := &Profile{Name: name, Overall: overall, messages: map[string]limited{}}
+	if overall != nil {
+		p.overall = NewTable(maxKeys)
+	}
+	for _, r := range messages {
+		p.messages[r.Name] = limited{rule: r, table: NewTable(maxKeys)}
+	}
+	return p
+}
+
+// Message returns the rule of a message type, or nil.
+func (p *Profile) Message(msgType string) *Rule { return p.messages[msgType].rule }
+
+// Rules returns the overall rule (if any) and the message rules.
+func (p *Profile) Rules() []*Rule {
+	var out []*Rule
+	if p.Overall != nil {
+		out = append(out, p.Overall)
+	}
+	for _, m := range p.messages {
+		out = append(out, m.rule)
+	}
+	return out
+}
+
+// Decide admits one message of msgType from key at now, or names the limit
+// that refused it: the message type's, or "overall". A message refused by
+// the overall limit gives back what its type's limit had admitted.
+func (p *Profile) Decide(key, msgType string, now int64) (ok bool, limit string) {
+	var mb *Bucket
+	m, typed := p.messages[msgType]
+	if typed {
+		mb = m.table.Bucket(key, now)
+		if !mb.Allow(m.rule, now) {
+			return false, msgType
+		}
+	}
+	if p.Overall != nil && !p.overall.Bucket(key, now).Allow(p.Overall, now) {
+		if typed {
+			mb.Refund(m.rule)
+		}
+		return false, "overall"
+	}
+	return true, ""
+}
+
+// Sweep drops refilled buckets unused since idleBefore.
+func (p *Profile) Sweep(idleBefore, now int64) {
+	if p.overall != nil {
+		p.overall.Sweep(idleBefore, now)
+	}
+	for _, m := range p.messages {
+		m.table.Sweep(idleBefore, now)
+	}
+}
+
+// Keys returns how many keys the profile's tables hold.
+func (p *Profile) Keys() int {
+	n := 0
+	if p.overall != nil {
+		n = p.overall.Len()
+	}
+	for _, m := range p.messages {
+		n += m.table.Len()
+	}
+	return n
+}

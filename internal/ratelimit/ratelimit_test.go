@@ -1,0 +1,285 @@
+package ratelimit
+
+import (
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// The seed's trace: static 1000, table 55→30 %, 60→40 %, 65→50 %, reversal
+// below 50 %, hold 30 s, step 20 %.
+func TestDynamicSeedTrace(t *testing.T) {
+	d, err := NewDynamic([]Step{{55, 30}, {60, 40}, {65, 50}}, 50, 30*time.Second, 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rule, _ := NewRule("gx-ccr-i", 1000, 0)
+	t0 := time.Unix(1_700_000_000, 0)
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	limit := func(load float64, sec int) int {
+		rule.SetThrottle(d.Sample(load, at(sec)))
+		return int(math.Round(rule.Effective()))
+	}
+	steps := []struct {
+		sec  int
+		load float64
+		want int
+		what string
+	}{
+		{0, 40, 1000, "below every threshold: no throttling"},
+		{5, 62, 600, "62 %: 40 % throttled"},
+		{10, 60, 600, "stays within 60-65"},
+		{15, 64.9, 600, "stays within 60-65"},
+		{20, 49, 600, "49 %: reversal starts, held"},
+		{35, 48, 600, "still within the hold"},
+		{50, 49, 800, "30 s at or below 49: one step back"},
+		{55, 57, 700, "57 %: 30 %"},
+		{60, 67, 500, "67 %: 50 %"},
+		{65, 55, 700, "55 %: 30 %"},
+		{70, 49, 700, "reversal starts again"},
+		{85, 52, 700, "between reversal and table: held, hold restarts"},
+		{90, 45, 700, "below again"},
+		{120, 45, 900, "30 s below: 10 %"},
+		{135, 30, 900, "within the next hold"},
+		{150, 30, 1000, "another 30 s: reversal complete"},
+		{200, 20, 1000, "stays unthrottled"},
+	}
+	for _, s := range steps {
+		if got := limit(s.load, s.sec); got != s.want {
+			t.Fatalf("t=%ds load %v%%: limit %d, want %d (%s)", s.sec, s.load, got, s.want, s.what)
+		}
+	}
+}
+
+func TestDynamicValidation(t *testing.T) {
+	for _, c := range []struct {
+		table    []Step
+		reversal float64
+		hold     time.Duration
+		step     int
+	}{
+		{nil, 50, time.Second, 20},
+		{[]Step{{55, 30}, {50, 40}}, 40, time.Second, 20}, // thresholds fall
+		{[]Step{{55, 30}, {60, 20}}, 50, time.Second, 20}, // throttles fall
+		{[]Step{{55, 130}}, 50, time.Second, 20},          // throttle out of range
+		{[]Step{{155, 30}}, 50, time.Second, 20},          // threshold out of range
+		{[]Step{{55, 30}}, 60, time.Second, 20},           // reversal above the table
+		{[]Step{{55, 30}}, 50, 0, 20},                     // no hold
+		{[]Step{{55, 30}}, 50, time.Second, 0},            // no step
+	} {
+		if _, err := NewDynamic(c.table, c.reversal, c.hold, c.step); err == nil {
+			t.Errorf("%+v accepted", c)
+		}
+	}
+}
+
+// Over 10 s of simulated time at twice the limit, the admitted count is
+// within 1 % of the limit × 10 s.
+func TestGCRAAccuracySimulated(t *testing.T) {
+	for _, r := range []float64{1, 200, 1000, 50_000} {
+		rule, _ := NewRule("x", r, 0)
+		var b Bucket
+		admitted := 0
+		step := int64(float64(time.Second) / (2 * r))
+		for now := int64(0); now < int64(10*time.Second); now += step {
+			if b.Allow(rule, now) {
+				admitted++
+			}
+		}
+		want := 10 * r
+		if math.Abs(float64(admitted)-want) > math.Max(want*0.01, 1) {
+			t.Errorf("rate %v: admitted %d in 10 s, want %v ±1 %%", r, admitted, want)
+		}
+	}
+}
+
+// The same with the real clock and 8 goroutines hammering one bucket for
+// 2 s. The bound has slack for the burst and the clock, never for excess.
+func TestGCRAAccuracyRealClock(t *testing.T) {
+	rule, _ := NewRule("x", 500, 0)
+	var b Bucket
+	var admitted atomic.Int64
+	start := time.Now()
+	end := start.Add(2 * time.Second)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(end) {
+				if b.Allow(rule, time.Now().UnixNano()) {
+					admitted.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start).Seconds()
+	got := float64(admitted.Load())
+	max := 500*elapsed + float64(rule.Burst) + 1
+	if got > max || got < 500*2*0.97 {
+		t.Fatalf("admitted %v over %.2fs; want at most %.0f and not far below 1000", got, elapsed, max)
+	}
+}
+
+func TestThrottleToZeroAdmitsNothing(t *testing.T) {
+	rule, _ := NewRule("x", 100, 0)
+	rule.SetThrottle(100)
+	var b Bucket
+	b.tat.Store(int64(time.Hour)) // drain
+	for now := int64(time.Hour); now < int64(time.Hour+10*time.Second); now += int64(time.Millisecond) {
+		if b.Allow(rule, now) {
+			t.Fatal("a fully throttled rule admitted an event")
+		}
+	}
+}
+
+func TestNewRuleRejectsBadRates(t *testing.T) {
+	for _, r := range []float64{0, -1, math.NaN(), math.Inf(1)} {
+		if _, err := NewRule("x", r, 0); err == nil {
+			t.Errorf("rate %v accepted", r)
+		}
+	}
+	if _, err := NewRule("x", 1, -1); err == nil {
+		t.Error("negative burst accepted")
+	}
+}
+
+func TestTableBoundedAndSwept(t *testing.T) {
+	tb := NewTable(64 * 4)
+	rule, _ := NewRule("x", 10, 1)
+	for i := range 10_000 {
+		tb.Bucket(fmt.Sprint("peer-", i), int64(i)).Allow(rule, int64(i))
+	}
+	if n := tb.Len(); n > 64*4 {
+		t.Fatalf("%d buckets, bound %d", n, 64*4)
+	}
+	b := tb.Bucket("a", 0)
+	if tb.Bucket("a", 1) != b {
+		t.Fatal("same key, different bucket")
+	}
+	later := int64(time.Hour)
+	if n := tb.Sweep(later, later); n == 0 || tb.Len() != 0 {
+		t.Fatalf("sweep dropped %d, %d left", n, tb.Len())
+	}
+}
+
+// Decision cost against golang.org/x/time/rate's Allow (the anchor).
+func BenchmarkAllow(b *testing.B) {
+	b.Run("anchor_x_time_rate/serial", func(b *testing.B) {
+		l := rate.NewLimiter(rate.Limit(1e9), 1e9)
+		for b.Loop() {
+			l.Allow()
+		}
+	})
+	b.Run("gcra/serial", func(b *testing.B) {
+		rule, _ := NewRule("x", 1e9, 1e9)
+		var bk Bucket
+		for b.Loop() {
+			bk.Allow(rule, time.Now().UnixNano())
+		}
+	})
+	b.Run("anchor_x_time_rate/parallel", func(b *testing.B) {
+		l := rate.NewLimiter(rate.Limit(1e9), 1e9)
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				l.Allow()
+			}
+		})
+	})
+	b.Run("gcra/parallel", func(b *testing.B) {
+		rule, _ := NewRule("x", 1e9, 1e9)
+		var bk Bucket
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				bk.Allow(rule, time.Now().UnixNano())
+			}
+		})
+	})
+	b.Run("gcra_keyed_table/parallel", func(b *testing.B) {
+		rule, _ := NewRule("x", 1e9, 1e9)
+		tb := NewTable(100_000)
+		keys := make([]string, 1024)
+		for i := range keys {
+			keys[i] = fmt.Sprintf("10.0.%d.%d", i/256, i%256)
+		}
+		b.RunParallel(func(pb *testing.PB) {
+			i := 0
+			for pb.Next() {
+				now := time.Now().UnixNano()
+				tb.Bucket(keys[i%len(keys)], now).Allow(rule, now)
+				i++
+			}
+		})
+	})
+}
+
+// The seed's example: pGW2 overall 1000/s, Gx CCR-I 200/s, CCR-T 200/s,
+// everything else forwarded as received. One simulated second at 500/s of
+// each of CCR-I, CCR-T and CCR-U.
+func TestProfileSeedExample(t *testing.T) {
+	overall, _ := NewRule("overall", 1000, 0)
+	ccri, _ := NewRule("gx-ccr-i", 200, 0)
+	ccrt, _ := NewRule("gx-ccr-t", 200, 0)
+	p := NewProfile("pgw2", overall, []*Rule{ccri, ccrt}, 1000)
+	admitted := map[string]int{}
+	refusedBy := map[string]int{}
+	step := int64(time.Second / 500)
+	for now := int64(0); now < int64(time.Second); now += step {
+		for _, typ := range []string{"gx-ccr-i", "gx-ccr-t", "gx-ccr-u"} {
+			if ok, limit := p.Decide("pgw2.example", typ, now); ok {
+				admitted[typ]++
+			} else {
+				refusedBy[limit]++
+			}
+		}
+	}
+	for _, typ := range []string{"gx-ccr-i", "gx-ccr-t"} {
+		if admitted[typ] < 198 || admitted[typ] > 212 {
+			t.Errorf("%s admitted %d in 1 s, want ~200", typ, admitted[typ])
+		}
+	}
+	if admitted["gx-ccr-u"] != 500 {
+		t.Errorf("CCR-U admitted %d of 500: unlimited types pass (overall 1000 not reached)", admitted["gx-ccr-u"])
+	}
+	// Another peer has its own buckets.
+	if ok, _ := p.Decide("pgw1.example", "gx-ccr-i", int64(time.Second)-1); !ok {
+		t.Error("a second peer was refused by the first one's limit")
+	}
+	// The overall limit: CCR-U alone at 1500/s for a second → ~1000.
+	p2 := NewProfile("pgw2", overall, nil, 1000)
+	n := 0
+	for now := int64(0); now < int64(time.Second); now += int64(time.Second / 1500) {
+		if ok, limit := p2.Decide("pgw2", "gx-ccr-u", now); ok {
+			n++
+		} else if limit != "overall" {
+			t.Fatalf("refused by %q", limit)
+		}
+	}
+	if n < 990 || n > 1060 {
+		t.Errorf("overall admitted %d in 1 s, want ~1000", n)
+	}
+}
+
+// A message refused by the overall limit does not use up its type's limit.
+func TestProfileRefundsTypeOnOverallRefusal(t *testing.T) {
+	overall, _ := NewRule("overall", 1, 1)
+	typed, _ := NewRule("t", 1, 1)
+	p := NewProfile("p", overall, []*Rule{typed}, 100)
+	if ok, _ := p.Decide("k", "other", 0); !ok {
+		t.Fatal("first message refused")
+	}
+	if ok, limit := p.Decide("k", "t", 0); ok || limit != "overall" {
+		t.Fatalf("got %v %q, want refusal by overall", ok, limit)
+	}
+	overall.SetThrottle(0)
+	p.overall.Bucket("k", 0).tat.Store(0) // overall refilled
+	if ok, _ := p.Decide("k", "t", 0); !ok {
+		t.Fatal("the type's token was not refunded")
+	}
+}

@@ -1,0 +1,106 @@
+package ratelimit
+
+import (
+	"hash/maphash"
+	"sync"
+)
+
+const shardCount = 64
+
+// Table holds one Bucket per key (a peer, a peer and message type), for
+// keys that clients control: it is bounded, and when full it drops the
+// least recently used of a few sampled entries. A dropped bucket that had
+// refilled loses nothing; only under a flood of more live keys than the
+// bound does a key restart with a full burst. Keys are stored as 64-bit
+// hashes (two keys sharing one would share a bucket; odds ~n²/2⁶⁵).
+type Table struct {
+	seed   maphash.Seed
+	shards [shardCount]tableShard
+}
+
+type tableShard struct {
+	mu  sync.Mutex
+	m   map[uint64]*entry
+	cap int
+	_   [40]byte
+}
+
+type entry struct {
+	Bucket
+	seen int64 // unix ns of the last use, under the shard lock
+}
+
+// NewTable returns a table of at most size buckets (at least 64).
+func NewTable(size int) *Table {
+	t := &Table{seed: maphash.MakeSeed()}
+	per := max(1, size/shardCount)
+	for i := range t.shards {
+		t.shards[i].m = make(map[uint64]*entry)
+		t.shards[i].cap = per
+	}
+	return t
+}
+
+// Bucket returns key's bucket, creating it if needed.
+func (t *Table) Bucket(key string, now int64) *Bucket {
+	h := maphash.String(t.seed, key)
+	s := &t.shards[h>>58]
+	s.mu.Lock()
+	e := s.m[h]
+	if e == nil {
+		if len(s.m) >= s.cap {
+			s.evict()
+		}
+		e = &entry{}
+		s.m[h] = e
+	}
+	e.seen = now
+	s.mu.Unlock()
+	return &e.Bucket
+}
+
+// evict drops the least recently used of 5 sampled entries.
+func (s *tableShard) evict() {
+	var victim uint64
+	var oldest int64
+	n := 0
+	for k, e := range s.m {
+		if n == 0 || e.seen < oldest {
+			victim, oldest = k, e.seen
+		}
+		if n++; n == 5 {
+			break
+		}
+	}
+	delete(s.m, victim)
+}
+
+// Len returns the number of buckets.
+func (t *Table) Len() int {
+	n := 0
+	for i := range t.shards {
+		s := &t.shards[i]
+		s.mu.Lock()
+		n += len(s.m)
+		s.mu.Unlock()
+	}
+	return n
+}
+
+// Sweep drops buckets unused since before idleBefore whose GCRA state has
+// refilled (tat ≤ now), and returns how many it dropped.
+func (t *Table) Sweep(idleBefore, now int64) int {
+	dropped := 0
+	for i := range t.shards {
+		s := &t.shards[i]
+		s.mu.Lock()
+		for k, e := range s.m {
+			if e.seen < idleBefore && e.tat.Load() <= now {
+				delete(s.m, k)
+				dropped++
+			}
+		}
+		s.mu.Unlock()
+	}
+	return dropped
+}
