@@ -14,6 +14,7 @@ import (
 	_ "github.com/mholt/caddy-l4"
 
 	_ "github.com/edgesteer/edgesteer/caddymodules/latencybucket"
+	_ "github.com/edgesteer/edgesteer/caddymodules/peerratelimit"
 )
 
 func main() {

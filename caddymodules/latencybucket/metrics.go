@@ -1,12 +1,12 @@
 package latencybucket
 
 import (
-	"errors"
 	"sync"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/edgesteer/edgesteer/caddymodules/internal/metricsreg"
 	"github.com/edgesteer/edgesteer/internal/latency"
 )
 
@@ -44,19 +44,8 @@ func registerMetrics(ctx caddy.Context) (*metrics, error) {
 			}, []string{"policy", "publisher"}),
 		}
 	})
-	reg := ctx.GetMetricsRegistry()
-	if reg == nil {
-		return theMetrics, nil
-	}
-	for _, c := range []prometheus.Collector{theMetrics.selections, theMetrics.probeRTT, theMetrics.probeFailures, &theMetrics.state} {
-		if err := reg.Register(c); err != nil {
-			var are prometheus.AlreadyRegisteredError
-			if !errors.As(err, &are) {
-				return nil, err
-			}
-		}
-	}
-	return theMetrics, nil
+	err := metricsreg.Register(ctx, theMetrics.selections, theMetrics.probeRTT, theMetrics.probeFailures, &theMetrics.state)
+	return theMetrics, err
 }
 
 func (m *metrics) observeRound(policy, addr string, r latency.Result) {

@@ -1,0 +1,127 @@
+package peerratelimit
+
+import (
+	"encoding/json"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+)
+
+func init() {
+	caddy.RegisterModule(Admin{})
+}
+
+var registry = &runtimes{set: map[*runtime]struct{}{}}
+
+type runtimes struct {
+	mu  sync.Mutex
+	set map[*runtime]struct{}
+}
+
+func (r *runtimes) add(rt *runtime) {
+	r.mu.Lock()
+	r.set[rt] = struct{}{}
+	r.mu.Unlock()
+}
+
+func (r *runtimes) remove(rt *runtime) {
+	r.mu.Lock()
+	delete(r.set, rt)
+	r.mu.Unlock()
+}
+
+func (r *runtimes) list() []*runtime {
+	r.mu.Lock()
+	out := make([]*runtime, 0, len(r.set))
+	for rt := range r.set {
+		out = append(out, rt)
+	}
+	r.mu.Unlock()
+	slices.SortFunc(out, func(a, b *runtime) int { return strings.Compare(a.name, b.name) })
+	return out
+}
+
+// Admin is the admin API endpoint GET /peer_rate_limit/: every live
+// peer_rate_limit handler's profiles with configured and effective limits,
+// the keys they track, and the live dynamic throttle level.
+type Admin struct{}
+
+// CaddyModule returns the Caddy module information.
+func (Admin) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "admin.api.peer_rate_limit",
+		New: func() caddy.Module { return new(Admin) },
+	}
+}
+
+// Routes returns the admin routes.
+func (Admin) Routes() []caddy.AdminRoute {
+	return []caddy.AdminRoute{{Pattern: "/peer_rate_limit/", Handler: caddy.AdminHandlerFunc(serveAdmin)}}
+}
+
+// HandlerView is one handler in the admin API's answer.
+type HandlerView struct {
+	Name     string        `json:"name"`
+	Kind     string        `json:"kind"`
+	Profiles []ProfileView `json:"profiles"`
+	Dynamic  *DynamicView  `json:"dynamic,omitempty"`
+}
+
+// ProfileView is one profile.
+type ProfileView struct {
+	Name   string     `json:"name"`
+	Keys   int        `json:"keys"`
+	Limits []RuleView `json:"limits"`
+}
+
+// RuleView is one limit.
+type RuleView struct {
+	Name            string  `json:"name"` // "overall" or the message type
+	Rate            float64 `json:"rate"`
+	Burst           int     `json:"burst"`
+	ThrottlePercent int     `json:"throttle_percent"`
+	Effective       float64 `json:"effective_rate"`
+}
+
+// DynamicView is the dynamic controller's state.
+type DynamicView struct {
+	Source          string    `json:"source"`
+	LoadPercent     float64   `json:"load_percent"`
+	SampledAt       time.Time `json:"sampled_at,omitzero"`
+	ThrottlePercent int       `json:"throttle_percent"`
+	LastError       string    `json:"last_error,omitempty"`
+}
+
+func serveAdmin(w http.ResponseWriter, r *http.Request) error {
+	if r.Method != http.MethodGet {
+		return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed}
+	}
+	views := []HandlerView{}
+	for _, rt := range registry.list() {
+		v := HandlerView{Name: rt.name, Kind: rt.kind}
+		for _, e := range rt.engines {
+			pv := ProfileView{Name: e.Name, Keys: e.Keys()}
+			for _, rule := range e.Rules() {
+				pv.Limits = append(pv.Limits, RuleView{Name: rule.Name, Rate: rule.Rate, Burst: rule.Burst,
+					ThrottlePercent: rule.Throttle(), Effective: rule.Effective()})
+			}
+			slices.SortFunc(pv.Limits, func(a, b RuleView) int { return strings.Compare(a.Name, b.Name) })
+			v.Profiles = append(v.Profiles, pv)
+		}
+		if rt.dynamic != nil {
+			load, at, throttle, lastErr := rt.dynamic.state()
+			v.Dynamic = &DynamicView{Source: rt.dynamic.src.String(), LoadPercent: load, SampledAt: at,
+				ThrottlePercent: throttle, LastError: lastErr}
+		}
+		views = append(views, v)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	return json.NewEncoder(w).Encode(views)
+}
+
+// Interface guards
+var _ caddy.AdminRouter = Admin{}

@@ -1,0 +1,282 @@
+package peerratelimit_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/edgesteer/edgesteer/caddymodules/peerratelimit"
+	"github.com/edgesteer/edgesteer/internal/e2e"
+)
+
+// metricServer serves a Prometheus text metric whose value the test sets;
+// a negative value makes it answer 503.
+func metricServer(t *testing.T) (string, *atomic.Int64) {
+	var v atomic.Int64
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if v.Load() < 0 {
+			http.Error(w, "exporter down", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintf(w, "# TYPE db_cpu_percent gauge\ndb_cpu_percent{host=\"db2\"} 5\ndb_cpu_percent{host=\"db1\"} %d\n", v.Load())
+	})}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+	return "http://" + l.Addr().String() + "/metrics", &v
+}
+
+func exampleConfig(t *testing.T, front, upstream, metrics string) string {
+	data, err := os.ReadFile(filepath.Join(e2e.Root(t), "Caddyfile.examples", "rate-limit.Caddyfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.NewReplacer("127.0.0.1:8081", front, "127.0.0.1:9001", upstream,
+		"http://127.0.0.1:9100/metrics", metrics, "reversal_hold 30s", "reversal_hold 2s",
+		"interval 1s", "interval 200ms").Replace(string(data))
+}
+
+type outcome struct {
+	ok, rejected, other atomic.Int64
+	retryAfter          atomic.Value
+	body                atomic.Value
+}
+
+// burst sends POSTs to path as peer from 4 goroutines for d.
+func burst(t *testing.T, url, peer string, d time.Duration) *outcome {
+	var o outcome
+	client := &http.Client{Timeout: 5 * time.Second}
+	end := time.Now().Add(d)
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(end) {
+				req, _ := http.NewRequest("POST", url, nil)
+				req.Header.Set("X-Peer", peer)
+				resp, err := client.Do(req)
+				if err != nil {
+					o.other.Add(1)
+					continue
+				}
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				switch resp.StatusCode {
+				case 200:
+					o.ok.Add(1)
+				case 429:
+					o.rejected.Add(1)
+					o.retryAfter.Store(resp.Header.Get("Retry-After"))
+					o.body.Store(string(body))
+				default:
+					o.other.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return &o
+}
+
+func adminView(t *testing.T, c *e2e.Caddy) []peerratelimit.HandlerView {
+	t.Helper()
+	resp, err := http.Get("http://" + c.Admin + "/peer_rate_limit/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var v []peerratelimit.HandlerView
+	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func limitOf(v []peerratelimit.HandlerView, profile, name string) peerratelimit.RuleView {
+	for _, h := range v {
+		for _, p := range h.Profiles {
+			for _, l := range p.Limits {
+				if p.Name == profile && l.Name == name {
+					return l
+				}
+			}
+		}
+	}
+	return peerratelimit.RuleView{}
+}
+
+// The example through bin/caddy: CCR-I limited to 200/s per peer with 429,
+// Retry-After and the message; another peer has its own limit; CCR-U is
+// forwarded as received.
+func TestHTTPStaticLimitsPerPeerAndType(t *testing.T) {
+	upstream := e2e.Addr(t)
+	e2e.StartPeer(t, "pcrf", upstream, 0)
+	metrics, load := metricServer(t)
+	load.Store(10)
+	front := e2e.Addr(t)
+	c := e2e.StartCaddy(t, "caddyfile", exampleConfig(t, front, upstream, metrics))
+	c.WaitTCP(t, front)
+
+	const secs = 3
+	var a, b, u *outcome
+	var wg sync.WaitGroup
+	wg.Add(3)
+	go func() { defer wg.Done(); a = burst(t, "http://"+front+"/gx/ccr-i", "pgw2", secs*time.Second) }()
+	go func() { defer wg.Done(); b = burst(t, "http://"+front+"/gx/ccr-i", "pgw1", secs*time.Second) }()
+	go func() { defer wg.Done(); u = burst(t, "http://"+front+"/gx/ccr-u", "pgw3", secs*time.Second) }()
+	wg.Wait()
+	// 200/s for 3 s plus the burst (10): never more. The lower bound only
+	// shows the limit is not refusing far more than it should: how fast
+	// the client can send depends on the machine.
+	for name, o := range map[string]*outcome{"pgw2": a, "pgw1": b} {
+		if got := o.ok.Load(); got > 200*secs+10+1 || got < 200*secs/2 {
+			t.Errorf("%s CCR-I admitted %d in %d s, want ~%d", name, got, secs, 200*secs)
+		}
+		if o.rejected.Load() == 0 || o.other.Load() != 0 {
+			t.Errorf("%s: %d rejected, %d other failures", name, o.rejected.Load(), o.other.Load())
+		}
+	}
+	if ra, body := a.retryAfter.Load(), a.body.Load(); ra != "1" || body != "rate limit exceeded\n" {
+		t.Errorf("rejection: Retry-After %v, body %q", ra, body)
+	}
+	// CCR-U has no limit of its own: past CCR-I's 200/s, up to the
+	// overall 1000/s.
+	if got := u.ok.Load(); got > 1000*secs+50+1 || got <= 200*secs+10 {
+		t.Errorf("CCR-U admitted %d in %d s, want more than CCR-I's limit and at most the overall %d", got, secs, 1000*secs)
+	}
+}
+
+// Drop: past the limit the connection closes with nothing written.
+func TestHTTPDropWritesNothing(t *testing.T) {
+	upstream := e2e.Addr(t)
+	e2e.StartPeer(t, "origin", upstream, 0)
+	front := e2e.Addr(t)
+	c := e2e.StartCaddy(t, "caddyfile", fmt.Sprintf(`http://%s {
+	bind 127.0.0.1
+	peer_rate_limit {
+		profile any {
+			rate 1 1
+			action drop
+		}
+	}
+	reverse_proxy %s
+}`, front, upstream))
+	c.WaitTCP(t, front)
+	send := func() (string, error) {
+		conn, err := net.Dial("tcp", front)
+		if err != nil {
+			return "", err
+		}
+		defer conn.Close()
+		conn.SetDeadline(time.Now().Add(5 * time.Second))
+		fmt.Fprintf(conn, "GET / HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", front)
+		data, err := io.ReadAll(conn)
+		return string(data), err
+	}
+	if first, err := send(); err != nil || !strings.HasPrefix(first, "HTTP/1.1 200") {
+		t.Fatalf("first request: %q %v", first, err)
+	}
+	second, err := send()
+	if second != "" {
+		t.Fatalf("dropped request received %d bytes: %q (err %v)", len(second), second, err)
+	}
+}
+
+// Dynamic throttling through bin/caddy follows the Prometheus metric: the
+// admin view's effective CCR-I limit goes 200 → 120 at 62 % (40 %
+// throttled), back by 20 points per hold below 50 %, and CCR-U (not
+// dynamic) never changes.
+func TestHTTPDynamicFollowsMetric(t *testing.T) {
+	upstream := e2e.Addr(t)
+	e2e.StartPeer(t, "pcrf", upstream, 0)
+	metrics, load := metricServer(t)
+	load.Store(20)
+	front := e2e.Addr(t)
+	c := e2e.StartCaddy(t, "caddyfile", exampleConfig(t, front, upstream, metrics))
+	c.WaitTCP(t, front)
+
+	wait := func(want float64, what string) {
+		t.Helper()
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			v := adminView(t, c)
+			l := limitOf(v, "pgw2", "gx-ccr-i")
+			if l.Effective == want {
+				if o := limitOf(v, "pgw2", "overall"); o.Effective != 1000 {
+					t.Fatalf("the overall limit moved to %v", o.Effective)
+				}
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: effective CCR-I limit %v, want %v (%+v)", what, l.Effective, want, v)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	wait(200, "load 20 %")
+	load.Store(62)
+	wait(120, "load 62 %")
+	load.Store(57)
+	wait(140, "load 57 %")
+	load.Store(67)
+	wait(100, "load 67 %")
+	load.Store(49)
+	wait(140, "one hold below 50 %")  // 50 → 30
+	wait(180, "two holds below 50 %") // 30 → 10
+	wait(200, "three holds below 50 %")
+
+	// The effective limit is what the handler enforces.
+	load.Store(67)
+	wait(100, "load 67 % again")
+	o := burst(t, "http://"+front+"/gx/ccr-t", "pgw9", 2*time.Second)
+	if got := o.ok.Load(); got > 100*2+10+1 || got < 100*2/2 || o.rejected.Load() == 0 { // burst 10
+		t.Fatalf("CCR-T admitted %d in 2 s at 50 %% throttle, want ~200", got)
+	}
+	// An unreadable source keeps the level, says so, and counts it.
+	load.Store(-1)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		v := adminView(t, c)
+		if d := v[0].Dynamic; d != nil && d.LastError != "" {
+			if d.ThrottlePercent != 50 || limitOf(v, "pgw2", "gx-ccr-i").Effective != 100 {
+				t.Fatalf("level changed while the source was down: %+v", d)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("source failure not shown: %+v", v[0].Dynamic)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	resp, err := http.Get("http://" + c.Admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{
+		`caddy_edgesteer_peer_rate_limit_dynamic_load_source_errors_total{handler="gx-ingress"}`,
+		`caddy_edgesteer_peer_rate_limit_dynamic_throttle_percent{handler="gx-ingress"} 50`,
+		`caddy_edgesteer_peer_rate_limit_decisions_total{handler="gx-ingress",message_type="gx-ccr-t",profile="pgw2",verdict="rejected"}`,
+	} {
+		if !strings.Contains(string(data), want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+	if !strings.Contains(c.Logs(), "load source unreadable: keeping the last throttle level") {
+		t.Error("no log line for the unreadable source")
+	}
+}

@@ -1,0 +1,40 @@
+package peerratelimit
+
+import (
+	"github.com/caddyserver/caddy/v2"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/edgesteer/edgesteer/caddymodules/internal/metricsreg"
+)
+
+const metricsPrefix = "caddy_edgesteer_peer_rate_limit_"
+
+type metrics struct {
+	decisions    *prometheus.CounterVec
+	throttle     *prometheus.GaugeVec
+	load         *prometheus.GaugeVec
+	sourceErrors *prometheus.CounterVec
+}
+
+var theMetrics = &metrics{
+	decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: metricsPrefix + "decisions_total",
+		Help: "Rate-limit decisions by handler, profile, message type, and verdict (admitted, rejected, dropped).",
+	}, []string{"handler", "profile", "message_type", "verdict"}),
+	throttle: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: metricsPrefix + "dynamic_throttle_percent",
+		Help: "Percent of the static rate withheld by dynamic throttling.",
+	}, []string{"handler"}),
+	load: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: metricsPrefix + "dynamic_load_percent",
+		Help: "Last load read from the dynamic load source.",
+	}, []string{"handler"}),
+	sourceErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: metricsPrefix + "dynamic_load_source_errors_total",
+		Help: "Failed reads of the dynamic load source (the throttle level is kept).",
+	}, []string{"handler"}),
+}
+
+func registerMetrics(ctx caddy.Context) error {
+	return metricsreg.Register(ctx, theMetrics.decisions, theMetrics.throttle, theMetrics.load, theMetrics.sourceErrors)
+}
