@@ -155,15 +155,25 @@ func (p *ProfileConfig) covers(a netip.Addr) bool {
 //
 // matcher parses a message's match block (HTTP) or its other options
 // (layer4); it returns false for an option it does not know.
-func unmarshalProfile(d *caddyfile.Dispenser, matcher func(*caddyfile.Dispenser, *MessageConfig) (bool, error)) (ProfileConfig, error) {
-	var p ProfileConfig
+func unmarshalProfile(d *caddyfile.Dispenser, matcher messageOption) (ProfileConfig, error) {
 	if !d.NextArg() {
-		return p, d.ArgErr()
+		return ProfileConfig{}, d.ArgErr()
 	}
-	p.Name = d.Val()
+	name := d.Val()
 	if d.NextArg() {
-		return p, d.ArgErr()
+		return ProfileConfig{}, d.ArgErr()
 	}
+	return unmarshalProfileBlock(d, name, matcher)
+}
+
+// messageOption parses one adapter-specific option of a message block
+// (HTTP: match { … }); it returns false for an option it does not know.
+type messageOption func(*caddyfile.Dispenser, *MessageConfig) (bool, error)
+
+// unmarshalProfileBlock reads the block of a profile (or egress group)
+// whose name was read already.
+func unmarshalProfileBlock(d *caddyfile.Dispenser, name string, matcher messageOption) (ProfileConfig, error) {
+	p := ProfileConfig{Name: name}
 	for nesting := d.Nesting(); d.NextBlock(nesting); {
 		switch opt := d.Val(); opt {
 		case "peer":

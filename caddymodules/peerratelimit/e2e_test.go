@@ -38,24 +38,39 @@ func metricServer(t *testing.T) (string, *atomic.Int64) {
 	return "http://" + l.Addr().String() + "/metrics", &v
 }
 
-func exampleConfig(t *testing.T, front, upstream, metrics string) string {
+// exampleConfig loads rate-limit.Caddyfile with its addresses replaced:
+// PCRF peers pcrf1 and pcrf2 and the OCS peer ocs are started here.
+func exampleConfig(t *testing.T, front, metrics string, oldnew ...string) string {
 	data, err := os.ReadFile(filepath.Join(e2e.Root(t), "Caddyfile.examples", "rate-limit.Caddyfile"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return strings.NewReplacer("127.0.0.1:8081", front, "127.0.0.1:9001", upstream,
+	var peers []string
+	for _, name := range []string{"pcrf1", "pcrf2", "ocs"} {
+		addr := e2e.Addr(t)
+		e2e.StartPeer(t, name, addr, 0)
+		peers = append(peers, addr)
+	}
+	return strings.NewReplacer("127.0.0.1:8081", front, "127.0.0.1:9001", peers[0],
+		"127.0.0.1:9002", peers[1], "127.0.0.1:9003", peers[2],
 		"http://127.0.0.1:9100/metrics", metrics, "reversal_hold 30s", "reversal_hold 2s",
-		"interval 1s", "interval 200ms").Replace(string(data))
+		"interval 1s", "interval 200ms").Replace(strings.NewReplacer(oldnew...).Replace(string(data)))
 }
 
 type outcome struct {
 	ok, rejected, other atomic.Int64
 	retryAfter          atomic.Value
 	body                atomic.Value
+	status              atomic.Int64 // of the last refusal
+	peers               sync.Map     // X-Peer of admitted answers → *atomic.Int64
 }
 
-// burst sends POSTs to path as peer from 4 goroutines for d.
+// burst sends POSTs to url as peer from 4 goroutines for d.
 func burst(t *testing.T, url, peer string, d time.Duration) *outcome {
+	return burstWith(t, url, d, func() string { return peer })
+}
+
+func burstWith(t *testing.T, url string, d time.Duration, peer func() string) *outcome {
 	var o outcome
 	client := &http.Client{Timeout: 5 * time.Second}
 	end := time.Now().Add(d)
@@ -66,7 +81,7 @@ func burst(t *testing.T, url, peer string, d time.Duration) *outcome {
 			defer wg.Done()
 			for time.Now().Before(end) {
 				req, _ := http.NewRequest("POST", url, nil)
-				req.Header.Set("X-Peer", peer)
+				req.Header.Set("X-Peer", peer())
 				resp, err := client.Do(req)
 				if err != nil {
 					o.other.Add(1)
@@ -77,8 +92,11 @@ func burst(t *testing.T, url, peer string, d time.Duration) *outcome {
 				switch resp.StatusCode {
 				case 200:
 					o.ok.Add(1)
-				case 429:
+					n, _ := o.peers.LoadOrStore(resp.Header.Get("X-Peer"), new(atomic.Int64))
+					n.(*atomic.Int64).Add(1)
+				case 429, 503:
 					o.rejected.Add(1)
+					o.status.Store(int64(resp.StatusCode))
 					o.retryAfter.Store(resp.Header.Get("Retry-After"))
 					o.body.Store(string(body))
 				default:
@@ -105,6 +123,15 @@ func adminView(t *testing.T, c *e2e.Caddy) []peerratelimit.HandlerView {
 	return v
 }
 
+func handlerView(v []peerratelimit.HandlerView, name string) peerratelimit.HandlerView {
+	for _, h := range v {
+		if h.Name == name {
+			return h
+		}
+	}
+	return peerratelimit.HandlerView{}
+}
+
 func limitOf(v []peerratelimit.HandlerView, profile, name string) peerratelimit.RuleView {
 	for _, h := range v {
 		for _, p := range h.Profiles {
@@ -122,12 +149,12 @@ func limitOf(v []peerratelimit.HandlerView, profile, name string) peerratelimit.
 // Retry-After and the message; another peer has its own limit; CCR-U is
 // forwarded as received.
 func TestHTTPStaticLimitsPerPeerAndType(t *testing.T) {
-	upstream := e2e.Addr(t)
-	e2e.StartPeer(t, "pcrf", upstream, 0)
 	metrics, load := metricServer(t)
 	load.Store(10)
 	front := e2e.Addr(t)
-	c := e2e.StartCaddy(t, "caddyfile", exampleConfig(t, front, upstream, metrics))
+	// The PCRF group's egress limit would cap the sum of these bursts:
+	// lift it, this test is about ingress.
+	c := e2e.StartCaddy(t, "caddyfile", exampleConfig(t, front, metrics, "rate 800", "rate 100000"))
 	c.WaitTCP(t, front)
 
 	const secs = 3
@@ -200,12 +227,10 @@ func TestHTTPDropWritesNothing(t *testing.T) {
 // throttled), back by 20 points per hold below 50 %, and CCR-U (not
 // dynamic) never changes.
 func TestHTTPDynamicFollowsMetric(t *testing.T) {
-	upstream := e2e.Addr(t)
-	e2e.StartPeer(t, "pcrf", upstream, 0)
 	metrics, load := metricServer(t)
 	load.Store(20)
 	front := e2e.Addr(t)
-	c := e2e.StartCaddy(t, "caddyfile", exampleConfig(t, front, upstream, metrics))
+	c := e2e.StartCaddy(t, "caddyfile", exampleConfig(t, front, metrics))
 	c.WaitTCP(t, front)
 
 	wait := func(want float64, what string) {
@@ -250,14 +275,14 @@ func TestHTTPDynamicFollowsMetric(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		v := adminView(t, c)
-		if d := v[0].Dynamic; d != nil && d.LastError != "" {
+		if d := handlerView(v, "gx-ingress").Dynamic; d != nil && d.LastError != "" {
 			if d.ThrottlePercent != 50 || limitOf(v, "pgw2", "gx-ccr-i").Effective != 100 {
 				t.Fatalf("level changed while the source was down: %+v", d)
 			}
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("source failure not shown: %+v", v[0].Dynamic)
+			t.Fatalf("source failure not shown: %+v", handlerView(v, "gx-ingress").Dynamic)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -279,4 +304,50 @@ func TestHTTPDynamicFollowsMetric(t *testing.T) {
 	if !strings.Contains(c.Logs(), "load source unreadable: keeping the last throttle level") {
 		t.Error("no log line for the unreadable source")
 	}
+}
+
+// Egress per upstream group: whichever upstream the load balancer picks,
+// the group's limit applies just before forwarding. The OCS group (one
+// peer) takes at most 100/s and the excess gets 503 with the group's
+// message; the PCRF group's 800/s is shared by its two peers.
+func TestHTTPEgressPerGroup(t *testing.T) {
+	metrics, load := metricServer(t)
+	load.Store(10)
+	front := e2e.Addr(t)
+	c := e2e.StartCaddy(t, "caddyfile", exampleConfig(t, front, metrics))
+	c.WaitTCP(t, front)
+	const secs = 2
+	var gy, gx *outcome
+	var wg sync.WaitGroup
+	wg.Add(2)
+	// Different ingress peers, so only the egress limits bite.
+	go func() { defer wg.Done(); gy = burstPeers(t, "http://"+front+"/gy/ccr", secs*time.Second) }()
+	go func() { defer wg.Done(); gx = burstPeers(t, "http://"+front+"/gx/ccr-u", secs*time.Second) }()
+	wg.Wait()
+	if got := gy.ok.Load(); got > 100*secs+5+1 || got < 100*secs/2 || gy.rejected.Load() == 0 {
+		t.Errorf("OCS group admitted %d in %d s (rejected %d), want ~%d", got, secs, gy.rejected.Load(), 100*secs)
+	}
+	if gy.status.Load() != 503 || gy.body.Load() != "OCS group overloaded\n" {
+		t.Errorf("OCS refusal: %d %q", gy.status.Load(), gy.body.Load())
+	}
+	n := func(o *outcome, peer string) int64 {
+		if v, ok := o.peers.Load(peer); ok {
+			return v.(*atomic.Int64).Load()
+		}
+		return 0
+	}
+	if n(gy, "ocs") != gy.ok.Load() {
+		t.Errorf("admitted Gy: %d, of which %d answered by ocs", gy.ok.Load(), n(gy, "ocs"))
+	}
+	// Both PCRF peers served, their sum within the group's limit.
+	p1, p2 := n(gx, "pcrf1"), n(gx, "pcrf2")
+	if p1 == 0 || p2 == 0 || p1+p2 > 800*secs+40+1 || p1+p2 != gx.ok.Load() {
+		t.Errorf("PCRF group: pcrf1 %d + pcrf2 %d admitted of %d", p1, p2, gx.ok.Load())
+	}
+}
+
+// burstPeers is burst with a new ingress peer name per request.
+func burstPeers(t *testing.T, url string, d time.Duration) *outcome {
+	var seq atomic.Int64
+	return burstWith(t, url, d, func() string { return fmt.Sprint("peer-", seq.Add(1)) })
 }

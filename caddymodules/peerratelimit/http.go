@@ -2,19 +2,14 @@ package peerratelimit
 
 import (
 	"fmt"
-	"math"
 	"net/http"
 	"net/netip"
 	"strconv"
-	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
-	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/edgesteer/edgesteer/internal/ratelimit"
 )
 
 func init() {
@@ -41,22 +36,6 @@ type HTTPHandler struct {
 	runtime  *runtime
 }
 
-type httpProfile struct {
-	cfg      *ProfileConfig
-	engine   *ratelimit.Profile
-	matchers []caddyhttp.MatcherSet // per message, in order
-	// counters[message index + 1][verdict]; index 0 is "other".
-	counters [][3]prometheus.Counter
-}
-
-const (
-	admitted = iota
-	rejected
-	dropped
-)
-
-var verdicts = [3]string{"admitted", "rejected", "dropped"}
-
 // CaddyModule returns the Caddy module information.
 func (HTTPHandler) CaddyModule() caddy.ModuleInfo {
 	return caddy.ModuleInfo{
@@ -76,47 +55,11 @@ func (h *HTTPHandler) Provision(ctx caddy.Context) error {
 	if len(h.Profiles) == 0 {
 		return fmt.Errorf("peer_rate_limit: no profile configured")
 	}
-	h.profiles = nil
-	var engines []*ratelimit.Profile
-	var dynamicRules []*ratelimit.Rule
-	for i := range h.Profiles {
-		pc := &h.Profiles[i]
-		engine, err := pc.build()
-		if err != nil {
-			return err
-		}
-		hp := &httpProfile{cfg: pc, engine: engine}
-		hp.counters = make([][3]prometheus.Counter, len(pc.Messages)+1)
-		for j := range hp.counters {
-			typ := "other"
-			if j > 0 {
-				typ = pc.Messages[j-1].Type
-			}
-			for v, name := range verdicts {
-				hp.counters[j][v] = theMetrics.decisions.WithLabelValues(h.Name, pc.Name, typ, name)
-			}
-		}
-		for j := range pc.Messages {
-			m := &pc.Messages[j]
-			if m.MatchRaw == nil {
-				return fmt.Errorf("peer_rate_limit: profile %s: message %s has no match", pc.Name, m.Type)
-			}
-			mod, err := ctx.LoadModule(m, "MatchRaw")
-			if err != nil {
-				return fmt.Errorf("peer_rate_limit: profile %s: message %s: loading matchers: %v", pc.Name, m.Type, err)
-			}
-			var set caddyhttp.MatcherSet
-			for _, mm := range mod.(map[string]any) {
-				set = append(set, mm)
-			}
-			hp.matchers = append(hp.matchers, set)
-			if m.Dynamic {
-				dynamicRules = append(dynamicRules, engine.Message(m.Type))
-			}
-		}
-		h.profiles = append(h.profiles, hp)
-		engines = append(engines, engine)
+	profiles, engines, dynamicRules, err := provisionProfiles(ctx, h.Name, h.Profiles)
+	if err != nil {
+		return err
 	}
+	h.profiles = profiles
 	rt, err := newRuntime(h.Name, "http", engines, h.Dynamic, dynamicRules, ctx.Logger())
 	if err != nil {
 		return err
@@ -148,35 +91,16 @@ func (h *HTTPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request, next cad
 		return next.ServeHTTP(w, r)
 	}
 	repl, _ := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
+	if repl == nil {
+		repl = caddy.NewReplacer()
+	}
 	key := clientIP
-	if p.cfg.Peer != "" && repl != nil {
+	if p.cfg.Peer != "" {
 		key = repl.ReplaceAll(p.cfg.Peer, "")
 	}
-	msg, msgType := 0, ""
-	for i, set := range p.matchers {
-		ok, err := set.MatchWithError(r)
-		if err != nil {
-			return caddyhttp.Error(http.StatusInternalServerError, err)
-		}
-		if ok {
-			msg, msgType = i+1, p.cfg.Messages[i].Type
-			break
-		}
-	}
-	ok, limit := p.engine.Decide(key, msgType, time.Now().UnixNano())
-	verdict := admitted
-	if !ok {
-		verdict = rejected
-		if p.cfg.Action == "drop" {
-			verdict = dropped
-		}
-	}
-	p.counters[msg][verdict].Inc()
-	if repl != nil {
-		repl.Set("http.peer_rate_limit.verdict", verdicts[verdict])
-		repl.Set("http.peer_rate_limit.profile", p.cfg.Name)
-		repl.Set("http.peer_rate_limit.message_type", msgType)
-		repl.Set("http.peer_rate_limit.limit", limit)
+	verdict, limit, err := p.decide(r, key, repl, "http.peer_rate_limit.")
+	if err != nil {
+		return err
 	}
 	switch verdict {
 	case admitted:
@@ -186,31 +110,12 @@ func (h *HTTPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request, next cad
 		// without writing anything, as Caddy's own abort does.
 		panic(http.ErrAbortHandler)
 	}
-	rule := p.engine.Overall
-	if limit != "overall" {
-		rule = p.engine.Message(limit)
-	}
-	status, body := p.cfg.Status, p.cfg.Message
-	if status == 0 {
-		status = http.StatusTooManyRequests
-	}
-	if body == "" {
-		body = "rate limit exceeded"
-	}
-	w.Header().Set("Retry-After", strconv.Itoa(retryAfter(rule)))
+	status, body, retry := p.rejection(limit)
+	w.Header().Set("Retry-After", strconv.Itoa(retry))
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.WriteHeader(status)
-	_, err := w.Write([]byte(body + "\n"))
+	_, err = w.Write([]byte(body))
 	return err
-}
-
-// retryAfter is the whole seconds until the rule admits again: at least 1.
-func retryAfter(r *ratelimit.Rule) int {
-	eff := r.Effective()
-	if eff <= 0 {
-		return 60
-	}
-	return max(1, int(math.Ceil(1/eff)))
 }
 
 // parseHTTPCaddyfile reads
@@ -239,17 +144,7 @@ func (h *HTTPHandler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.ArgErr()
 			}
 		case "profile":
-			p, err := unmarshalProfile(d, func(d *caddyfile.Dispenser, m *MessageConfig) (bool, error) {
-				if d.Val() != "match" {
-					return false, nil
-				}
-				set, err := caddyhttp.ParseCaddyfileNestedMatcherSet(d)
-				if err != nil {
-					return true, err
-				}
-				m.MatchRaw = set
-				return true, nil
-			})
+			p, err := unmarshalProfile(d, httpMatcher)
 			if err != nil {
 				return err
 			}
@@ -265,6 +160,19 @@ func (h *HTTPHandler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		}
 	}
 	return nil
+}
+
+// httpMatcher parses a message's match { … } block of HTTP matchers.
+func httpMatcher(d *caddyfile.Dispenser, m *MessageConfig) (bool, error) {
+	if d.Val() != "match" {
+		return false, nil
+	}
+	set, err := caddyhttp.ParseCaddyfileNestedMatcherSet(d)
+	if err != nil {
+		return true, err
+	}
+	m.MatchRaw = set
+	return true, nil
 }
 
 // Interface guards

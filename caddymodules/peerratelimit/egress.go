@@ -1,0 +1,249 @@
+package peerratelimit
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
+)
+
+func init() {
+	caddy.RegisterModule(EgressTransport{})
+}
+
+// EgressTransport limits requests per upstream group at egress: it wraps
+// reverse_proxy's transport, so it runs after the load-balancing policy has
+// chosen the upstream and just before the request is forwarded to it (the
+// seed's "just before forwarding to the PCRF peer group"). A refused request
+// is answered by the transport itself (status, message, Retry-After; the
+// proxy passes that on and does not retry) or dropped (the client's
+// connection closes, nothing written).
+//
+// Placeholders: {http.peer_rate_limit.egress.verdict}, {…profile} (the
+// group), {…message_type}, {…limit}.
+type EgressTransport struct {
+	// Name labels metrics and the admin API. Default "egress".
+	Name string `json:"name,omitempty"`
+	// Groups are profiles whose key is the group: every upstream listed in
+	// a group shares its limits.
+	Groups  []EgressGroup  `json:"groups"`
+	Dynamic *DynamicConfig `json:"dynamic,omitempty"`
+	// TransportRaw is the wrapped transport; default "http".
+	TransportRaw json.RawMessage `json:"transport,omitempty" caddy:"namespace=http.reverse_proxy.transport inline_key=protocol"`
+
+	inner    http.RoundTripper
+	byAddr   map[string]*httpProfile // upstream host:port → its group
+	profiles []*httpProfile
+	runtime  *runtime
+}
+
+// EgressGroup is an upstream group and its limits.
+type EgressGroup struct {
+	ProfileConfig
+	// Upstreams are the dial addresses (host:port) in the group.
+	Upstreams []string `json:"upstreams"`
+}
+
+// CaddyModule returns the Caddy module information.
+func (EgressTransport) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "http.reverse_proxy.transport.peer_rate_limit",
+		New: func() caddy.Module { return new(EgressTransport) },
+	}
+}
+
+// Provision loads the wrapped transport and the groups.
+func (t *EgressTransport) Provision(ctx caddy.Context) error {
+	if t.Name == "" {
+		t.Name = "egress"
+	}
+	if t.TransportRaw == nil {
+		t.TransportRaw = caddyconfig.JSONModuleObject(struct{}{}, "protocol", "http", nil)
+	}
+	mod, err := ctx.LoadModule(t, "TransportRaw")
+	if err != nil {
+		return fmt.Errorf("peer_rate_limit: loading the wrapped transport: %v", err)
+	}
+	rt, ok := mod.(http.RoundTripper)
+	if !ok {
+		return fmt.Errorf("peer_rate_limit: the wrapped transport %T cannot round-trip requests", mod)
+	}
+	t.inner = rt
+	cfgs := make([]ProfileConfig, len(t.Groups))
+	for i, g := range t.Groups {
+		if g.Peer != "" || len(g.PeerCIDRs) > 0 {
+			return fmt.Errorf("peer_rate_limit: group %s: peer and peer_cidr do not apply to egress groups", g.Name)
+		}
+		if len(g.Upstreams) == 0 {
+			return fmt.Errorf("peer_rate_limit: group %s lists no upstream", g.Name)
+		}
+		cfgs[i] = g.ProfileConfig
+		if cfgs[i].Status == 0 {
+			cfgs[i].Status = http.StatusServiceUnavailable
+		}
+	}
+	profiles, engines, dynamicRules, err := provisionProfiles(ctx, t.Name, cfgs)
+	if err != nil {
+		return err
+	}
+	t.profiles = profiles
+	t.byAddr = map[string]*httpProfile{}
+	for i, g := range t.Groups {
+		for _, u := range g.Upstreams {
+			if _, _, err := net.SplitHostPort(u); err != nil {
+				return fmt.Errorf("peer_rate_limit: group %s: upstream %q: want host:port", g.Name, u)
+			}
+			if other, dup := t.byAddr[u]; dup {
+				return fmt.Errorf("peer_rate_limit: upstream %s is in groups %s and %s", u, other.cfg.Name, g.Name)
+			}
+			t.byAddr[u] = profiles[i]
+		}
+	}
+	t.runtime, err = newRuntime(t.Name, "http-egress", engines, t.Dynamic, dynamicRules, ctx.Logger())
+	return err
+}
+
+// Cleanup stops dynamic throttling and the wrapped transport.
+func (t *EgressTransport) Cleanup() error {
+	if t.runtime != nil {
+		t.runtime.stop()
+	}
+	if c, ok := t.inner.(caddy.CleanerUpper); ok {
+		return c.Cleanup()
+	}
+	return nil
+}
+
+// RoundTrip limits the request by the group of the upstream it is about to
+// be sent to, then forwards it with the wrapped transport.
+func (t *EgressTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	di, ok := reverseproxy.GetDialInfo(req.Context())
+	var p *httpProfile
+	if ok {
+		p = t.byAddr[di.Address]
+	}
+	if p == nil {
+		return t.inner.RoundTrip(req)
+	}
+	repl, _ := req.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
+	if repl == nil {
+		repl = caddy.NewReplacer()
+	}
+	verdict, limit, err := p.decide(req, p.cfg.Name, repl, "http.peer_rate_limit.egress.")
+	if err != nil {
+		return nil, err
+	}
+	switch verdict {
+	case admitted:
+		return t.inner.RoundTrip(req)
+	case dropped:
+		panic(http.ErrAbortHandler)
+	}
+	status, body, retry := p.rejection(limit)
+	return &http.Response{
+		Status:     strconv.Itoa(status) + " " + http.StatusText(status),
+		StatusCode: status,
+		Proto:      "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: http.Header{
+			"Content-Type": {"text/plain; charset=utf-8"},
+			"Retry-After":  {strconv.Itoa(retry)},
+		},
+		Body:          io.NopCloser(strings.NewReader(body)),
+		ContentLength: int64(len(body)),
+		Request:       req,
+	}, nil
+}
+
+// The wrapped transport's optional abilities are passed through, so that
+// reverse_proxy treats the wrapper as it would treat the transport itself.
+
+// TLSEnabled reports whether the wrapped transport uses TLS.
+func (t *EgressTransport) TLSEnabled() bool {
+	tt, ok := t.inner.(reverseproxy.TLSTransport)
+	return ok && tt.TLSEnabled()
+}
+
+// EnableTLS is refused: configure TLS on the wrapped transport.
+func (t *EgressTransport) EnableTLS(*reverseproxy.TLSConfig) error {
+	return fmt.Errorf("peer_rate_limit: set tls on the wrapped transport (transport peer_rate_limit { transport http { tls } })")
+}
+
+// ProxyProtocolEnabled reports the wrapped transport's setting.
+func (t *EgressTransport) ProxyProtocolEnabled() bool {
+	pp, ok := t.inner.(reverseproxy.ProxyProtocolTransport)
+	return ok && pp.ProxyProtocolEnabled()
+}
+
+// UnmarshalCaddyfile reads
+//
+//	transport peer_rate_limit {
+//		name <name>
+//		group <name> <upstream host:port...> {
+//			rate <per second> [burst]
+//			message <type> { match { … } rate <n> [burst] dynamic }
+//			action reject [<status> [<message>]] | drop      # default 503
+//			max_peers <n>
+//		}
+//		dynamic { … }
+//		transport <name> { … }     # the wrapped transport, default http
+//	}
+func (t *EgressTransport) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	d.Next() // transport name
+	for d.NextBlock(0) {
+		switch d.Val() {
+		case "name":
+			if !d.Args(&t.Name) {
+				return d.ArgErr()
+			}
+		case "group":
+			args := d.RemainingArgs()
+			if len(args) < 2 {
+				return d.Errf("peer_rate_limit: group: want group <name> <upstream...>")
+			}
+			g := EgressGroup{Upstreams: args[1:]}
+			p, err := unmarshalProfileBlock(d, args[0], httpMatcher)
+			if err != nil {
+				return err
+			}
+			g.ProfileConfig = p
+			t.Groups = append(t.Groups, g)
+		case "dynamic":
+			dc, err := unmarshalDynamic(d)
+			if err != nil {
+				return err
+			}
+			t.Dynamic = dc
+		case "transport":
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			name := d.Val()
+			unm, err := caddyfile.UnmarshalModule(d, "http.reverse_proxy.transport."+name)
+			if err != nil {
+				return err
+			}
+			t.TransportRaw = caddyconfig.JSONModuleObject(unm, "protocol", name, nil)
+		default:
+			return d.Errf("peer_rate_limit: transport: unknown option %q", d.Val())
+		}
+	}
+	return nil
+}
+
+// Interface guards
+var (
+	_ http.RoundTripper                   = (*EgressTransport)(nil)
+	_ caddy.Provisioner                   = (*EgressTransport)(nil)
+	_ caddy.CleanerUpper                  = (*EgressTransport)(nil)
+	_ caddyfile.Unmarshaler               = (*EgressTransport)(nil)
+	_ reverseproxy.TLSTransport           = (*EgressTransport)(nil)
+	_ reverseproxy.ProxyProtocolTransport = (*EgressTransport)(nil)
+)

@@ -1,0 +1,144 @@
+package peerratelimit
+
+import (
+	"fmt"
+	"math"
+	"net/http"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/edgesteer/edgesteer/internal/ratelimit"
+)
+
+// httpProfile is a provisioned profile of an HTTP handler or egress
+// transport: its engine, its message matchers and its counters.
+type httpProfile struct {
+	cfg      *ProfileConfig
+	engine   *ratelimit.Profile
+	matchers []caddyhttp.MatcherSet // per message, in order
+	// counters[message index + 1][verdict]; index 0 is "other".
+	counters [][3]prometheus.Counter
+}
+
+const (
+	admitted = iota
+	rejected
+	dropped
+)
+
+var verdicts = [3]string{"admitted", "rejected", "dropped"}
+
+// provisionProfiles builds the engines, loads the message matchers and
+// resolves the counters of cfgs, and returns the rules marked dynamic.
+func provisionProfiles(ctx caddy.Context, handler string, cfgs []ProfileConfig) ([]*httpProfile, []*ratelimit.Profile, []*ratelimit.Rule, error) {
+	if err := registerMetrics(ctx); err != nil {
+		return nil, nil, nil, err
+	}
+	if len(cfgs) == 0 {
+		return nil, nil, nil, fmt.Errorf("peer_rate_limit: no profile configured")
+	}
+	var profiles []*httpProfile
+	var engines []*ratelimit.Profile
+	var dynamicRules []*ratelimit.Rule
+	for i := range cfgs {
+		pc := &cfgs[i]
+		engine, err := pc.build()
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		hp := &httpProfile{cfg: pc, engine: engine, counters: make([][3]prometheus.Counter, len(pc.Messages)+1)}
+		for j := range hp.counters {
+			typ := "other"
+			if j > 0 {
+				typ = pc.Messages[j-1].Type
+			}
+			for v, name := range verdicts {
+				hp.counters[j][v] = theMetrics.decisions.WithLabelValues(handler, pc.Name, typ, name)
+			}
+		}
+		for j := range pc.Messages {
+			m := &pc.Messages[j]
+			if m.MatchRaw == nil {
+				return nil, nil, nil, fmt.Errorf("peer_rate_limit: profile %s: message %s has no match", pc.Name, m.Type)
+			}
+			mod, err := ctx.LoadModule(m, "MatchRaw")
+			if err != nil {
+				return nil, nil, nil, fmt.Errorf("peer_rate_limit: profile %s: message %s: loading matchers: %v", pc.Name, m.Type, err)
+			}
+			var set caddyhttp.MatcherSet
+			for _, mm := range mod.(map[string]any) {
+				set = append(set, mm)
+			}
+			hp.matchers = append(hp.matchers, set)
+			if m.Dynamic {
+				dynamicRules = append(dynamicRules, engine.Message(m.Type))
+			}
+		}
+		profiles = append(profiles, hp)
+		engines = append(engines, engine)
+	}
+	return profiles, engines, dynamicRules, nil
+}
+
+// decide classifies r, asks the engine for key, counts the verdict and
+// sets the placeholders under prefix. It returns the verdict and the limit
+// that refused.
+func (p *httpProfile) decide(r *http.Request, key string, repl *caddy.Replacer, prefix string) (int, string, error) {
+	msg, msgType := 0, ""
+	for i, set := range p.matchers {
+		ok, err := set.MatchWithError(r)
+		if err != nil {
+			return 0, "", caddyhttp.Error(http.StatusInternalServerError, err)
+		}
+		if ok {
+			msg, msgType = i+1, p.cfg.Messages[i].Type
+			break
+		}
+	}
+	ok, limit := p.engine.Decide(key, msgType, time.Now().UnixNano())
+	verdict := admitted
+	if !ok {
+		verdict = rejected
+		if p.cfg.Action == "drop" {
+			verdict = dropped
+		}
+	}
+	p.counters[msg][verdict].Inc()
+	repl.Set(prefix+"verdict", verdicts[verdict])
+	repl.Set(prefix+"profile", p.cfg.Name)
+	repl.Set(prefix+"message_type", msgType)
+	repl.Set(prefix+"limit", limit)
+	return verdict, limit, nil
+}
+
+// rejection is the status, body and Retry-After seconds of a rejection by
+// the named limit.
+func (p *httpProfile) rejection(limit string) (int, string, int) {
+	rule := p.engine.Overall
+	if limit != "overall" {
+		rule = p.engine.Message(limit)
+	}
+	status, body := p.cfg.Status, p.cfg.Message
+	if status == 0 {
+		status = http.StatusTooManyRequests
+	}
+	if body == "" {
+		body = "rate limit exceeded"
+	}
+	return status, body + "\n", retryAfter(rule)
+}
+
+// retryAfter is the whole seconds until the rule admits again: at least 1.
+func retryAfter(r *ratelimit.Rule) int {
+	if r == nil {
+		return 1
+	}
+	eff := r.Effective()
+	if eff <= 0 {
+		return 60
+	}
+	return max(1, int(math.Ceil(1/eff)))
+}
