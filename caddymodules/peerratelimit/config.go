@@ -41,6 +41,8 @@ type ProfileConfig struct {
 	Message string `json:"message,omitempty"`
 	// MaxPeers bounds each of the profile's per-peer tables (default 100000).
 	MaxPeers int `json:"max_peers,omitempty"`
+	// Dynamic: the dynamic controller throttles the overall rate too.
+	Dynamic bool `json:"dynamic,omitempty"`
 
 	prefixes []netip.Prefix
 }
@@ -151,6 +153,7 @@ func (p *ProfileConfig) covers(a netip.Addr) bool {
 //		}
 //		action reject [<status> [<message>]] | drop
 //		max_peers <n>
+//		dynamic                   # throttle the overall rate dynamically too
 //	}
 //
 // matcher parses a message's match block (HTTP) or its other options
@@ -242,6 +245,11 @@ func unmarshalProfileBlock(d *caddyfile.Dispenser, name string, matcher messageO
 			default:
 				return p, d.Errf("peer_rate_limit: action %q: want reject [status [message]] or drop", args)
 			}
+		case "dynamic":
+			if d.NextArg() {
+				return p, d.ArgErr()
+			}
+			p.Dynamic = true
 		case "max_peers":
 			var s string
 			if !d.Args(&s) {

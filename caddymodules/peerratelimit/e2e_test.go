@@ -351,3 +351,57 @@ func burstPeers(t *testing.T, url string, d time.Duration) *outcome {
 	var seq atomic.Int64
 	return burstWith(t, url, d, func() string { return fmt.Sprint("peer-", seq.Add(1)) })
 }
+
+// layer4: connections per peer. A pGW address (in 127.0.0.0/29) past 50/s
+// gets the message and a close; another address past 5/s is dropped with
+// nothing written; admitted connections reach the upstream.
+func TestLayer4ConnectionsPerPeer(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(e2e.Root(t), "Caddyfile.examples", "rate-limit-l4.Caddyfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	front, upstream := e2e.Addr(t), e2e.Addr(t)
+	e2e.StartPeer(t, "peer", upstream, 0)
+	c := e2e.StartCaddy(t, "caddyfile", strings.NewReplacer("127.0.0.1:3868", front, "127.0.0.1:3869", upstream).Replace(string(data)))
+	c.WaitTCP(t, front)
+
+	connect := func(src string) string {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 5 * time.Second}
+		conn, err := d.Dial("tcp", front)
+		if err != nil {
+			return "dial error"
+		}
+		defer conn.Close()
+		conn.SetDeadline(time.Now().Add(5 * time.Second))
+		fmt.Fprint(conn, "GET / HTTP/1.0\r\nHost: x\r\n\r\n")
+		body, _ := io.ReadAll(conn)
+		switch {
+		case strings.Contains(string(body), "peer GET /"):
+			return "admitted"
+		case string(body) == "rate limit exceeded\n":
+			return "rejected"
+		case len(body) == 0:
+			return "dropped"
+		}
+		return fmt.Sprintf("unexpected %q", body)
+	}
+	count := func(src string, d time.Duration) map[string]int {
+		out := map[string]int{}
+		for end := time.Now().Add(d); time.Now().Before(end); {
+			out[connect(src)]++
+		}
+		return out
+	}
+	const secs = 2
+	pgw := count("127.0.0.2", secs*time.Second)
+	if pgw["admitted"] > 50*secs+10+1 || pgw["admitted"] == 0 || pgw["rejected"] == 0 || pgw["dropped"] != 0 || len(pgw) != 2 {
+		t.Errorf("pGW connections in %d s: %v; want at most %d admitted, the rest rejected", secs, pgw, 50*secs+10)
+	}
+	other := count("127.0.0.9", secs*time.Second)
+	if other["admitted"] > 5*secs+1+1 || other["admitted"] == 0 || other["dropped"] == 0 || other["rejected"] != 0 || len(other) != 2 {
+		t.Errorf("other connections in %d s: %v; want at most %d admitted, the rest dropped", secs, other, 5*secs+1)
+	}
+	if v := handlerView(adminView(t, c), "l4-ingress"); v.Kind != "layer4" || len(v.Profiles) != 2 || v.Profiles[0].Keys == 0 {
+		t.Errorf("admin view %+v", v)
+	}
+}

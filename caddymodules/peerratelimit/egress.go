@@ -90,7 +90,7 @@ func (t *EgressTransport) Provision(ctx caddy.Context) error {
 			cfgs[i].Status = http.StatusServiceUnavailable
 		}
 	}
-	profiles, engines, dynamicRules, err := provisionProfiles(ctx, t.Name, cfgs)
+	profiles, engines, dynamicRules, err := provisionHTTPProfiles(ctx, t.Name, cfgs)
 	if err != nil {
 		return err
 	}

@@ -55,7 +55,7 @@ func (h *HTTPHandler) Provision(ctx caddy.Context) error {
 	if len(h.Profiles) == 0 {
 		return fmt.Errorf("peer_rate_limit: no profile configured")
 	}
-	profiles, engines, dynamicRules, err := provisionProfiles(ctx, h.Name, h.Profiles)
+	profiles, engines, dynamicRules, err := provisionHTTPProfiles(ctx, h.Name, h.Profiles)
 	if err != nil {
 		return err
 	}

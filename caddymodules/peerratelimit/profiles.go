@@ -13,14 +13,18 @@ import (
 	"github.com/edgesteer/edgesteer/internal/ratelimit"
 )
 
-// httpProfile is a provisioned profile of an HTTP handler or egress
-// transport: its engine, its message matchers and its counters.
-type httpProfile struct {
-	cfg      *ProfileConfig
-	engine   *ratelimit.Profile
-	matchers []caddyhttp.MatcherSet // per message, in order
+// profile is a provisioned profile: its config, engine and counters.
+type profile struct {
+	cfg    *ProfileConfig
+	engine *ratelimit.Profile
 	// counters[message index + 1][verdict]; index 0 is "other".
 	counters [][3]prometheus.Counter
+}
+
+// httpProfile adds the HTTP matchers of its message types.
+type httpProfile struct {
+	*profile
+	matchers []caddyhttp.MatcherSet // per message, in order
 }
 
 const (
@@ -31,16 +35,16 @@ const (
 
 var verdicts = [3]string{"admitted", "rejected", "dropped"}
 
-// provisionProfiles builds the engines, loads the message matchers and
-// resolves the counters of cfgs, and returns the rules marked dynamic.
-func provisionProfiles(ctx caddy.Context, handler string, cfgs []ProfileConfig) ([]*httpProfile, []*ratelimit.Profile, []*ratelimit.Rule, error) {
+// buildProfiles builds the engines and counters of cfgs and returns the
+// rules marked dynamic.
+func buildProfiles(ctx caddy.Context, handler string, cfgs []ProfileConfig) ([]*profile, []*ratelimit.Profile, []*ratelimit.Rule, error) {
 	if err := registerMetrics(ctx); err != nil {
 		return nil, nil, nil, err
 	}
 	if len(cfgs) == 0 {
 		return nil, nil, nil, fmt.Errorf("peer_rate_limit: no profile configured")
 	}
-	var profiles []*httpProfile
+	var profiles []*profile
 	var engines []*ratelimit.Profile
 	var dynamicRules []*ratelimit.Rule
 	for i := range cfgs {
@@ -49,43 +53,63 @@ func provisionProfiles(ctx caddy.Context, handler string, cfgs []ProfileConfig) 
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		hp := &httpProfile{cfg: pc, engine: engine, counters: make([][3]prometheus.Counter, len(pc.Messages)+1)}
-		for j := range hp.counters {
+		p := &profile{cfg: pc, engine: engine, counters: make([][3]prometheus.Counter, len(pc.Messages)+1)}
+		for j := range p.counters {
 			typ := "other"
 			if j > 0 {
 				typ = pc.Messages[j-1].Type
 			}
 			for v, name := range verdicts {
-				hp.counters[j][v] = theMetrics.decisions.WithLabelValues(handler, pc.Name, typ, name)
+				p.counters[j][v] = theMetrics.decisions.WithLabelValues(handler, pc.Name, typ, name)
 			}
 		}
-		for j := range pc.Messages {
-			m := &pc.Messages[j]
+		if pc.Dynamic {
+			if engine.Overall == nil {
+				return nil, nil, nil, fmt.Errorf("peer_rate_limit: profile %s: dynamic needs an overall rate", pc.Name)
+			}
+			dynamicRules = append(dynamicRules, engine.Overall)
+		}
+		for _, m := range pc.Messages {
+			if m.Dynamic {
+				dynamicRules = append(dynamicRules, engine.Message(m.Type))
+			}
+		}
+		profiles = append(profiles, p)
+		engines = append(engines, engine)
+	}
+	return profiles, engines, dynamicRules, nil
+}
+
+// provisionHTTPProfiles is buildProfiles plus each message type's matchers.
+func provisionHTTPProfiles(ctx caddy.Context, handler string, cfgs []ProfileConfig) ([]*httpProfile, []*ratelimit.Profile, []*ratelimit.Rule, error) {
+	base, engines, dynamicRules, err := buildProfiles(ctx, handler, cfgs)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	out := make([]*httpProfile, len(base))
+	for i, p := range base {
+		hp := &httpProfile{profile: p}
+		for j := range p.cfg.Messages {
+			m := &p.cfg.Messages[j]
 			if m.MatchRaw == nil {
-				return nil, nil, nil, fmt.Errorf("peer_rate_limit: profile %s: message %s has no match", pc.Name, m.Type)
+				return nil, nil, nil, fmt.Errorf("peer_rate_limit: profile %s: message %s has no match", p.cfg.Name, m.Type)
 			}
 			mod, err := ctx.LoadModule(m, "MatchRaw")
 			if err != nil {
-				return nil, nil, nil, fmt.Errorf("peer_rate_limit: profile %s: message %s: loading matchers: %v", pc.Name, m.Type, err)
+				return nil, nil, nil, fmt.Errorf("peer_rate_limit: profile %s: message %s: loading matchers: %v", p.cfg.Name, m.Type, err)
 			}
 			var set caddyhttp.MatcherSet
 			for _, mm := range mod.(map[string]any) {
 				set = append(set, mm)
 			}
 			hp.matchers = append(hp.matchers, set)
-			if m.Dynamic {
-				dynamicRules = append(dynamicRules, engine.Message(m.Type))
-			}
 		}
-		profiles = append(profiles, hp)
-		engines = append(engines, engine)
+		out[i] = hp
 	}
-	return profiles, engines, dynamicRules, nil
+	return out, engines, dynamicRules, nil
 }
 
-// decide classifies r, asks the engine for key, counts the verdict and
-// sets the placeholders under prefix. It returns the verdict and the limit
-// that refused.
+// decide classifies r, then decides for key (see profile.decide).
 func (p *httpProfile) decide(r *http.Request, key string, repl *caddy.Replacer, prefix string) (int, string, error) {
 	msg, msgType := 0, ""
 	for i, set := range p.matchers {
@@ -98,6 +122,14 @@ func (p *httpProfile) decide(r *http.Request, key string, repl *caddy.Replacer, 
 			break
 		}
 	}
+	verdict, limit := p.profile.decide(key, msg, msgType, repl, prefix)
+	return verdict, limit, nil
+}
+
+// decide asks the engine about one message of type msgType (index msg,
+// 0 for other) from key, counts the verdict and sets the placeholders
+// under prefix. It returns the verdict and the limit that refused.
+func (p *profile) decide(key string, msg int, msgType string, repl *caddy.Replacer, prefix string) (int, string) {
 	ok, limit := p.engine.Decide(key, msgType, time.Now().UnixNano())
 	verdict := admitted
 	if !ok {
@@ -111,12 +143,12 @@ func (p *httpProfile) decide(r *http.Request, key string, repl *caddy.Replacer, 
 	repl.Set(prefix+"profile", p.cfg.Name)
 	repl.Set(prefix+"message_type", msgType)
 	repl.Set(prefix+"limit", limit)
-	return verdict, limit, nil
+	return verdict, limit
 }
 
 // rejection is the status, body and Retry-After seconds of a rejection by
 // the named limit.
-func (p *httpProfile) rejection(limit string) (int, string, int) {
+func (p *profile) rejection(limit string) (int, string, int) {
 	rule := p.engine.Overall
 	if limit != "overall" {
 		rule = p.engine.Message(limit)

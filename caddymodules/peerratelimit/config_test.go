@@ -1,0 +1,92 @@
+package peerratelimit_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/caddyserver/caddy/v2/caddyconfig"
+	_ "github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
+	_ "github.com/caddyserver/caddy/v2/modules/standard"
+	_ "github.com/mholt/caddy-l4"
+
+	_ "github.com/edgesteer/edgesteer/caddymodules/peerratelimit"
+	"github.com/edgesteer/edgesteer/internal/e2e"
+)
+
+// The seed's example, as written, adapts to the JSON the handler reads.
+func TestAdaptSeedExample(t *testing.T) {
+	cf := `http://127.0.0.1:8081 {
+	peer_rate_limit {
+		profile pGW2 {
+			peer {http.request.header.Origin-Host}
+			rate 1000
+			message gx-ccr-i {
+				match {
+					header X-Cc-Request-Type 1
+				}
+				rate 200
+			}
+			message gx-ccr-t {
+				match {
+					header X-Cc-Request-Type 3
+				}
+				rate 200
+			}
+			action reject 429 "rate limit exceeded"
+		}
+	}
+	respond ok
+}`
+	out, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(cf), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		`"handler":"peer_rate_limit"`,
+		`"messages":[{"match":{"header":{"X-Cc-Request-Type":["1"]}},"rate":200,"type":"gx-ccr-i"},{"match":{"header":{"X-Cc-Request-Type":["3"]}},"rate":200,"type":"gx-ccr-t"}]`,
+		`"name":"pGW2","peer":"{http.request.header.Origin-Host}","rate":1000,"status":429`,
+	} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("adapted JSON lacks %s:\n%s", want, out)
+		}
+	}
+}
+
+// Bad config fails `caddy validate`, naming the option and value.
+func TestBadConfigFailsValidate(t *testing.T) {
+	wrap := func(body string) string {
+		return "http://127.0.0.1:1 {\n\tpeer_rate_limit {\n" + body + "\n\t}\n\trespond ok\n}\n"
+	}
+	prof := func(body string) string { return wrap("profile p {\n" + body + "\n}") }
+	dyn := func(body string) string {
+		return wrap("profile p {\nrate 10\nmessage m {\nmatch {\nmethod POST\n}\nrate 5\ndynamic\n}\n}\ndynamic {\nsource file /tmp/x\n" + body + "\n}")
+	}
+	for name, tc := range map[string]struct{ cf, want string }{
+		"zero rate":         {prof("rate 0"), `rate "0"`},
+		"negative rate":     {prof("rate -5"), `rate "-5"`},
+		"no limit":          {prof("action drop"), "needs an overall rate or a message limit"},
+		"unknown action":    {prof("rate 10\naction bounce"), `action ["bounce"]`},
+		"bad status":        {prof("rate 10\naction reject 200"), "status 200"},
+		"bad cidr":          {prof("rate 10\npeer_cidr 10.0.0.0/99"), "peer_cidr 10.0.0.0/99"},
+		"unknown option":    {prof("rate 10\ncolour blue"), `unknown option "colour"`},
+		"threshold range":   {dyn("threshold 55 130"), "throttle 130%"},
+		"threshold load":    {dyn("threshold 155 30"), "threshold 155%"},
+		"not monotonic":     {dyn("threshold 60 40\nthreshold 55 30"), "not monotonic"},
+		"reversal too high": {dyn("threshold 55 30\nreversal 70"), "reversal threshold 70%"},
+		"bad url":           {wrap("profile p {\nrate 10\ndynamic\n}\ndynamic {\nsource prometheus ftp:/x cpu\nthreshold 55 30\n}"), "url"},
+		"bad source":        {wrap("profile p {\nrate 10\ndynamic\n}\ndynamic {\nsource snmp\nthreshold 55 30\n}"), "dynamic source"},
+		"dynamic, no rule":  {wrap("profile p {\nrate 10\n}\ndynamic {\nsource procstat\nthreshold 55 30\n}"), "no message limit is marked dynamic"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "Caddyfile")
+			os.WriteFile(path, []byte(tc.cf), 0o644)
+			out, err := e2e.CaddyCommand(t, "validate", "--adapter", "caddyfile", "--config", path).CombinedOutput()
+			text := strings.ReplaceAll(string(out), `\"`, `"`) // the log line is JSON
+			if err == nil || !strings.Contains(text, tc.want) {
+				t.Fatalf("want a failure containing %q; err=%v\n%s", tc.want, err, out)
+			}
+		})
+	}
+}
