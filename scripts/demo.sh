@@ -36,7 +36,7 @@ wait_tcp() { # host port
 	done
 	return 1
 }
-for p in 8480 8481 8482 8483 8490 "$dns_port"; do
+for p in 8480 8481 8482 8483 8485 8490 "$dns_port"; do
 	if ! wait_tcp 127.0.0.1 "$p"; then
 		echo "demo: 127.0.0.1:$p did not come up" >&2
 		exit 1
@@ -49,6 +49,9 @@ edgesteer demo is running ($("$bin/caddy" version | head -n1)).
 Try:
   curl -i -H 'X-User: alice' http://127.0.0.1:8480/hello   # latency-bucket pick; alice sticks to hers
   curl -s http://localhost:2019/latency_bucket/            # publisher latency details
+  for i in 1 2 3 4 5 6; do curl -s -o /dev/null -w '%{http_code} ' -H 'X-Peer: pgw1' http://127.0.0.1:8485/; done; echo
+                                                           # peer rate limit: 200s, then 429s
+  curl -s http://localhost:2019/peer_rate_limit/           # limits and throttle levels
   printf 'GET / HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n' | nc 127.0.0.1 8490   # layer4 proxy, same policy
   dig @127.0.0.1 -p $dns_port www.demo.edgesteer.test A +short
   dig @127.0.0.1 -p $dns_port vpn.demo.edgesteer.test A +short        # gateways, best first (ogs)

@@ -96,6 +96,22 @@ func TestDemoStartsAndStopsOnInterrupt(t *testing.T) {
 		t.Fatalf("dig: %v %q", err, out)
 	}
 
+	// peer_rate_limit: a burst of 10 from one peer gets 200s, then 429s.
+	codes := map[int]int{}
+	for range 10 {
+		req, _ := http.NewRequest("GET", "http://127.0.0.1:8485/", nil)
+		req.Header.Set("X-Peer", "pgw1")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		codes[resp.StatusCode]++
+	}
+	if codes[200] == 0 || codes[429] == 0 || codes[200] > 4 {
+		t.Fatalf("demo rate limit: %v, want at most 4 admitted then 429s", codes)
+	}
+
 	// ogs: the three demo gateways, all answering, and the selection results.
 	out, err = exec.Command("dig", "@127.0.0.1", "-p", fmt.Sprint(dnsPort), "vpn.demo.edgesteer.test", "A", "+short", "+tries=1", "+time=5").CombinedOutput()
 	if got := strings.Fields(string(out)); err != nil || len(got) != 3 {

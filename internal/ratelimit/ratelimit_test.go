@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"fmt"
 	"math"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -282,4 +283,31 @@ func TestProfileRefundsTypeOnOverallRefusal(t *testing.T) {
 	if ok, _ := p.Decide("k", "t", 0); !ok {
 		t.Fatal("the type's token was not refunded")
 	}
+}
+
+// BenchmarkTableBytesPerKey fills a table with 1M peers and reports the
+// heap bytes per peer; each iteration is then a lookup of a known peer.
+func BenchmarkTableBytesPerKey(b *testing.B) {
+	const n = 1 << 20
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("10.%d.%d.%d", i>>16, (i>>8)&255, i&255)
+	}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	tb := NewTable(n + n/4)
+	for i, k := range keys {
+		tb.Bucket(k, int64(i))
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	perKey := float64(after.HeapAlloc-before.HeapAlloc) / float64(tb.Len())
+	b.ResetTimer()
+	i := 0
+	for b.Loop() {
+		tb.Bucket(keys[(i*4099)%n], 1)
+		i++
+	}
+	b.ReportMetric(perKey, "B/peer")
 }
