@@ -137,7 +137,7 @@ func (t *EgressTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if repl == nil {
 		repl = caddy.NewReplacer()
 	}
-	verdict, limit, err := p.decide(req, p.cfg.Name, repl, "http.peer_rate_limit.egress.")
+	verdict, limit, err := p.decide(req, p.cfg.Name, repl, egressPlaceholders)
 	if err != nil {
 		return nil, err
 	}

@@ -98,7 +98,7 @@ func (h *HTTPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request, next cad
 	if p.cfg.Peer != "" {
 		key = repl.ReplaceAll(p.cfg.Peer, "")
 	}
-	verdict, limit, err := p.decide(r, key, repl, "http.peer_rate_limit.")
+	verdict, limit, err := p.decide(r, key, repl, httpPlaceholders)
 	if err != nil {
 		return err
 	}

@@ -88,7 +88,7 @@ func (h *L4Handler) Handle(cx *layer4.Connection, next layer4.Handler) error {
 	if p.cfg.Peer != "" {
 		key = repl.ReplaceAll(p.cfg.Peer, "")
 	}
-	verdict, _ := p.decide(key, 0, "", repl, "l4.peer_rate_limit.")
+	verdict, _ := p.decide(key, 0, "", repl, l4Placeholders)
 	switch verdict {
 	case admitted:
 		return next.Handle(cx)

@@ -19,6 +19,10 @@ type profile struct {
 	engine *ratelimit.Profile
 	// counters[message index + 1][verdict]; index 0 is "other".
 	counters [][3]prometheus.Counter
+	// Placeholder values, boxed once: storing a string in the replacer
+	// would allocate on every request. types[0] is "" (other).
+	nameVal  any
+	typeVals []any
 }
 
 // httpProfile adds the HTTP matchers of its message types.
@@ -33,7 +37,27 @@ const (
 	dropped
 )
 
+// placeholders are the names of a handler kind's placeholders, joined
+// once (joining per request would allocate).
+type placeholders struct{ verdict, profile, messageType, limit string }
+
+func newPlaceholders(prefix string) *placeholders {
+	return &placeholders{prefix + "verdict", prefix + "profile", prefix + "message_type", prefix + "limit"}
+}
+
+var (
+	httpPlaceholders   = newPlaceholders("http.peer_rate_limit.")
+	egressPlaceholders = newPlaceholders("http.peer_rate_limit.egress.")
+	l4Placeholders     = newPlaceholders("l4.peer_rate_limit.")
+)
+
 var verdicts = [3]string{"admitted", "rejected", "dropped"}
+
+var (
+	verdictVals     = [3]any{"admitted", "rejected", "dropped"}
+	overallVal  any = "overall"
+	emptyVal    any = ""
+)
 
 // buildProfiles builds the engines and counters of cfgs and returns the
 // rules marked dynamic.
@@ -53,7 +77,11 @@ func buildProfiles(ctx caddy.Context, handler string, cfgs []ProfileConfig) ([]*
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		p := &profile{cfg: pc, engine: engine, counters: make([][3]prometheus.Counter, len(pc.Messages)+1)}
+		p := &profile{cfg: pc, engine: engine, counters: make([][3]prometheus.Counter, len(pc.Messages)+1),
+			nameVal: pc.Name, typeVals: []any{emptyVal}}
+		for _, m := range pc.Messages {
+			p.typeVals = append(p.typeVals, m.Type)
+		}
 		for j := range p.counters {
 			typ := "other"
 			if j > 0 {
@@ -110,7 +138,7 @@ func provisionHTTPProfiles(ctx caddy.Context, handler string, cfgs []ProfileConf
 }
 
 // decide classifies r, then decides for key (see profile.decide).
-func (p *httpProfile) decide(r *http.Request, key string, repl *caddy.Replacer, prefix string) (int, string, error) {
+func (p *httpProfile) decide(r *http.Request, key string, repl *caddy.Replacer, ph *placeholders) (int, string, error) {
 	msg, msgType := 0, ""
 	for i, set := range p.matchers {
 		ok, err := set.MatchWithError(r)
@@ -122,14 +150,14 @@ func (p *httpProfile) decide(r *http.Request, key string, repl *caddy.Replacer, 
 			break
 		}
 	}
-	verdict, limit := p.profile.decide(key, msg, msgType, repl, prefix)
+	verdict, limit := p.profile.decide(key, msg, msgType, repl, ph)
 	return verdict, limit, nil
 }
 
 // decide asks the engine about one message of type msgType (index msg,
-// 0 for other) from key, counts the verdict and sets the placeholders
-// under prefix. It returns the verdict and the limit that refused.
-func (p *profile) decide(key string, msg int, msgType string, repl *caddy.Replacer, prefix string) (int, string) {
+// 0 for other) from key, counts the verdict and sets the placeholders.
+// It returns the verdict and the limit that refused.
+func (p *profile) decide(key string, msg int, msgType string, repl *caddy.Replacer, ph *placeholders) (int, string) {
 	ok, limit := p.engine.Decide(key, msgType, time.Now().UnixNano())
 	verdict := admitted
 	if !ok {
@@ -139,10 +167,18 @@ func (p *profile) decide(key string, msg int, msgType string, repl *caddy.Replac
 		}
 	}
 	p.counters[msg][verdict].Inc()
-	repl.Set(prefix+"verdict", verdicts[verdict])
-	repl.Set(prefix+"profile", p.cfg.Name)
-	repl.Set(prefix+"message_type", msgType)
-	repl.Set(prefix+"limit", limit)
+	limitVal := emptyVal
+	switch limit {
+	case "":
+	case "overall":
+		limitVal = overallVal
+	default:
+		limitVal = p.typeVals[msg]
+	}
+	repl.Set(ph.verdict, verdictVals[verdict])
+	repl.Set(ph.profile, p.nameVal)
+	repl.Set(ph.messageType, p.typeVals[msg])
+	repl.Set(ph.limit, limitVal)
 	return verdict, limit
 }
 
