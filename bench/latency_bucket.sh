@@ -14,14 +14,9 @@ cd "$(dirname "$0")/.."
 need wrk wrk
 go build -o bin/testpeer ./internal/e2e/testpeer
 PAIRS=${PAIRS:-10} DUR=${DUR:-5s}
-work=$(mktemp -d)
-pids=()
-cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"; }
-trap cleanup EXIT
 
 peer() { # port name delay
-	bin/testpeer -listen "127.0.0.1:$1" -name "$2" -delay "$3" -probe-delay 0 2>/dev/null &
-	pids+=($!)
+	bg bin/testpeer -listen "127.0.0.1:$1" -name "$2" -delay "$3" -probe-delay 0 2>/dev/null
 }
 
 # Throughput upstreams: 18101-18104 (no delay). Tail upstreams: 18111-18114,
@@ -51,8 +46,7 @@ site() { # port policy upstream-base
 	site 18012 random 18110
 	site 18021 random 18120
 } >"$work/Caddyfile"
-XDG_DATA_HOME=$work XDG_CONFIG_HOME=$work bin/caddy run --adapter caddyfile --config "$work/Caddyfile" 2>"$work/caddy.log" &
-pids+=($!)
+bg env XDG_DATA_HOME="$work" XDG_CONFIG_HOME="$work" bin/caddy run --adapter caddyfile --config "$work/Caddyfile" 2>"$work/caddy.log"
 for p in 18001 18002 18003 18011 18012 18021 18101 18114 18124; do wait_port $p; done
 sleep 3 # a few probe rounds
 

@@ -20,3 +20,11 @@ wait_port() {
 need() {
 	command -v "$1" >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$2" >/dev/null; }
 }
+
+# A scratch directory and the background processes started with bg; both
+# are cleaned up when the script exits.
+work=$(mktemp -d)
+pids=()
+bg() { "$@" & pids+=($!); }
+cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"; }
+trap cleanup EXIT

@@ -10,14 +10,9 @@ cd "$(dirname "$0")/.."
 need dnsperf dnsperf
 go build -o bin/testpeer ./internal/e2e/testpeer
 RUNS=${RUNS:-5} SECS=${SECS:-5}
-work=$(mktemp -d)
-pids=()
-cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"; }
-trap cleanup EXIT
 
 for i in 1 2 3 4; do
-	bin/testpeer -listen "127.0.0.1$i:18443" -name "gw$i" 2>/dev/null &
-	pids+=($!)
+	bg bin/testpeer -listen "127.0.0.1$i:18443" -name "gw$i" 2>/dev/null
 done
 cat >"$work/ogs.Corefile" <<COREFILE
 vpn.example.test {
@@ -53,12 +48,9 @@ vpn.example.test {
 	}
 }
 COREFILE
-bin/coredns -conf "$work/hosts.Corefile" -dns.port 18055 >/dev/null 2>&1 &
-pids+=($!)
-bin/coredns -conf "$work/ogs.Corefile" -dns.port 18053 >/dev/null 2>&1 &
-pids+=($!)
-bin/coredns -conf "$work/template.Corefile" -dns.port 18054 >/dev/null 2>&1 &
-pids+=($!)
+bg bin/coredns -conf "$work/hosts.Corefile" -dns.port 18055 >/dev/null 2>&1
+bg bin/coredns -conf "$work/ogs.Corefile" -dns.port 18053 >/dev/null 2>&1
+bg bin/coredns -conf "$work/template.Corefile" -dns.port 18054 >/dev/null 2>&1
 sleep 1
 # Warm the ogs cache for this location (127.0.0.1/24).
 dig @127.0.0.1 -p 18053 vpn.example.test A +short +time=10 >/dev/null

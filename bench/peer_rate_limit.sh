@@ -10,13 +10,8 @@ cd "$(dirname "$0")/.."
 need wrk wrk
 go build -o bin/testpeer ./internal/e2e/testpeer
 PAIRS=${PAIRS:-10} DUR=${DUR:-5s}
-work=$(mktemp -d)
-pids=()
-cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"; }
-trap cleanup EXIT
 
-bin/testpeer -listen 127.0.0.1:18201 -name upstream 2>/dev/null &
-pids+=($!)
+bg bin/testpeer -listen 127.0.0.1:18201 -name upstream 2>/dev/null
 cat >"$work/Caddyfile" <<'CADDYFILE'
 {
 	admin off
@@ -46,8 +41,7 @@ http://127.0.0.1:18212 {
 	reverse_proxy 127.0.0.1:18201
 }
 CADDYFILE
-XDG_DATA_HOME=$work XDG_CONFIG_HOME=$work bin/caddy run --adapter caddyfile --config "$work/Caddyfile" 2>"$work/caddy.log" &
-pids+=($!)
+bg env XDG_DATA_HOME="$work" XDG_CONFIG_HOME="$work" bin/caddy run --adapter caddyfile --config "$work/Caddyfile" 2>"$work/caddy.log"
 for p in 18201 18211 18212; do wait_port $p; done
 
 rps() { wrk -t2 -c50 -d"$DUR" "http://127.0.0.1:$1/gx/ccr-u" | awk '/Requests\/sec/ {print $2}'; }

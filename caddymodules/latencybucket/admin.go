@@ -3,12 +3,11 @@ package latencybucket
 import (
 	"encoding/json"
 	"net/http"
-	"slices"
-	"strings"
-	"sync"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+
+	"github.com/edgesteer/edgesteer/caddymodules/internal/live"
 )
 
 func init() {
@@ -16,35 +15,9 @@ func init() {
 }
 
 // registry holds the live policies, for the admin API and metrics.
-var registry = &policies{set: map[*policy]struct{}{}}
+var registry live.Set[*policy]
 
-type policies struct {
-	mu  sync.Mutex
-	set map[*policy]struct{}
-}
-
-func (r *policies) add(p *policy) {
-	r.mu.Lock()
-	r.set[p] = struct{}{}
-	r.mu.Unlock()
-}
-
-func (r *policies) remove(p *policy) {
-	r.mu.Lock()
-	delete(r.set, p)
-	r.mu.Unlock()
-}
-
-func (r *policies) list() []*policy {
-	r.mu.Lock()
-	out := make([]*policy, 0, len(r.set))
-	for p := range r.set {
-		out = append(out, p)
-	}
-	r.mu.Unlock()
-	slices.SortFunc(out, func(a, b *policy) int { return strings.Compare(a.name, b.name) })
-	return out
-}
+func livePolicies() []*policy { return registry.List(func(p *policy) string { return p.name }) }
 
 // Admin is the admin API endpoint GET /latency_bucket/: every live
 // latency_bucket policy's publishers with latency, bucket, active state,
@@ -100,7 +73,7 @@ func serveAdmin(w http.ResponseWriter, r *http.Request) error {
 	}
 	now := time.Now().UnixNano()
 	views := []PolicyView{}
-	for _, p := range registry.list() {
+	for _, p := range livePolicies() {
 		cfg := p.tracker.Config()
 		v := PolicyView{Name: p.name, Kind: p.kind, BucketWidthMS: ms(cfg.BucketWidth), Latency: "on", Sticky: p.table != nil}
 		if cfg.NoBuckets {

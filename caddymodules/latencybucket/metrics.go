@@ -80,7 +80,7 @@ func (*stateCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (*stateCollector) Collect(ch chan<- prometheus.Metric) {
-	for _, p := range registry.list() {
+	for _, p := range livePolicies() {
 		for _, st := range p.tracker.Statuses() {
 			active, bucket := 0.0, float64(st.Bucket)
 			if st.Active {

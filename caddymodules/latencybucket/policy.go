@@ -82,7 +82,7 @@ func (p *policy) provision(ctx caddy.Context, c *Config, kind string, dials []st
 	p.clock.Store(time.Now().UnixNano())
 	p.tracker.Start()
 	go p.tick()
-	registry.add(p)
+	registry.Add(p)
 	p.logger.Info("latency_bucket policy provisioned",
 		zap.String("policy", p.name), zap.Strings("probing", addrs),
 		zap.Duration("bucket_width", cfg.BucketWidth), zap.Bool("latency_off", cfg.NoBuckets),
@@ -91,7 +91,7 @@ func (p *policy) provision(ctx caddy.Context, c *Config, kind string, dials []st
 }
 
 func (p *policy) cleanup() {
-	registry.remove(p)
+	registry.Remove(p)
 	if p.done != nil {
 		close(p.done)
 	}

@@ -5,45 +5,19 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+
+	"github.com/edgesteer/edgesteer/caddymodules/internal/live"
 )
 
 func init() {
 	caddy.RegisterModule(Admin{})
 }
 
-var registry = &runtimes{set: map[*runtime]struct{}{}}
-
-type runtimes struct {
-	mu  sync.Mutex
-	set map[*runtime]struct{}
-}
-
-func (r *runtimes) add(rt *runtime) {
-	r.mu.Lock()
-	r.set[rt] = struct{}{}
-	r.mu.Unlock()
-}
-
-func (r *runtimes) remove(rt *runtime) {
-	r.mu.Lock()
-	delete(r.set, rt)
-	r.mu.Unlock()
-}
-
-func (r *runtimes) list() []*runtime {
-	r.mu.Lock()
-	out := make([]*runtime, 0, len(r.set))
-	for rt := range r.set {
-		out = append(out, rt)
-	}
-	r.mu.Unlock()
-	slices.SortFunc(out, func(a, b *runtime) int { return strings.Compare(a.name, b.name) })
-	return out
-}
+// registry holds the live handlers, for the admin API.
+var registry live.Set[*runtime]
 
 // Admin is the admin API endpoint GET /peer_rate_limit/: every live
 // peer_rate_limit handler's profiles with configured and effective limits,
@@ -101,7 +75,7 @@ func serveAdmin(w http.ResponseWriter, r *http.Request) error {
 		return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed}
 	}
 	views := []HandlerView{}
-	for _, rt := range registry.list() {
+	for _, rt := range registry.List(func(rt *runtime) string { return rt.name }) {
 		v := HandlerView{Name: rt.name, Kind: rt.kind}
 		for _, e := range rt.engines {
 			pv := ProfileView{Name: e.Name, Keys: e.Keys()}

@@ -27,13 +27,9 @@ func init() {
 // Placeholders: {http.peer_rate_limit.verdict} (admitted, rejected,
 // dropped), {…profile}, {…message_type}, {…limit} (the limit that refused).
 type HTTPHandler struct {
-	// Name labels metrics and the admin API. Default "http".
-	Name     string          `json:"name,omitempty"`
-	Profiles []ProfileConfig `json:"profiles"`
-	Dynamic  *DynamicConfig  `json:"dynamic,omitempty"`
+	limiter // name (default "http"), profiles, dynamic
 
 	profiles []*httpProfile
-	runtime  *runtime
 }
 
 // CaddyModule returns the Caddy module information.
@@ -65,14 +61,6 @@ func (h *HTTPHandler) Provision(ctx caddy.Context) error {
 		return err
 	}
 	h.runtime = rt
-	return nil
-}
-
-// Cleanup stops dynamic throttling.
-func (h *HTTPHandler) Cleanup() error {
-	if h.runtime != nil {
-		h.runtime.stop()
-	}
 	return nil
 }
 
@@ -133,33 +121,7 @@ func parseHTTPCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, er
 
 // UnmarshalCaddyfile implements caddyfile.Unmarshaler.
 func (h *HTTPHandler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
-	d.Next() // directive name
-	if d.NextArg() {
-		return d.ArgErr()
-	}
-	for d.NextBlock(0) {
-		switch d.Val() {
-		case "name":
-			if !d.Args(&h.Name) {
-				return d.ArgErr()
-			}
-		case "profile":
-			p, err := unmarshalProfile(d, httpMatcher)
-			if err != nil {
-				return err
-			}
-			h.Profiles = append(h.Profiles, p)
-		case "dynamic":
-			dc, err := unmarshalDynamic(d)
-			if err != nil {
-				return err
-			}
-			h.Dynamic = dc
-		default:
-			return d.Errf("peer_rate_limit: unknown option %q", d.Val())
-		}
-	}
-	return nil
+	return h.unmarshalCaddyfile(d, httpMatcher)
 }
 
 // httpMatcher parses a message's match { … } block of HTTP matchers.

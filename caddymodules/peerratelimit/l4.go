@@ -21,13 +21,9 @@ func init() {
 //
 // Placeholders: {l4.peer_rate_limit.verdict}, {…profile}, {…limit}.
 type L4Handler struct {
-	// Name labels metrics and the admin API. Default "layer4".
-	Name     string          `json:"name,omitempty"`
-	Profiles []ProfileConfig `json:"profiles"`
-	Dynamic  *DynamicConfig  `json:"dynamic,omitempty"`
+	limiter // name (default "layer4"), profiles, dynamic
 
 	profiles []*profile
-	runtime  *runtime
 }
 
 // CaddyModule returns the Caddy module information.
@@ -55,14 +51,6 @@ func (h *L4Handler) Provision(ctx caddy.Context) error {
 	h.profiles = profiles
 	h.runtime, err = newRuntime(h.Name, "layer4", engines, h.Dynamic, dynamicRules, ctx.Logger())
 	return err
-}
-
-// Cleanup stops dynamic throttling.
-func (h *L4Handler) Cleanup() error {
-	if h.runtime != nil {
-		h.runtime.stop()
-	}
-	return nil
 }
 
 // Handle admits the connection to the next handler, or closes it.
@@ -115,33 +103,7 @@ func (h *L4Handler) Handle(cx *layer4.Connection, next layer4.Handler) error {
 //		dynamic { … }
 //	}
 func (h *L4Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
-	d.Next() // handler name
-	if d.NextArg() {
-		return d.ArgErr()
-	}
-	for nesting := d.Nesting(); d.NextBlock(nesting); {
-		switch d.Val() {
-		case "name":
-			if !d.Args(&h.Name) {
-				return d.ArgErr()
-			}
-		case "profile":
-			p, err := unmarshalProfile(d, func(*caddyfile.Dispenser, *MessageConfig) (bool, error) { return false, nil })
-			if err != nil {
-				return err
-			}
-			h.Profiles = append(h.Profiles, p)
-		case "dynamic":
-			dc, err := unmarshalDynamic(d)
-			if err != nil {
-				return err
-			}
-			h.Dynamic = dc
-		default:
-			return d.Errf("peer_rate_limit: unknown option %q", d.Val())
-		}
-	}
-	return nil
+	return h.unmarshalCaddyfile(d, func(*caddyfile.Dispenser, *MessageConfig) (bool, error) { return false, nil })
 }
 
 // Interface guards

@@ -3,10 +3,63 @@ package peerratelimit
 import (
 	"time"
 
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+
 	"go.uber.org/zap"
 
 	"github.com/edgesteer/edgesteer/internal/ratelimit"
 )
+
+// limiter is the configuration and run-time state that the HTTP and layer4
+// handlers share (embedded, so its fields are theirs in JSON).
+type limiter struct {
+	// Name labels metrics and the admin API.
+	Name     string          `json:"name,omitempty"`
+	Profiles []ProfileConfig `json:"profiles"`
+	Dynamic  *DynamicConfig  `json:"dynamic,omitempty"`
+
+	runtime *runtime
+}
+
+// Cleanup stops dynamic throttling.
+func (l *limiter) Cleanup() error {
+	if l.runtime != nil {
+		l.runtime.stop()
+	}
+	return nil
+}
+
+// unmarshalCaddyfile reads the handler block: name, profile (with
+// message options from opt), dynamic.
+func (l *limiter) unmarshalCaddyfile(d *caddyfile.Dispenser, opt messageOption) error {
+	d.Next() // directive name
+	if d.NextArg() {
+		return d.ArgErr()
+	}
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		switch d.Val() {
+		case "name":
+			if !d.Args(&l.Name) {
+				return d.ArgErr()
+			}
+		case "profile":
+			p, err := unmarshalProfile(d, opt)
+			if err != nil {
+				return err
+			}
+			l.Profiles = append(l.Profiles, p)
+		case "dynamic":
+			dc, err := unmarshalDynamic(d)
+			if err != nil {
+				return err
+			}
+			l.Dynamic = dc
+		default:
+			return d.Errf("peer_rate_limit: unknown option %q", d.Val())
+		}
+	}
+	return nil
+}
 
 // runtime is what the HTTP and layer4 handlers share while provisioned:
 // the profiles' engines, dynamic throttling, the sweeper, and the admin
@@ -30,7 +83,7 @@ func newRuntime(name, kind string, engines []*ratelimit.Profile, dc *DynamicConf
 		dr.start()
 	}
 	go rt.sweep()
-	registry.add(rt)
+	registry.Add(rt)
 	return rt, nil
 }
 
@@ -52,7 +105,7 @@ func (rt *runtime) sweep() {
 }
 
 func (rt *runtime) stop() {
-	registry.remove(rt)
+	registry.Remove(rt)
 	close(rt.done)
 	if rt.dynamic != nil {
 		rt.dynamic.stop()

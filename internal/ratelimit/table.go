@@ -3,6 +3,8 @@ package ratelimit
 import (
 	"hash/maphash"
 	"sync"
+
+	"github.com/edgesteer/edgesteer/internal/bounded"
 )
 
 const shardCount = 64
@@ -49,7 +51,7 @@ func (t *Table) Bucket(key string, now int64) *Bucket {
 	e := s.m[h]
 	if e == nil {
 		if len(s.m) >= s.cap {
-			s.evict()
+			bounded.EvictOldest(s.m, func(e *entry) int64 { return e.seen })
 		}
 		e = &entry{}
 		s.m[h] = e
@@ -57,22 +59,6 @@ func (t *Table) Bucket(key string, now int64) *Bucket {
 	e.seen = now
 	s.mu.Unlock()
 	return &e.Bucket
-}
-
-// evict drops the least recently used of 5 sampled entries.
-func (s *tableShard) evict() {
-	var victim uint64
-	var oldest int64
-	n := 0
-	for k, e := range s.m {
-		if n == 0 || e.seen < oldest {
-			victim, oldest = k, e.seen
-		}
-		if n++; n == 5 {
-			break
-		}
-	}
-	delete(s.m, victim)
 }
 
 // Len returns the number of buckets.

@@ -15,11 +15,12 @@ import (
 	"hash/maphash"
 	"sync"
 	"time"
+
+	"github.com/edgesteer/edgesteer/internal/bounded"
 )
 
 const (
 	shardCount    = 64 // power of two; spreads lock contention
-	evictSamples  = 5  // entries sampled per eviction
 	secondsPerSec = int64(time.Second)
 )
 
@@ -103,17 +104,7 @@ func (t *Table) Put(key uint64, value uint32, now int64) {
 	s := t.shard(key)
 	s.mu.Lock()
 	if _, ok := s.m[key]; !ok && len(s.m) >= s.capacity {
-		var victim uint64
-		oldest, n := uint32(0), 0
-		for k, e := range s.m { // map iteration starts at a random entry
-			if n == 0 || e.seen < oldest {
-				victim, oldest = k, e.seen
-			}
-			if n++; n == evictSamples {
-				break
-			}
-		}
-		delete(s.m, victim)
+		bounded.EvictOldest(s.m, func(e slot) int64 { return int64(e.seen) })
 	}
 	s.m[key] = slot{value: value, seen: sec}
 	s.mu.Unlock()
