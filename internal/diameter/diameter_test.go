@@ -1,0 +1,178 @@
+package diameter
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
+	"testing"
+
+	"github.com/fiorix/go-diameter/v4/diam"
+	"github.com/fiorix/go-diameter/v4/diam/avp"
+	"github.com/fiorix/go-diameter/v4/diam/datatype"
+	"github.com/fiorix/go-diameter/v4/diam/dict"
+)
+
+// ccr builds a credit-control request with go-diameter.
+func ccr(t testing.TB, app uint32, reqType uint32, session string) []byte {
+	m := diam.NewRequest(CmdCreditControl, app, dict.Default)
+	m.Header.HopByHopID, m.Header.EndToEndID = 0x1111, 0x2222
+	m.NewAVP(avp.SessionID, avp.Mbit, 0, datatype.UTF8String(session))
+	m.NewAVP(avp.OriginHost, avp.Mbit, 0, datatype.DiameterIdentity("pgw2.example"))
+	m.NewAVP(avp.OriginRealm, avp.Mbit, 0, datatype.DiameterIdentity("example"))
+	m.NewAVP(avp.AuthApplicationID, avp.Mbit, 0, datatype.Unsigned32(app))
+	m.NewAVP(avp.CCRequestType, avp.Mbit, 0, datatype.Enumerated(reqType))
+	m.NewAVP(avp.CCRequestNumber, avp.Mbit, 0, datatype.Unsigned32(0))
+	b, err := m.Serialize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestClassifyCreditControlTypes(t *testing.T) {
+	for _, tc := range []struct {
+		app     uint32
+		reqType uint32
+		want    string
+	}{
+		{AppGx, 1, "gx-ccr-i"}, {AppGx, 2, "gx-ccr-u"}, {AppGx, 3, "gx-ccr-t"}, {AppGx, 4, "gx-ccr-e"},
+		{AppGy, 1, "gy-ccr-i"}, {AppGy, 3, "gy-ccr-t"},
+	} {
+		b := ccr(t, tc.app, tc.reqType, "pgw2;1;2")
+		msg, h, err := ReadMessage(bufio.NewReader(bytes.NewReader(b)), DefaultMaxLength)
+		if err != nil {
+			t.Fatal(err)
+		}
+		in, err := Classify(msg, h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if in.Type() != tc.want || !in.Request || in.OriginHost != "pgw2.example" || in.SessionID != "pgw2;1;2" || in.Base() {
+			t.Errorf("%+v: type %s", in, in.Type())
+		}
+	}
+	cer := diam.NewRequest(CmdCapabilitiesExchange, 0, dict.Default)
+	cer.NewAVP(avp.OriginHost, avp.Mbit, 0, datatype.DiameterIdentity("pgw2.example"))
+	b, _ := cer.Serialize()
+	h, _ := ParseHeader(b, DefaultMaxLength)
+	in, _ := Classify(b, h)
+	if in.Type() != "cer" || !in.Base() {
+		t.Errorf("CER: %s base %v", in.Type(), in.Base())
+	}
+}
+
+// The refusal matches its request and says why, in go-diameter's reading.
+func TestRefusal(t *testing.T) {
+	b := ccr(t, AppGx, 1, "pgw2;9;1")
+	h, _ := ParseHeader(b, DefaultMaxLength)
+	in, _ := Classify(b, h)
+	ans, err := Refusal(in, ResultTooBusy, "dra.example", "example", "rate limit exceeded")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := diam.ReadMessage(bytes.NewReader(ans), dict.Default)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Header.HopByHopID != 0x1111 || m.Header.EndToEndID != 0x2222 || m.Header.CommandCode != CmdCreditControl ||
+		m.Header.ApplicationID != AppGx || m.Header.CommandFlags&diam.RequestFlag != 0 || m.Header.CommandFlags&diam.ErrorFlag == 0 {
+		t.Fatalf("header %v", m.Header)
+	}
+	want := map[uint32]string{avp.SessionID: "pgw2;9;1", avp.ResultCode: "3002", avp.OriginHost: "dra.example",
+		avp.OriginRealm: "example", avp.ErrorMessage: "rate limit exceeded"}
+	for code, v := range want {
+		a, err := m.FindAVP(code, 0)
+		if err != nil {
+			t.Fatalf("AVP %d: %v", code, err)
+		}
+		if got := avpString(a.Data); got != v {
+			t.Errorf("AVP %d = %q, want %q", code, got, v)
+		}
+	}
+}
+
+func avpString(d datatype.Type) string {
+	switch v := d.(type) {
+	case datatype.Unsigned32:
+		return itoa(uint32(v))
+	case datatype.UTF8String:
+		return string(v)
+	case datatype.DiameterIdentity:
+		return string(v)
+	}
+	return d.String()
+}
+
+func itoa(v uint32) string {
+	var b []byte
+	for {
+		b = append([]byte{byte('0' + v%10)}, b...)
+		if v /= 10; v == 0 {
+			return string(b)
+		}
+	}
+}
+
+func TestMalformed(t *testing.T) {
+	good := ccr(t, AppGx, 1, "s")
+	mut := func(f func(b []byte) []byte) []byte { return f(append([]byte(nil), good...)) }
+	for name, b := range map[string][]byte{
+		"version 2":        mut(func(b []byte) []byte { b[0] = 2; return b }),
+		"length 16":        mut(func(b []byte) []byte { b[1], b[2], b[3] = 0, 0, 16; return b }),
+		"length too large": mut(func(b []byte) []byte { b[1], b[2], b[3] = 0x10, 0, 0; return b }),
+		"length not /4":    mut(func(b []byte) []byte { b[3]++; return b }),
+		"reserved flags":   mut(func(b []byte) []byte { b[4] |= 1; return b }),
+		"truncated":        good[:len(good)-4],
+		"header cut":       good[:10],
+	} {
+		_, _, err := ReadMessage(bufio.NewReader(bytes.NewReader(b)), DefaultMaxLength)
+		if !errors.Is(err, ErrMalformed) {
+			t.Errorf("%s: %v, want ErrMalformed", name, err)
+		}
+	}
+	// A truncated AVP: the header's length is fine, an AVP's is not.
+	b := mut(func(b []byte) []byte { b[20+5], b[20+6], b[20+7] = 0, 0x10, 0; return b })
+	h, _ := ParseHeader(b, DefaultMaxLength)
+	if _, err := Classify(b, h); !errors.Is(err, ErrMalformed) {
+		t.Errorf("truncated AVP: %v", err)
+	}
+	// A clean end of stream is io.EOF, not malformed.
+	if _, _, err := ReadMessage(bufio.NewReader(bytes.NewReader(nil)), DefaultMaxLength); err != io.EOF {
+		t.Errorf("empty stream: %v", err)
+	}
+}
+
+// FuzzFramer feeds arbitrary bytes through the framer and classifier: no
+// panic, and every message returned is exactly its header's length.
+func FuzzFramer(f *testing.F) {
+	f.Add(ccr(f, AppGx, 1, "seed;1"))
+	f.Add(append(ccr(f, AppGy, 3, "seed;2"), ccr(f, AppGx, 2, "seed;3")...))
+	cer := diam.NewRequest(CmdCapabilitiesExchange, 0, dict.Default)
+	cer.NewAVP(avp.OriginHost, avp.Mbit, 0, datatype.DiameterIdentity("x"))
+	b, _ := cer.Serialize()
+	f.Add(b)
+	f.Add([]byte{1, 0, 0, 20, 0x80, 0, 1, 16, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 2})
+	f.Add([]byte{1, 0, 0, 32, 0x80, 0, 1, 16, 0, 0, 0, 4, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 1, 0xa0, 0x40, 0, 0, 0xff, 0, 0, 0, 1})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r := bufio.NewReader(bytes.NewReader(data))
+		for {
+			msg, h, err := ReadMessage(r, 4096)
+			if err != nil {
+				return
+			}
+			if len(msg) != int(h.MessageLength) {
+				t.Fatalf("message of %d bytes, header says %d", len(msg), h.MessageLength)
+			}
+			in, err := Classify(msg, h)
+			if err == nil {
+				_ = in.Type()
+				if in.Request {
+					if _, err := Refusal(in, ResultTooBusy, "dra", "realm", "x"); err != nil {
+						t.Fatalf("refusal for a classified request: %v", err)
+					}
+				}
+			}
+		}
+	})
+}
