@@ -13,6 +13,7 @@ import (
 	_ "github.com/caddyserver/caddy/v2/modules/standard"
 	_ "github.com/mholt/caddy-l4"
 
+	_ "github.com/edgesteer/edgesteer/caddymodules/diametermatch"
 	_ "github.com/edgesteer/edgesteer/caddymodules/latencybucket"
 	_ "github.com/edgesteer/edgesteer/caddymodules/peerratelimit"
 )

@@ -121,7 +121,7 @@ func parseHTTPCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, er
 
 // UnmarshalCaddyfile implements caddyfile.Unmarshaler.
 func (h *HTTPHandler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
-	return h.unmarshalCaddyfile(d, httpMatcher)
+	return h.unmarshalCaddyfile(d, httpMatcher, nil)
 }
 
 // httpMatcher parses a message's match { … } block of HTTP matchers.

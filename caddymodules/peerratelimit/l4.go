@@ -23,6 +23,10 @@ func init() {
 type L4Handler struct {
 	limiter // name (default "layer4"), profiles, dynamic
 
+	// Diameter, if set, limits Diameter requests by message type instead
+	// of connections (see DiameterMode).
+	Diameter *DiameterMode `json:"diameter,omitempty"`
+
 	profiles []*profile
 }
 
@@ -39,9 +43,19 @@ func (h *L4Handler) Provision(ctx caddy.Context) error {
 	if h.Name == "" {
 		h.Name = "layer4"
 	}
+	if h.Diameter != nil {
+		if err := h.Diameter.validate(); err != nil {
+			return err
+		}
+	}
 	for _, p := range h.Profiles {
-		if len(p.Messages) > 0 {
-			return fmt.Errorf("peer_rate_limit: profile %s: message limits need a protocol-aware layer4 mode; plain layer4 limits connections per peer", p.Name)
+		if len(p.Messages) > 0 && h.Diameter == nil {
+			return fmt.Errorf("peer_rate_limit: profile %s: message limits need the diameter mode; plain layer4 limits connections per peer", p.Name)
+		}
+		for _, m := range p.Messages {
+			if m.MatchRaw != nil {
+				return fmt.Errorf("peer_rate_limit: profile %s: message %s: match applies to HTTP; Diameter types are named (gx-ccr-i, gy-ccr-t, …)", p.Name, m.Type)
+			}
 		}
 	}
 	profiles, engines, dynamicRules, err := buildProfiles(ctx, h.Name, h.Profiles)
@@ -53,26 +67,40 @@ func (h *L4Handler) Provision(ctx caddy.Context) error {
 	return err
 }
 
-// Handle admits the connection to the next handler, or closes it.
-func (h *L4Handler) Handle(cx *layer4.Connection, next layer4.Handler) error {
-	var addr netip.Addr
-	if ta, ok := cx.RemoteAddr().(*net.TCPAddr); ok {
-		addr = ta.AddrPort().Addr().Unmap()
-	} else if ua, ok := cx.RemoteAddr().(*net.UDPAddr); ok {
-		addr = ua.AddrPort().Addr().Unmap()
+// remoteAddr is the connection's remote IP.
+func remoteAddr(cx *layer4.Connection) netip.Addr {
+	switch a := cx.RemoteAddr().(type) {
+	case *net.TCPAddr:
+		return a.AddrPort().Addr().Unmap()
+	case *net.UDPAddr:
+		return a.AddrPort().Addr().Unmap()
 	}
-	var p *profile
-	for _, cand := range h.profiles {
-		if cand.cfg.covers(addr) {
-			p = cand
-			break
+	return netip.Addr{}
+}
+
+// profileFor returns the first profile covering the connection's peer.
+func (h *L4Handler) profileFor(cx *layer4.Connection) *profile {
+	addr := remoteAddr(cx)
+	for _, p := range h.profiles {
+		if p.cfg.covers(addr) {
+			return p
 		}
 	}
+	return nil
+}
+
+// Handle admits the connection to the next handler, or closes it; in
+// Diameter mode it limits each request on the connection instead.
+func (h *L4Handler) Handle(cx *layer4.Connection, next layer4.Handler) error {
+	if h.Diameter != nil {
+		return h.handleDiameter(cx, next, func() string { return remoteAddr(cx).String() })
+	}
+	p := h.profileFor(cx)
 	if p == nil {
 		return next.Handle(cx)
 	}
 	repl := cx.Replacer()
-	key := addr.String()
+	key := remoteAddr(cx).String()
 	if p.cfg.Peer != "" {
 		key = repl.ReplaceAll(p.cfg.Peer, "")
 	}
@@ -101,9 +129,27 @@ func (h *L4Handler) Handle(cx *layer4.Connection, next layer4.Handler) error {
 //			dynamic
 //		}
 //		dynamic { … }
+//		diameter {                          # limit Diameter requests, not connections
+//			origin_host <identity>
+//			origin_realm <realm>
+//			result_code <code>              # default 3002
+//			error_message <text>
+//			max_length <bytes>
+//		}
 //	}
+//
+// In diameter mode a profile's message blocks name Diameter types
+// (gx-ccr-i, gx-ccr-t, gy-ccr-u, …) and take rate and dynamic.
 func (h *L4Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
-	return h.unmarshalCaddyfile(d, func(*caddyfile.Dispenser, *MessageConfig) (bool, error) { return false, nil })
+	noMatch := func(*caddyfile.Dispenser, *MessageConfig) (bool, error) { return false, nil }
+	return h.unmarshalCaddyfile(d, noMatch, func(d *caddyfile.Dispenser) (bool, error) {
+		if d.Val() != "diameter" {
+			return false, nil
+		}
+		m, err := unmarshalDiameter(d)
+		h.Diameter = m
+		return true, err
+	})
 }
 
 // Interface guards

@@ -30,8 +30,9 @@ func (l *limiter) Cleanup() error {
 }
 
 // unmarshalCaddyfile reads the handler block: name, profile (with
-// message options from opt), dynamic.
-func (l *limiter) unmarshalCaddyfile(d *caddyfile.Dispenser, opt messageOption) error {
+// message options from opt), dynamic, and what extra knows (it returns
+// false for an option it does not know; nil: nothing more).
+func (l *limiter) unmarshalCaddyfile(d *caddyfile.Dispenser, opt messageOption, extra func(*caddyfile.Dispenser) (bool, error)) error {
 	d.Next() // directive name
 	if d.NextArg() {
 		return d.ArgErr()
@@ -55,6 +56,14 @@ func (l *limiter) unmarshalCaddyfile(d *caddyfile.Dispenser, opt messageOption) 
 			}
 			l.Dynamic = dc
 		default:
+			if extra != nil {
+				if ok, err := extra(d); ok || err != nil {
+					if err != nil {
+						return err
+					}
+					continue
+				}
+			}
 			return d.Errf("peer_rate_limit: unknown option %q", d.Val())
 		}
 	}

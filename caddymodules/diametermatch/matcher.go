@@ -1,0 +1,166 @@
+// Package diametermatch provides layer4.matchers.diameter: it recognises a
+// Diameter connection from its first message (version 1, a sane length, no
+// reserved flags) and can match on its Application-Id, Command-Code,
+// request flag, Origin-Host and Origin-Realm. Parsing lives in
+// internal/diameter.
+package diametermatch
+
+import (
+	"errors"
+	"io"
+	"path"
+	"slices"
+	"strconv"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/fiorix/go-diameter/v4/diam"
+	"github.com/mholt/caddy-l4/layer4"
+
+	"github.com/edgesteer/edgesteer/internal/diameter"
+)
+
+func init() {
+	caddy.RegisterModule(&MatchDiameter{})
+}
+
+// MatchDiameter matches connections whose first message is Diameter. Every
+// list set must contain the message's value; lists of patterns use shell
+// globs (pgw*.example).
+type MatchDiameter struct {
+	ApplicationIDs []uint32 `json:"application_ids,omitempty"`
+	CommandCodes   []uint32 `json:"command_codes,omitempty"`
+	// Request: true matches requests only, false answers only.
+	Request      *bool    `json:"request,omitempty"`
+	OriginHosts  []string `json:"origin_hosts,omitempty"`
+	OriginRealms []string `json:"origin_realms,omitempty"`
+}
+
+// CaddyModule returns the Caddy module information.
+func (*MatchDiameter) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "layer4.matchers.diameter",
+		New: func() caddy.Module { return new(MatchDiameter) },
+	}
+}
+
+// Provision checks the patterns.
+func (m *MatchDiameter) Provision(caddy.Context) error {
+	for _, p := range append(slices.Clone(m.OriginHosts), m.OriginRealms...) {
+		if _, err := path.Match(p, ""); err != nil {
+			return errors.New("diameter matcher: bad pattern " + strconv.Quote(p))
+		}
+	}
+	return nil
+}
+
+// Match reads the first message's header (and, when Origin-Host or -Realm
+// is asked for, the whole first message, within caddy-l4's matching
+// buffer).
+func (m *MatchDiameter) Match(cx *layer4.Connection) (bool, error) {
+	hb := make([]byte, diam.HeaderLength)
+	if _, err := io.ReadFull(cx, hb); err != nil {
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return false, nil
+		}
+		return false, err
+	}
+	h, err := diameter.ParseHeader(hb, layer4.MaxMatchingBytes)
+	if err != nil {
+		return false, nil // not Diameter, or a first message too large to match on
+	}
+	if len(m.ApplicationIDs) > 0 && !slices.Contains(m.ApplicationIDs, h.ApplicationID) {
+		return false, nil
+	}
+	if len(m.CommandCodes) > 0 && !slices.Contains(m.CommandCodes, h.CommandCode) {
+		return false, nil
+	}
+	if m.Request != nil && *m.Request != (h.CommandFlags&diam.RequestFlag != 0) {
+		return false, nil
+	}
+	if len(m.OriginHosts) == 0 && len(m.OriginRealms) == 0 {
+		return true, nil
+	}
+	msg := make([]byte, h.MessageLength)
+	copy(msg, hb)
+	if _, err := io.ReadFull(cx, msg[diam.HeaderLength:]); err != nil {
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return false, nil
+		}
+		return false, err
+	}
+	in, err := diameter.Classify(msg, h)
+	if err != nil {
+		return false, nil
+	}
+	return globs(m.OriginHosts, in.OriginHost) && globs(m.OriginRealms, in.OriginRealm), nil
+}
+
+func globs(patterns []string, s string) bool {
+	if len(patterns) == 0 {
+		return true
+	}
+	for _, p := range patterns {
+		if ok, _ := path.Match(p, s); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// UnmarshalCaddyfile reads
+//
+//	diameter {
+//		application_id <id...>
+//		command_code <code...>
+//		request true|false
+//		origin_host <glob...>
+//		origin_realm <glob...>
+//	}
+func (m *MatchDiameter) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	d.Next() // matcher name
+	if d.NextArg() {
+		return d.ArgErr()
+	}
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		opt := d.Val()
+		args := d.RemainingArgs()
+		if len(args) == 0 {
+			return d.ArgErr()
+		}
+		switch opt {
+		case "application_id", "command_code":
+			for _, a := range args {
+				v, err := strconv.ParseUint(a, 10, 32)
+				if err != nil {
+					return d.Errf("diameter matcher: %s %q: not a number", opt, a)
+				}
+				if opt == "application_id" {
+					m.ApplicationIDs = append(m.ApplicationIDs, uint32(v))
+				} else {
+					m.CommandCodes = append(m.CommandCodes, uint32(v))
+				}
+			}
+		case "request":
+			b, err := strconv.ParseBool(args[0])
+			if err != nil || len(args) != 1 {
+				return d.Errf("diameter matcher: request %q: want true or false", args)
+			}
+			m.Request = &b
+		case "origin_host":
+			m.OriginHosts = append(m.OriginHosts, args...)
+		case "origin_realm":
+			m.OriginRealms = append(m.OriginRealms, args...)
+		default:
+			return d.Errf("diameter matcher: unknown option %q", opt)
+		}
+	}
+	return nil
+}
+
+// Interface guards
+var (
+	_ layer4.ConnMatcher    = (*MatchDiameter)(nil)
+	_ caddy.Provisioner     = (*MatchDiameter)(nil)
+	_ caddyfile.Unmarshaler = (*MatchDiameter)(nil)
+)
