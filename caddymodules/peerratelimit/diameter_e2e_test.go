@@ -202,10 +202,14 @@ func TestDiameterPerMessageLimitsAndRefusals(t *testing.T) {
 	kinds := map[uint32]uint32{} // hop-by-hop → CC-Request-Type
 	for range rounds {
 		var batch []byte
-		for _, rt := range []uint32{1, 1, 1, 1, 3, 3, 3, 3, 2} {
+		for _, rt := range []uint32{1, 1, 1, 1, 3, 3, 3, 3, 2, 12} { // 12: a Gy CCR-U
 			hbh++
 			kinds[hbh] = rt
-			batch = append(batch, request(diameter.CmdCreditControl, diameter.AppGx, rt, hbh, fmt.Sprintf("pgw2;%d;%d", rt, hbh))...)
+			app := uint32(diameter.AppGx)
+			if rt == 12 {
+				app, rt = diameter.AppGy, 2
+			}
+			batch = append(batch, request(diameter.CmdCreditControl, app, rt, hbh, fmt.Sprintf("pgw2;%d;%d", rt, hbh))...)
 		}
 		pgw.send(t, batch)
 		time.Sleep(5 * time.Millisecond)
@@ -225,7 +229,7 @@ func TestDiameterPerMessageLimitsAndRefusals(t *testing.T) {
 			ok[rt]++
 		case 3002:
 			refused[rt]++
-			if a.errMsg != "rate limit exceeded" || a.origin != "dra.example" || !strings.HasPrefix(a.session, fmt.Sprintf("pgw2;%d;", rt)) {
+			if a.errMsg != "rate limit exceeded" || a.origin != "dra.example" || a.session != fmt.Sprintf("pgw2;%d;%d", rt, h) {
 				t.Fatalf("refusal %+v", a)
 			}
 		default:
@@ -238,14 +242,15 @@ func TestDiameterPerMessageLimitsAndRefusals(t *testing.T) {
 			t.Errorf("CC-Request-Type %d: %d admitted (at most %d in %.2fs), %d refused", rt, ok[rt], max, elapsed, refused[rt])
 		}
 	}
-	if ok[2] != rounds || refused[2] != 0 {
-		t.Errorf("CCR-U: %d admitted, %d refused; want all %d forwarded", ok[2], refused[2], rounds)
+	if ok[2] != rounds || refused[2] != 0 || ok[12] != rounds || refused[12] != 0 {
+		t.Errorf("Gx CCR-U: %d admitted, %d refused; Gy CCR-U: %d admitted, %d refused; want all %d of each forwarded",
+			ok[2], refused[2], ok[12], refused[12], rounds)
 	}
 	if got := count(pcrfCounts, "gx-ccr-i"); got != int64(ok[1]) {
 		t.Errorf("the PCRF received %d CCR-I, %d were admitted", got, ok[1])
 	}
-	if got := count(pcrfCounts, "gx-ccr-u"); got != rounds {
-		t.Errorf("the PCRF received %d CCR-U of %d", got, rounds)
+	if got, gy := count(pcrfCounts, "gx-ccr-u"), count(pcrfCounts, "gy-ccr-u"); got != rounds || gy != rounds {
+		t.Errorf("the PCRF received %d Gx and %d Gy CCR-U of %d each", got, gy, rounds)
 	}
 }
 
