@@ -1,0 +1,214 @@
+// Package placement places tenants on nodes the way the seed's routing
+// layer does with Helix, without a controller: each tenant has k partitions,
+// held by the k live nodes with the highest rendezvous (highest random
+// weight) hash for that tenant. A node joining or leaving moves only the
+// tenants whose top k it enters or leaves, about k/N of them. Among a
+// tenant's nodes a new connection goes to the one with the fewest live
+// connections, ties broken by rendezvous order, which answers the seed's
+// open "hot node" problem. A node that cannot be dialled is marked down for
+// a cool-off and skipped. It knows nothing of Caddy or LDAP.
+package placement
+
+import (
+	"errors"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// weight is the rendezvous weight of (tenant, node): FNV-1a over both,
+// finished with SplitMix64's mixer. It is stable across processes, so
+// every router instance computes the same placement.
+func weight(tenant, node string) uint64 {
+	const offset, prime = 14695981039346656037, 1099511628211
+	h := uint64(offset)
+	for i := 0; i < len(tenant); i++ {
+		h = (h ^ uint64(tenant[i])) * prime
+	}
+	h = (h ^ 0xff) * prime // separator: ("ab","c") ≠ ("a","bc")
+	for i := 0; i < len(node); i++ {
+		h = (h ^ uint64(node[i])) * prime
+	}
+	h ^= h >> 30
+	h *= 0xbf58476d1ce4e5b9
+	h ^= h >> 27
+	h *= 0x94d049bb133111eb
+	h ^= h >> 31
+	return h
+}
+
+// Rank returns nodes ordered by rendezvous weight for tenant, highest first.
+func Rank(tenant string, nodes []string) []string {
+	out := slices.Clone(nodes)
+	ws := make(map[string]uint64, len(out))
+	for _, n := range out {
+		ws[n] = weight(tenant, n)
+	}
+	slices.SortFunc(out, func(a, b string) int {
+		switch wa, wb := ws[a], ws[b]; {
+		case wa > wb:
+			return -1
+		case wa < wb:
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+// Placer holds the live nodes, each tenant's partition count, and the
+// connections routed to each node.
+type Placer struct {
+	defaultK int
+
+	mu        sync.RWMutex
+	nodes     []string
+	overrides map[string]int
+	down      map[string]time.Time // node → end of its cool-off
+	conns     map[string]*atomic.Int64
+}
+
+// New returns a placer with partition count k per tenant by default.
+func New(k int) (*Placer, error) {
+	if k < 1 {
+		return nil, errors.New("partitions must be at least 1")
+	}
+	return &Placer{defaultK: k, overrides: map[string]int{}, down: map[string]time.Time{}, conns: map[string]*atomic.Int64{}}, nil
+}
+
+// SetNodes replaces the live node set (a membership change).
+func (p *Placer) SetNodes(nodes []string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.nodes = slices.Clone(nodes)
+	slices.Sort(p.nodes)
+	p.nodes = slices.Compact(p.nodes)
+	for _, n := range p.nodes {
+		if p.conns[n] == nil {
+			p.conns[n] = new(atomic.Int64)
+		}
+	}
+}
+
+// Nodes returns the live nodes.
+func (p *Placer) Nodes() []string {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return slices.Clone(p.nodes)
+}
+
+// SetPartitions sets tenant's partition count (0: back to the default).
+func (p *Placer) SetPartitions(tenant string, k int) error {
+	if k < 0 {
+		return errors.New("partitions must not be negative")
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if k == 0 {
+		delete(p.overrides, tenant)
+	} else {
+		p.overrides[tenant] = k
+	}
+	return nil
+}
+
+// Partitions returns tenant's partition count.
+func (p *Placer) Partitions(tenant string) int {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return p.partitions(tenant)
+}
+
+func (p *Placer) partitions(tenant string) int {
+	if k, ok := p.overrides[tenant]; ok {
+		return k
+	}
+	return p.defaultK
+}
+
+// Overrides returns the tenants with their own partition count.
+func (p *Placer) Overrides() map[string]int {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	out := make(map[string]int, len(p.overrides))
+	for t, k := range p.overrides {
+		out[t] = k
+	}
+	return out
+}
+
+// Place returns tenant's nodes: the top k live nodes by rendezvous weight.
+func (p *Placer) Place(tenant string) []string {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	ranked := Rank(tenant, p.nodes)
+	return ranked[:min(p.partitions(tenant), len(ranked))]
+}
+
+// Pick chooses the node for a new connection of tenant at now: among the
+// tenant's nodes not cooling off, the one with the fewest connections, ties
+// by rendezvous order. If all of them are down it falls through to the
+// next nodes in rendezvous order. ok is false with no usable node.
+func (p *Placer) Pick(tenant string, now time.Time) (node string, ok bool) {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	ranked := Rank(tenant, p.nodes)
+	k := min(p.partitions(tenant), len(ranked))
+	best, bestConns := "", int64(0)
+	for i, n := range ranked {
+		if i >= k && best != "" {
+			break // a node among the tenant's own was usable
+		}
+		if until, down := p.down[n]; down && now.Before(until) {
+			continue
+		}
+		c := p.conns[n].Load()
+		if best == "" || (i < k && c < bestConns) {
+			best, bestConns = n, c
+		}
+		if i >= k {
+			break // first usable node past the tenant's own
+		}
+	}
+	return best, best != ""
+}
+
+// Acquire counts a connection routed to node; Release uncounts it.
+func (p *Placer) Acquire(node string) { p.counter(node).Add(1) }
+
+// Release uncounts a connection.
+func (p *Placer) Release(node string) { p.counter(node).Add(-1) }
+
+func (p *Placer) counter(node string) *atomic.Int64 {
+	p.mu.RLock()
+	c := p.conns[node]
+	p.mu.RUnlock()
+	if c != nil {
+		return c
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.conns[node] == nil {
+		p.conns[node] = new(atomic.Int64)
+	}
+	return p.conns[node]
+}
+
+// Conns returns the connections counted per node.
+func (p *Placer) Conns() map[string]int64 {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	out := make(map[string]int64, len(p.conns))
+	for n, c := range p.conns {
+		out[n] = c.Load()
+	}
+	return out
+}
+
+// MarkDown skips node until the cool-off ends.
+func (p *Placer) MarkDown(node string, until time.Time) {
+	p.mu.Lock()
+	p.down[node] = until
+	p.mu.Unlock()
+}

@@ -1,0 +1,154 @@
+package placement
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+)
+
+func nodes(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("ldap-%d:389", i+1)
+	}
+	return out
+}
+
+func TestRankIsStableAndSpread(t *testing.T) {
+	ns := nodes(5)
+	if !slices.Equal(Rank("acme", ns), Rank("acme", []string{ns[4], ns[2], ns[0], ns[3], ns[1]})) {
+		t.Fatal("rank depends on input order")
+	}
+	first := map[string]int{}
+	for i := range 5000 {
+		first[Rank(fmt.Sprint("tenant-", i), ns)[0]]++
+	}
+	for _, n := range ns {
+		if first[n] < 800 || first[n] > 1200 {
+			t.Fatalf("first choices %v: not spread", first)
+		}
+	}
+	if weight("ab", "c") == weight("a", "bc") {
+		t.Fatal("separator missing")
+	}
+}
+
+// A node joining moves only the tenants whose top k it enters (≈ k/N of
+// them); a node leaving moves only the tenants it held.
+func TestMembershipChangeMovesKOverN(t *testing.T) {
+	const tenants, k = 20000, 3
+	p, _ := New(k)
+	p.SetNodes(nodes(10))
+	before := make([][]string, tenants)
+	for i := range before {
+		before[i] = p.Place(fmt.Sprint("tenant-", i))
+	}
+	p.SetNodes(nodes(11))
+	moved := 0
+	for i := range before {
+		after := p.Place(fmt.Sprint("tenant-", i))
+		if !slices.Equal(before[i], after) {
+			moved++
+			if !slices.Contains(after, "ldap-11:389") {
+				t.Fatalf("tenant %d moved without the new node: %v → %v", i, before[i], after)
+			}
+		}
+	}
+	frac := float64(moved) / tenants
+	t.Logf("join: %.3f of tenants moved (k/N = %.3f)", frac, float64(k)/11)
+	if frac < 0.24 || frac > 0.31 {
+		t.Fatalf("join moved %.3f of tenants, want ≈ %.3f", frac, float64(k)/11)
+	}
+	// ldap-4 leaves: only its tenants move.
+	held := 0
+	all := nodes(11)
+	p.SetNodes(slices.DeleteFunc(slices.Clone(all), func(n string) bool { return n == "ldap-4:389" }))
+	p2, _ := New(k)
+	p2.SetNodes(all)
+	for i := range tenants {
+		tn := fmt.Sprint("tenant-", i)
+		old, now := p2.Place(tn), p.Place(tn)
+		had := slices.Contains(old, "ldap-4:389")
+		if had {
+			held++
+		}
+		if !had && !slices.Equal(old, now) {
+			t.Fatalf("tenant %d moved though ldap-4 did not hold it", i)
+		}
+	}
+	t.Logf("leave: %.3f of tenants moved", float64(held)/tenants)
+}
+
+// 300 connections of one tenant with k = 3: least connections spreads them
+// evenly over its three nodes (max/mean ≤ 1.1), and no other node is used.
+func TestLeastConnectionsAmongReplicas(t *testing.T) {
+	p, _ := New(3)
+	p.SetNodes(nodes(6))
+	own := p.Place("acme")
+	for range 300 {
+		n, ok := p.Pick("acme", time.Now())
+		if !ok || !slices.Contains(own, n) {
+			t.Fatalf("picked %s, tenant nodes %v", n, own)
+		}
+		p.Acquire(n)
+	}
+	conns := p.Conns()
+	maxC := int64(0)
+	for _, n := range own {
+		maxC = max(maxC, conns[n])
+	}
+	if ratio := float64(maxC) / 100; ratio > 1.1 {
+		t.Fatalf("max/mean %.2f: %v", ratio, conns)
+	}
+	// Ties go by rendezvous order: with equal counts, the top-ranked node.
+	q, _ := New(3)
+	q.SetNodes(nodes(6))
+	if n, _ := q.Pick("acme", time.Now()); n != own[0] {
+		t.Fatalf("tie went to %s, want %s", n, own[0])
+	}
+}
+
+func TestDownNodesAreSkipped(t *testing.T) {
+	p, _ := New(2)
+	p.SetNodes(nodes(4))
+	own := Rank("acme", p.Nodes())
+	now := time.Now()
+	p.MarkDown(own[0], now.Add(time.Minute))
+	if n, _ := p.Pick("acme", now); n != own[1] {
+		t.Fatalf("with %s down picked %s, want %s", own[0], n, own[1])
+	}
+	p.MarkDown(own[1], now.Add(time.Minute))
+	if n, _ := p.Pick("acme", now); n != own[2] {
+		t.Fatalf("with both down picked %s, want the next in rank %s", n, own[2])
+	}
+	if n, _ := p.Pick("acme", now.Add(2*time.Minute)); n != own[0] {
+		t.Fatalf("after the cool-off picked %s", n)
+	}
+	for _, n := range own {
+		p.MarkDown(n, now.Add(time.Minute))
+	}
+	if _, ok := p.Pick("acme", now); ok {
+		t.Fatal("picked a node with all down")
+	}
+}
+
+func TestPartitionOverrides(t *testing.T) {
+	p, _ := New(2)
+	p.SetNodes(nodes(6))
+	if len(p.Place("big")) != 2 {
+		t.Fatal("default k")
+	}
+	p.SetPartitions("big", 5)
+	got := p.Place("big")
+	if len(got) != 5 || !slices.Equal(got[:2], Rank("big", nodes(6))[:2]) {
+		t.Fatalf("k=5 placement %v must extend the k=2 one", got)
+	}
+	p.SetPartitions("big", 0)
+	if p.Partitions("big") != 2 {
+		t.Fatal("override not cleared")
+	}
+	if _, err := New(0); err == nil {
+		t.Fatal("k=0 accepted")
+	}
+}
