@@ -1,0 +1,129 @@
+package ldapwire
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+
+	ber "github.com/go-asn1-ber/asn1-ber"
+	"github.com/go-ldap/ldap/v3"
+)
+
+func envelope(id int64, op *ber.Packet) []byte {
+	p := ber.Encode(ber.ClassUniversal, ber.TypeConstructed, ber.TagSequence, nil, "LDAP Request")
+	p.AppendChild(ber.NewInteger(ber.ClassUniversal, ber.TypePrimitive, ber.TagInteger, id, "MessageID"))
+	p.AppendChild(op)
+	return p.Bytes()
+}
+
+func bindRequest(id int64, dn, password string) []byte {
+	b := ber.Encode(ber.ClassApplication, ber.TypeConstructed, ldap.ApplicationBindRequest, nil, "Bind Request")
+	b.AppendChild(ber.NewInteger(ber.ClassUniversal, ber.TypePrimitive, ber.TagInteger, 3, "Version"))
+	b.AppendChild(ber.NewString(ber.ClassUniversal, ber.TypePrimitive, ber.TagOctetString, dn, "User Name"))
+	b.AppendChild(ber.NewString(ber.ClassContext, ber.TypePrimitive, 0, password, "Password"))
+	return envelope(id, b)
+}
+
+func startTLS(id int64) []byte {
+	e := ber.Encode(ber.ClassApplication, ber.TypeConstructed, ldap.ApplicationExtendedRequest, nil, "Start TLS")
+	e.AppendChild(ber.NewString(ber.ClassContext, ber.TypePrimitive, 0, StartTLSOID, "TLS Extended Command"))
+	return envelope(id, e)
+}
+
+func TestReadBindAndStream(t *testing.T) {
+	stream := append(bindRequest(1, "uid=alice,ou=people,o=Acme,dc=example,dc=com", "secret"), startTLS(2)...)
+	r := bytes.NewReader(stream)
+	m, err := Read(r, DefaultMaxLength)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.ID != 1 || m.Op != "bind" || m.BindAuth != "simple" || m.BindDN != "uid=alice,ou=people,o=Acme,dc=example,dc=com" || m.Anonymous {
+		t.Fatalf("%+v", m)
+	}
+	if !bytes.Equal(m.Raw, stream[:len(m.Raw)]) {
+		t.Fatal("raw bytes differ from the stream")
+	}
+	m2, err := Read(r, DefaultMaxLength)
+	if err != nil || !m2.StartTLS() || m2.ID != 2 {
+		t.Fatalf("StartTLS: %+v %v", m2, err)
+	}
+	if _, err := Read(r, DefaultMaxLength); err != io.EOF {
+		t.Fatalf("end of stream: %v", err)
+	}
+	anon, _ := Parse(bindRequest(3, "", ""))
+	if !anon.Anonymous {
+		t.Fatal("anonymous bind not recognised")
+	}
+}
+
+func TestTenantRules(t *testing.T) {
+	dn := "uid=alice,ou=people,o=Acme,dc=example,dc=com"
+	for _, tc := range []struct {
+		rdn, re, want string
+		ok            bool
+	}{
+		{"o", "", "acme", true},
+		{"dc", "", "example", true},
+		{"O", "", "acme", true},
+		{"cn", "", "", false},
+		{"", `,o=([^,]+),`, "acme", true},
+		{"", `^uid=[^@]+@([a-z]+)`, "", false},
+	} {
+		rule, err := NewTenantRule(tc.rdn, tc.re)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, ok := rule.Tenant(dn)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("rule %q/%q: %q %v", tc.rdn, tc.re, got, ok)
+		}
+	}
+	for _, c := range [][2]string{{"", ""}, {"o", "x(.)"}, {"", "no-group"}, {"", "("}} {
+		if _, err := NewTenantRule(c[0], c[1]); err == nil {
+			t.Errorf("rule %q accepted", c)
+		}
+	}
+}
+
+func TestMalformedAndOversized(t *testing.T) {
+	good := bindRequest(1, "o=acme", "x")
+	for name, b := range map[string][]byte{
+		"garbage":       []byte("GET / HTTP/1.1\r\n\r\n"),
+		"truncated":     good[:len(good)-3],
+		"not a message": ber.NewInteger(ber.ClassUniversal, ber.TypePrimitive, ber.TagInteger, 5, "x").Bytes(),
+	} {
+		if _, err := Read(bytes.NewReader(b), DefaultMaxLength); !errors.Is(err, ErrMalformed) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	big := bindRequest(1, "o="+strings.Repeat("a", 5000), "x")
+	if _, err := Read(bytes.NewReader(big), 1024); !errors.Is(err, ErrMalformed) || !strings.Contains(err.Error(), "longer than 1024") {
+		t.Errorf("oversized: %v", err)
+	}
+}
+
+// FuzzRead feeds arbitrary bytes to the reader: no panic; what it accepts
+// re-reads identically from its raw bytes.
+func FuzzRead(f *testing.F) {
+	f.Add(bindRequest(1, "uid=a,o=acme,dc=example", "pw"))
+	f.Add(startTLS(7))
+	f.Add(append(bindRequest(1, "", ""), bindRequest(2, "o=x", "y")...))
+	f.Add([]byte{0x30, 0x84, 0xff, 0xff, 0xff, 0xff})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r := bytes.NewReader(data)
+		for range 8 {
+			m, err := Read(r, 4096)
+			if err != nil {
+				return
+			}
+			again, err := Parse(m.Raw)
+			if err != nil || again.Op != m.Op || again.BindDN != m.BindDN {
+				t.Fatalf("re-read differs: %+v vs %+v (%v)", m, again, err)
+			}
+			rule, _ := NewTenantRule("o", "")
+			rule.Tenant(m.BindDN)
+		}
+	})
+}
