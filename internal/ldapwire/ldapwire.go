@@ -57,12 +57,18 @@ var opNames = map[ber.Tag]string{
 }
 
 // Read reads one LDAPMessage of at most maxLen bytes from r. An EOF before
-// the first byte is io.EOF; anything else wrong is ErrMalformed.
+// the first byte is io.EOF; an error of r itself (other than EOF) comes
+// back unchanged, so a caller can tell "wait for more bytes" from bad
+// bytes; anything else wrong is ErrMalformed.
 func Read(r io.Reader, maxLen int64) (*Message, error) {
 	var raw bytes.Buffer
-	lr := &io.LimitedReader{R: r, N: maxLen}
+	src := &errorKeeper{r: r}
+	lr := &io.LimitedReader{R: src, N: maxLen}
 	p, err := ber.ReadPacket(io.TeeReader(lr, &raw))
 	if err != nil {
+		if src.err != nil && !errors.Is(src.err, io.EOF) {
+			return nil, src.err
+		}
 		if raw.Len() == 0 && errors.Is(err, io.EOF) {
 			return nil, io.EOF
 		}
@@ -185,4 +191,18 @@ func (t *TenantRule) Tenant(dn string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// errorKeeper remembers the last error of the reader it wraps.
+type errorKeeper struct {
+	r   io.Reader
+	err error
+}
+
+func (e *errorKeeper) Read(p []byte) (int, error) {
+	n, err := e.r.Read(p)
+	if err != nil {
+		e.err = err
+	}
+	return n, err
 }

@@ -127,3 +127,18 @@ func FuzzRead(f *testing.F) {
 		}
 	})
 }
+
+// A reader's own error (say, "no more bytes buffered yet") comes back as
+// is, not as malformed.
+func TestReaderErrorsPassThrough(t *testing.T) {
+	errWait := errors.New("wait for more")
+	b := bindRequest(1, "o=acme", "x")
+	r := io.MultiReader(bytes.NewReader(b[:5]), iotestErr{errWait})
+	if _, err := Read(r, DefaultMaxLength); err != errWait {
+		t.Fatalf("got %v", err)
+	}
+}
+
+type iotestErr struct{ err error }
+
+func (e iotestErr) Read([]byte) (int, error) { return 0, e.err }
