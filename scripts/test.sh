@@ -4,6 +4,7 @@
 # test: unit, adapter and end-to-end through the real binaries.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export PATH="$PATH:/usr/sbin:/sbin" # slapd and slapadd live there
 
 stage_start=$SECONDS
 stage() { # name

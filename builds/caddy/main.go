@@ -17,6 +17,7 @@ import (
 	_ "github.com/edgesteer/edgesteer/caddymodules/latencybucket"
 	_ "github.com/edgesteer/edgesteer/caddymodules/ldapmatch"
 	_ "github.com/edgesteer/edgesteer/caddymodules/peerratelimit"
+	_ "github.com/edgesteer/edgesteer/caddymodules/tenantroute"
 )
 
 func main() {

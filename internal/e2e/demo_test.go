@@ -61,6 +61,9 @@ func TestDemoStartsAndStopsOnInterrupt(t *testing.T) {
 	// [0,32) bucket, publisher 3 (40 ms segment) is never picked, and a
 	// user sticks to one publisher.
 	waitMeasured(t, "demo-http", 3)
+	// The layer4 policy's first probe round may run before the publishers
+	// (sites of the same Caddy) listen; wait for a round that sees them.
+	waitMeasured(t, "demo-l4", 3)
 	seen := map[string]int{}
 	for i := range 40 {
 		h := demoGet(t, fmt.Sprint("user-", i))

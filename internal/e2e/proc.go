@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os/exec"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -174,4 +175,16 @@ func ClosingListener(tb testing.TB) string {
 		}
 	}()
 	return l.Addr().String()
+}
+
+// WaitLog waits up to timeout for the program's output to contain s (its
+// output reaches us through a pipe, a moment after it is written).
+func (p *Proc) WaitLog(t testing.TB, s string, timeout time.Duration) {
+	t.Helper()
+	for deadline := time.Now().Add(timeout); !strings.Contains(p.Logs(), s); {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never logged %q", p.Name, s)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }

@@ -135,3 +135,47 @@ func StartPeer(t testing.TB, name, addr string, probeDelay time.Duration) *Proc 
 	p.WaitTCP(t, addr)
 	return p
 }
+
+// Slapd is a private OpenLDAP server on a free loopback port, with suffix
+// dc=example, rootdn cn=admin,dc=example (password "secret") and the
+// entries of ldif.
+type Slapd struct {
+	*Proc
+	Addr string
+}
+
+// StartSlapd writes a slapd.conf, loads ldif with slapadd and runs slapd.
+func StartSlapd(t testing.TB, name, ldif string) *Slapd {
+	t.Helper()
+	dir := t.TempDir()
+	db := filepath.Join(dir, "db")
+	if err := os.MkdirAll(db, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	conf := filepath.Join(dir, "slapd.conf")
+	os.WriteFile(conf, []byte(fmt.Sprintf(`include /etc/ldap/schema/core.schema
+include /etc/ldap/schema/cosine.schema
+include /etc/ldap/schema/inetorgperson.schema
+modulepath /usr/lib/ldap
+moduleload back_mdb
+pidfile %s/slapd.pid
+database mdb
+maxsize 104857600
+suffix "dc=example"
+rootdn "cn=admin,dc=example"
+rootpw secret
+directory %s
+access to attrs=userPassword by anonymous auth by * none
+access to * by * read
+`, dir, db)), 0o644)
+	data := filepath.Join(dir, "data.ldif")
+	os.WriteFile(data, []byte(ldif), 0o644)
+	if out, err := exec.Command("slapadd", "-f", conf, "-l", data).CombinedOutput(); err != nil {
+		t.Fatalf("slapadd: %v\n%s", err, out)
+	}
+	port := FreePort(t)
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	s := &Slapd{Proc: Start(t, name, "slapd", nil, "-f", conf, "-h", "ldap://"+addr+"/", "-d", "0"), Addr: addr}
+	s.WaitTCP(t, addr)
+	return s
+}

@@ -1,0 +1,147 @@
+package tenantroute_test
+
+import (
+	"fmt"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-ldap/ldap/v3"
+
+	"github.com/edgesteer/edgesteer/internal/e2e"
+	"github.com/edgesteer/edgesteer/internal/placement"
+)
+
+var tenants = []string{"acme", "globex", "initech", "umbrella"}
+
+// ldif holds every tenant with one user, and the node's marker entry.
+func ldif(node string) string {
+	var b strings.Builder
+	b.WriteString("dn: dc=example\nobjectClass: dcObject\nobjectClass: organization\ndc: example\no: example\n\n")
+	fmt.Fprintf(&b, "dn: cn=marker,dc=example\nobjectClass: organizationalRole\ncn: marker\ndescription: %s\n\n", node)
+	for _, t := range tenants {
+		fmt.Fprintf(&b, "dn: o=%s,dc=example\nobjectClass: organization\no: %s\n\n", t, t)
+		fmt.Fprintf(&b, "dn: uid=alice,o=%s,dc=example\nobjectClass: inetOrgPerson\nuid: alice\ncn: Alice\nsn: A\nuserPassword: pw-%s\n\n", t, t)
+	}
+	return b.String()
+}
+
+// marker binds as the tenant's user through the router and returns which
+// node answered.
+func marker(t *testing.T, conn *ldap.Conn, tenant string) string {
+	t.Helper()
+	if err := conn.Bind(fmt.Sprintf("uid=alice,o=%s,dc=example", tenant), "pw-"+tenant); err != nil {
+		t.Fatalf("bind %s: %v", tenant, err)
+	}
+	res, err := conn.Search(ldap.NewSearchRequest("cn=marker,dc=example", ldap.ScopeBaseObject, ldap.NeverDerefAliases,
+		0, 0, false, "(objectClass=*)", []string{"description"}, nil))
+	if err != nil || len(res.Entries) != 1 {
+		t.Fatalf("search: %v", err)
+	}
+	return res.Entries[0].GetAttributeValue("description")
+}
+
+// Three slapd nodes, k = 2: each tenant's connections land on its two
+// rendezvous nodes (ldapsearch and go-ldap clients), spread evenly; a
+// rebind to another tenant is refused; a killed node's tenants fail over.
+func TestTenantRoutingWithSlapd(t *testing.T) {
+	if _, err := exec.LookPath("slapd"); err != nil {
+		t.Fatal("slapd is needed (Debian package slapd; make test installs it)")
+	}
+	var addrs []string
+	nodes := map[string]*e2e.Slapd{}
+	for i := 1; i <= 3; i++ {
+		name := fmt.Sprintf("node-%d", i)
+		s := e2e.StartSlapd(t, name, ldif(name))
+		nodes[s.Addr] = s
+		addrs = append(addrs, s.Addr)
+	}
+	nameOf := func(addr string) string { return nodes[addr].Name }
+	front := e2e.Addr(t)
+	c := e2e.StartCaddy(t, "caddyfile", fmt.Sprintf(`{
+	layer4 {
+		%s {
+			@bind ldap {
+				operation bind
+			}
+			route @bind {
+				tenant_route {
+					nodes %s
+					partitions 2
+					tenant_rdn o
+					cool_off 1m
+				}
+			}
+		}
+	}
+}`, front, strings.Join(addrs, " ")))
+	c.WaitTCP(t, front)
+
+	// ldapsearch, the real client.
+	own := placement.Rank("acme", addrs)[:2]
+	out, err := exec.Command("ldapsearch", "-x", "-H", "ldap://"+front, "-D", "uid=alice,o=acme,dc=example", "-w", "pw-acme",
+		"-b", "cn=marker,dc=example", "-s", "base", "description").CombinedOutput()
+	if err != nil {
+		t.Fatalf("ldapsearch: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "description: "+nameOf(own[0])) && !strings.Contains(string(out), "description: "+nameOf(own[1])) {
+		t.Fatalf("acme answered by a node outside %v:\n%s", own, out)
+	}
+
+	// 90 held connections per tenant: always on the tenant's nodes, and
+	// least connections spreads them (max/mean ≤ 1.1 over its 2 nodes).
+	for _, tenant := range tenants {
+		own := placement.Rank(tenant, addrs)[:2]
+		per := map[string]int{}
+		var conns []*ldap.Conn
+		for range 90 {
+			conn, err := ldap.DialURL("ldap://" + front)
+			if err != nil {
+				t.Fatal(err)
+			}
+			conns = append(conns, conn)
+			per[marker(t, conn, tenant)]++
+		}
+		for n, cnt := range per {
+			if !slices.ContainsFunc(own, func(a string) bool { return nameOf(a) == n }) {
+				t.Fatalf("tenant %s reached %s, not one of its nodes %v", tenant, n, own)
+			}
+			if float64(cnt)/45 > 1.1 {
+				t.Fatalf("tenant %s spread %v: max/mean over 1.1", tenant, per)
+			}
+		}
+		for _, conn := range conns {
+			conn.Close()
+		}
+	}
+
+	// Rebind to another tenant on the same connection: refused (closed).
+	conn, err := ldap.DialURL("ldap://" + front)
+	if err != nil {
+		t.Fatal(err)
+	}
+	marker(t, conn, "acme")
+	conn.SetTimeout(5 * time.Second)
+	if err := conn.Bind("uid=alice,o=globex,dc=example", "pw-globex"); err == nil {
+		t.Fatal("a rebind to another tenant succeeded")
+	} else {
+		t.Logf("rebind refused: %v", err)
+	}
+	conn.Close()
+	c.WaitLog(t, "bind to another tenant on a routed connection", 5*time.Second)
+
+	// Kill acme's first node: its connections go to the next node.
+	nodes[own[0]].Kill()
+	for range 5 {
+		conn, err := ldap.DialURL("ldap://" + front)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := marker(t, conn, "acme"); n == nameOf(own[0]) {
+			t.Fatalf("acme still reached the killed %s", n)
+		}
+		conn.Close()
+	}
+}

@@ -1,0 +1,280 @@
+// Package tenantroute provides layer4.handlers.tenant_route: it routes a
+// persistent LDAP connection to a node that holds its tenant (the seed's
+// Helix routing layer). The tenant comes from the bind DN; placement is
+// rendezvous top-k per tenant with least connections among the k
+// (internal/placement); LDAP framing is internal/ldapwire.
+package tenantroute
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/mholt/caddy-l4/layer4"
+	"go.uber.org/zap"
+
+	"github.com/edgesteer/edgesteer/internal/ldapwire"
+	"github.com/edgesteer/edgesteer/internal/placement"
+)
+
+func init() {
+	caddy.RegisterModule(&TenantRoute{})
+}
+
+// TenantRoute is a terminal handler: it connects the client to a node of
+// its tenant and relays both ways.
+//
+// Tenant isolation: a later BindRequest on the same connection naming a
+// different tenant never reaches the first tenant's node; the connection
+// is closed (logged and counted) instead.
+type TenantRoute struct {
+	// Nodes are the static members (host:port).
+	Nodes []string `json:"nodes"`
+	// Partitions per tenant (default 2); TenantPartitions overrides it for
+	// some tenants.
+	Partitions       int            `json:"partitions,omitempty"`
+	TenantPartitions map[string]int `json:"tenant_partitions,omitempty"`
+	// TenantRDN names the bind DN attribute holding the tenant (default
+	// "o"); TenantRegexp instead takes its first capture group.
+	TenantRDN    string `json:"tenant_rdn,omitempty"`
+	TenantRegexp string `json:"tenant_regexp,omitempty"`
+	// DialTimeout per node (default 3s); a node that fails is skipped for
+	// CoolOff (default 30s).
+	DialTimeout caddy.Duration `json:"dial_timeout,omitempty"`
+	CoolOff     caddy.Duration `json:"cool_off,omitempty"`
+	// MaxMessageLength bounds a client message (default 65536).
+	MaxMessageLength int `json:"max_message_length,omitempty"`
+
+	placer *placement.Placer
+	rule   *ldapwire.TenantRule
+	logger *zap.Logger
+}
+
+// CaddyModule returns the Caddy module information.
+func (*TenantRoute) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "layer4.handlers.tenant_route",
+		New: func() caddy.Module { return new(TenantRoute) },
+	}
+}
+
+// Provision validates the configuration and sets up placement.
+func (t *TenantRoute) Provision(ctx caddy.Context) error {
+	t.logger = ctx.Logger()
+	if len(t.Nodes) == 0 {
+		return errors.New("tenant_route: no nodes")
+	}
+	for _, n := range t.Nodes {
+		if _, _, err := net.SplitHostPort(n); err != nil {
+			return fmt.Errorf("tenant_route: node %q: want host:port", n)
+		}
+	}
+	if t.Partitions == 0 {
+		t.Partitions = 2
+	}
+	p, err := placement.New(t.Partitions)
+	if err != nil {
+		return fmt.Errorf("tenant_route: partitions %d: %v", t.Partitions, err)
+	}
+	for tenant, k := range t.TenantPartitions {
+		if k < 1 {
+			return fmt.Errorf("tenant_route: tenant_partitions %s %d: must be at least 1", tenant, k)
+		}
+		p.SetPartitions(tenant, k)
+	}
+	p.SetNodes(t.Nodes)
+	t.placer = p
+	rdn := t.TenantRDN
+	if rdn == "" && t.TenantRegexp == "" {
+		rdn = "o"
+	}
+	if t.rule, err = ldapwire.NewTenantRule(rdn, t.TenantRegexp); err != nil {
+		return fmt.Errorf("tenant_route: %v", err)
+	}
+	if t.DialTimeout < 0 || t.CoolOff < 0 || t.MaxMessageLength < 0 {
+		return errors.New("tenant_route: dial_timeout, cool_off and max_message_length must be positive")
+	}
+	if t.DialTimeout == 0 {
+		t.DialTimeout = caddy.Duration(3 * time.Second)
+	}
+	if t.CoolOff == 0 {
+		t.CoolOff = caddy.Duration(30 * time.Second)
+	}
+	if t.MaxMessageLength == 0 {
+		t.MaxMessageLength = ldapwire.DefaultMaxLength
+	}
+	return nil
+}
+
+// Handle reads the first message, finds the tenant, connects to its node
+// and relays.
+func (t *TenantRoute) Handle(cx *layer4.Connection, _ layer4.Handler) error {
+	max := int64(t.MaxMessageLength)
+	first, err := ldapwire.Read(cx, max)
+	if err != nil {
+		return fmt.Errorf("tenant_route: first message: %w", err)
+	}
+	if first.Op != "bind" || first.Anonymous {
+		return fmt.Errorf("tenant_route: first message is %s, not a named bind: route StartTLS and anonymous connections elsewhere", first.Op)
+	}
+	tenant, ok := t.rule.Tenant(first.BindDN)
+	if !ok {
+		return fmt.Errorf("tenant_route: no tenant in bind DN %q", first.BindDN)
+	}
+	node, up, err := t.dial(tenant)
+	if err != nil {
+		return err
+	}
+	defer up.Close()
+	t.placer.Acquire(node)
+	defer t.placer.Release(node)
+	repl := cx.Replacer()
+	repl.Set("l4.tenant_route.tenant", tenant)
+	repl.Set("l4.tenant_route.node", node)
+	t.logger.Debug("routing", zap.String("tenant", tenant), zap.String("node", node), zap.String("remote", cx.RemoteAddr().String()))
+
+	if _, err := up.Write(first.Raw); err != nil {
+		return err
+	}
+	var once sync.Once
+	closeBoth := func() { once.Do(func() { up.Close(); cx.Close() }) }
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		io.Copy(cx, up)
+		closeBoth()
+	}()
+	err = t.relayClient(cx, up, tenant, max)
+	closeBoth()
+	<-done
+	if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
+		return nil
+	}
+	return err
+}
+
+// relayClient forwards the client's messages, refusing a bind to another
+// tenant by closing the connection.
+func (t *TenantRoute) relayClient(cx *layer4.Connection, up net.Conn, tenant string, max int64) error {
+	for {
+		m, err := ldapwire.Read(cx, max)
+		if err != nil {
+			return err
+		}
+		if m.Op == "bind" {
+			if other, ok := t.rule.Tenant(m.BindDN); !ok || other != tenant {
+				t.logger.Warn("bind to another tenant on a routed connection: closing it",
+					zap.String("tenant", tenant), zap.String("bind_dn", m.BindDN), zap.String("remote", cx.RemoteAddr().String()))
+				return fmt.Errorf("tenant_route: rebind from tenant %s to %q refused", tenant, m.BindDN)
+			}
+		}
+		if _, err := up.Write(m.Raw); err != nil {
+			return err
+		}
+	}
+}
+
+// dial connects to the tenant's node, marking nodes that fail down.
+func (t *TenantRoute) dial(tenant string) (string, net.Conn, error) {
+	var lastErr error
+	for range len(t.Nodes) {
+		node, ok := t.placer.Pick(tenant, time.Now())
+		if !ok {
+			break
+		}
+		conn, err := net.DialTimeout("tcp", node, time.Duration(t.DialTimeout))
+		if err == nil {
+			return node, conn, nil
+		}
+		lastErr = err
+		t.placer.MarkDown(node, time.Now().Add(time.Duration(t.CoolOff)))
+		t.logger.Warn("node unreachable: cooling off", zap.String("node", node), zap.Error(err))
+	}
+	return "", nil, fmt.Errorf("tenant_route: no reachable node for tenant %s: %v", tenant, lastErr)
+}
+
+// UnmarshalCaddyfile reads
+//
+//	tenant_route {
+//		nodes <host:port...>
+//		partitions <k>
+//		tenant_partitions <tenant> <k>
+//		tenant_rdn <attribute>          # default o
+//		tenant_regexp <regexp>          # instead: its first capture group
+//		dial_timeout <duration>
+//		cool_off <duration>
+//		max_message_length <bytes>
+//	}
+func (t *TenantRoute) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	d.Next()
+	if d.NextArg() {
+		return d.ArgErr()
+	}
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		opt := d.Val()
+		args := d.RemainingArgs()
+		if len(args) == 0 {
+			return d.ArgErr()
+		}
+		num := func(s string) (int, error) {
+			var n int
+			if _, err := fmt.Sscan(s, &n); err != nil || n < 1 {
+				return 0, d.Errf("tenant_route: %s %q: want a whole number of at least 1", opt, s)
+			}
+			return n, nil
+		}
+		dur := func(s string) (caddy.Duration, error) {
+			v, err := caddy.ParseDuration(s)
+			if err != nil || v <= 0 {
+				return 0, d.Errf("tenant_route: %s %q: want a positive duration", opt, s)
+			}
+			return caddy.Duration(v), nil
+		}
+		var err error
+		switch opt {
+		case "nodes":
+			t.Nodes = append(t.Nodes, args...)
+		case "partitions":
+			t.Partitions, err = num(args[0])
+		case "tenant_partitions":
+			if len(args) != 2 {
+				return d.ArgErr()
+			}
+			var k int
+			if k, err = num(args[1]); err == nil {
+				if t.TenantPartitions == nil {
+					t.TenantPartitions = map[string]int{}
+				}
+				t.TenantPartitions[args[0]] = k
+			}
+		case "tenant_rdn":
+			t.TenantRDN = args[0]
+		case "tenant_regexp":
+			t.TenantRegexp = args[0]
+		case "dial_timeout":
+			t.DialTimeout, err = dur(args[0])
+		case "cool_off":
+			t.CoolOff, err = dur(args[0])
+		case "max_message_length":
+			t.MaxMessageLength, err = num(args[0])
+		default:
+			return d.Errf("tenant_route: unknown option %q", opt)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Interface guards
+var (
+	_ layer4.NextHandler    = (*TenantRoute)(nil)
+	_ caddy.Provisioner     = (*TenantRoute)(nil)
+	_ caddyfile.Unmarshaler = (*TenantRoute)(nil)
+)
