@@ -18,6 +18,8 @@ import (
 	"github.com/fiorix/go-diameter/v4/diam/avp"
 	"github.com/fiorix/go-diameter/v4/diam/datatype"
 	"github.com/fiorix/go-diameter/v4/diam/dict"
+
+	"github.com/edgesteer/edgesteer/internal/diameter"
 )
 
 func main() {
@@ -69,17 +71,10 @@ func runServer(addr string) error {
 }
 
 func request(cmd, app, reqType, hbh uint32) []byte {
-	m := diam.NewRequest(cmd, app, dict.Default)
-	m.Header.HopByHopID, m.Header.EndToEndID = hbh, hbh
-	m.NewAVP(avp.SessionID, avp.Mbit, 0, datatype.UTF8String(fmt.Sprint("load;", hbh)))
-	m.NewAVP(avp.OriginHost, avp.Mbit, 0, datatype.DiameterIdentity("pgw1.example"))
-	m.NewAVP(avp.OriginRealm, avp.Mbit, 0, datatype.DiameterIdentity("example"))
-	if reqType != 0 {
-		m.NewAVP(avp.AuthApplicationID, avp.Mbit, 0, datatype.Unsigned32(app))
-		m.NewAVP(avp.CCRequestType, avp.Mbit, 0, datatype.Enumerated(reqType))
-		m.NewAVP(avp.CCRequestNumber, avp.Mbit, 0, datatype.Unsigned32(1))
+	b, err := diameter.Request(cmd, app, reqType, hbh, hbh, fmt.Sprint("load;", hbh), "pgw1.example", "example")
+	if err != nil {
+		log.Fatal(err)
 	}
-	b, _ := m.Serialize()
 	return b
 }
 

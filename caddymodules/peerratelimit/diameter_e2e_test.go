@@ -72,21 +72,9 @@ func count(m *sync.Map, typ string) int64 {
 	return 0
 }
 
-// request builds a request with go-diameter; CC-Request-Type 0 leaves it out.
+// request builds a pGW's request; CC-Request-Type 0 leaves it out.
 func request(cmd, app, reqType, hbh uint32, session string) []byte {
-	m := diam.NewRequest(cmd, app, dict.Default)
-	m.Header.HopByHopID, m.Header.EndToEndID = hbh, hbh^0xabcdef
-	if session != "" {
-		m.NewAVP(avp.SessionID, avp.Mbit, 0, datatype.UTF8String(session))
-	}
-	m.NewAVP(avp.OriginHost, avp.Mbit, 0, datatype.DiameterIdentity("pgw2.example"))
-	m.NewAVP(avp.OriginRealm, avp.Mbit, 0, datatype.DiameterIdentity("example"))
-	if reqType != 0 {
-		m.NewAVP(avp.AuthApplicationID, avp.Mbit, 0, datatype.Unsigned32(app))
-		m.NewAVP(avp.CCRequestType, avp.Mbit, 0, datatype.Enumerated(reqType))
-		m.NewAVP(avp.CCRequestNumber, avp.Mbit, 0, datatype.Unsigned32(0))
-	}
-	b, _ := m.Serialize()
+	b, _ := diameter.Request(cmd, app, reqType, hbh, hbh^0xabcdef, session, "pgw2.example", "example")
 	return b
 }
 

@@ -207,3 +207,23 @@ func Refusal(in Info, resultCode uint32, originHost, originRealm, errorMessage s
 	}
 	return m.Serialize()
 }
+
+// Request builds a request as a peer sends it, for test peers and load
+// tools: Session-Id (when given), Origin-Host and Origin-Realm, and for a
+// credit-control request (reqType > 0) Auth-Application-Id,
+// CC-Request-Type and CC-Request-Number.
+func Request(cmd, app, reqType, hopByHop, endToEnd uint32, session, originHost, originRealm string) ([]byte, error) {
+	m := diam.NewRequest(cmd, app, dict.Default)
+	m.Header.HopByHopID, m.Header.EndToEndID = hopByHop, endToEnd
+	if session != "" {
+		m.NewAVP(avp.SessionID, avp.Mbit, 0, datatype.UTF8String(session))
+	}
+	m.NewAVP(avp.OriginHost, avp.Mbit, 0, datatype.DiameterIdentity(originHost))
+	m.NewAVP(avp.OriginRealm, avp.Mbit, 0, datatype.DiameterIdentity(originRealm))
+	if reqType != 0 {
+		m.NewAVP(avp.AuthApplicationID, avp.Mbit, 0, datatype.Unsigned32(app))
+		m.NewAVP(avp.CCRequestType, avp.Mbit, 0, datatype.Enumerated(reqType))
+		m.NewAVP(avp.CCRequestNumber, avp.Mbit, 0, datatype.Unsigned32(0))
+	}
+	return m.Serialize()
+}

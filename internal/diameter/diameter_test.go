@@ -13,17 +13,9 @@ import (
 	"github.com/fiorix/go-diameter/v4/diam/dict"
 )
 
-// ccr builds a credit-control request with go-diameter.
+// ccr builds a credit-control request from pgw2.example.
 func ccr(t testing.TB, app uint32, reqType uint32, session string) []byte {
-	m := diam.NewRequest(CmdCreditControl, app, dict.Default)
-	m.Header.HopByHopID, m.Header.EndToEndID = 0x1111, 0x2222
-	m.NewAVP(avp.SessionID, avp.Mbit, 0, datatype.UTF8String(session))
-	m.NewAVP(avp.OriginHost, avp.Mbit, 0, datatype.DiameterIdentity("pgw2.example"))
-	m.NewAVP(avp.OriginRealm, avp.Mbit, 0, datatype.DiameterIdentity("example"))
-	m.NewAVP(avp.AuthApplicationID, avp.Mbit, 0, datatype.Unsigned32(app))
-	m.NewAVP(avp.CCRequestType, avp.Mbit, 0, datatype.Enumerated(reqType))
-	m.NewAVP(avp.CCRequestNumber, avp.Mbit, 0, datatype.Unsigned32(0))
-	b, err := m.Serialize()
+	b, err := Request(CmdCreditControl, app, reqType, 0x1111, 0x2222, session, "pgw2.example", "example")
 	if err != nil {
 		t.Fatal(err)
 	}
