@@ -1,7 +1,10 @@
 package tenantroute_test
 
 import (
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os/exec"
 	"slices"
 	"strings"
@@ -10,6 +13,7 @@ import (
 
 	"github.com/go-ldap/ldap/v3"
 
+	"github.com/edgesteer/edgesteer/caddymodules/tenantroute"
 	"github.com/edgesteer/edgesteer/internal/e2e"
 	"github.com/edgesteer/edgesteer/internal/placement"
 )
@@ -112,9 +116,44 @@ func TestTenantRoutingWithSlapd(t *testing.T) {
 				t.Fatalf("tenant %s spread %v: max/mean over 1.1", tenant, per)
 			}
 		}
+		if tenant == "acme" {
+			v := adminView(t, c)
+			at := v.Tenants["acme"]
+			if at.Connections != 90 || !slices.Equal(at.Nodes, own) || v.Membership != "static" {
+				t.Fatalf("admin view of acme: %+v (want 90 connections on %v)", at, own)
+			}
+			if v.OpenConnections[own[0]] != 45 || v.OpenConnections[own[1]] != 45 {
+				t.Fatalf("open connections %v", v.OpenConnections)
+			}
+		}
 		for _, conn := range conns {
 			conn.Close()
 		}
+	}
+
+	// A run-time change of one tenant's partitions (the seed's answer to
+	// skew): acme now spans all three nodes.
+	body := strings.NewReader(`{"handler": "ldap", "tenant": "acme", "partitions": 3}`)
+	resp, err := http.Post("http://"+c.Admin+"/tenant_route/partitions", "application/json", body)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("setting partitions: %v %v", err, resp.Status)
+	}
+	resp.Body.Close()
+	seen := map[string]bool{}
+	var held []*ldap.Conn
+	for range 30 {
+		conn, err := ldap.DialURL("ldap://" + front)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, conn)
+		seen[marker(t, conn, "acme")] = true
+	}
+	for _, conn := range held {
+		conn.Close()
+	}
+	if len(seen) != 3 {
+		t.Fatalf("with 3 partitions acme reached %v", seen)
 	}
 
 	// Rebind to another tenant on the same connection: refused (closed).
@@ -131,6 +170,18 @@ func TestTenantRoutingWithSlapd(t *testing.T) {
 	}
 	conn.Close()
 	c.WaitLog(t, "bind to another tenant on a routed connection", 5*time.Second)
+	resp, err = http.Get("http://" + c.Admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`caddy_edgesteer_tenant_route_refused_rebinds_total{handler="ldap"} 1`,
+		`caddy_edgesteer_tenant_route_connections_total{handler="ldap",node="` + own[0] + `"}`} {
+		if !strings.Contains(string(metrics), want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
 
 	// Kill acme's first node: its connections go to the next node.
 	nodes[own[0]].Kill()
@@ -144,4 +195,18 @@ func TestTenantRoutingWithSlapd(t *testing.T) {
 		}
 		conn.Close()
 	}
+}
+
+func adminView(t *testing.T, c *e2e.Caddy) tenantroute.View {
+	t.Helper()
+	resp, err := http.Get("http://" + c.Admin + "/tenant_route/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var v []tenantroute.View
+	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil || len(v) != 1 {
+		t.Fatalf("admin view: %v %+v", err, v)
+	}
+	return v[0]
 }

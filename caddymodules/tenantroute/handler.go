@@ -33,6 +33,8 @@ func init() {
 // different tenant never reaches the first tenant's node; the connection
 // is closed (logged and counted) instead.
 type TenantRoute struct {
+	// Name labels metrics and the admin API. Default "ldap".
+	Name string `json:"name,omitempty"`
 	// Nodes are the static members (host:port).
 	Nodes []string `json:"nodes"`
 	// Partitions per tenant (default 2); TenantPartitions overrides it for
@@ -50,9 +52,10 @@ type TenantRoute struct {
 	// MaxMessageLength bounds a client message (default 65536).
 	MaxMessageLength int `json:"max_message_length,omitempty"`
 
-	placer *placement.Placer
-	rule   *ldapwire.TenantRule
-	logger *zap.Logger
+	placer    *placement.Placer
+	rule      *ldapwire.TenantRule
+	logger    *zap.Logger
+	connected tenants
 }
 
 // CaddyModule returns the Caddy module information.
@@ -66,6 +69,12 @@ func (*TenantRoute) CaddyModule() caddy.ModuleInfo {
 // Provision validates the configuration and sets up placement.
 func (t *TenantRoute) Provision(ctx caddy.Context) error {
 	t.logger = ctx.Logger()
+	if t.Name == "" {
+		t.Name = "ldap"
+	}
+	if err := registerMetrics(ctx); err != nil {
+		return err
+	}
 	if len(t.Nodes) == 0 {
 		return errors.New("tenant_route: no nodes")
 	}
@@ -108,6 +117,13 @@ func (t *TenantRoute) Provision(ctx caddy.Context) error {
 	if t.MaxMessageLength == 0 {
 		t.MaxMessageLength = ldapwire.DefaultMaxLength
 	}
+	registry.Add(t)
+	return nil
+}
+
+// Cleanup unregisters the handler.
+func (t *TenantRoute) Cleanup() error {
+	registry.Remove(t)
 	return nil
 }
 
@@ -133,6 +149,9 @@ func (t *TenantRoute) Handle(cx *layer4.Connection, _ layer4.Handler) error {
 	defer up.Close()
 	t.placer.Acquire(node)
 	defer t.placer.Release(node)
+	t.connected.add(tenant, 1)
+	defer t.connected.add(tenant, -1)
+	routed.WithLabelValues(t.Name, node).Inc()
 	repl := cx.Replacer()
 	repl.Set("l4.tenant_route.tenant", tenant)
 	repl.Set("l4.tenant_route.node", node)
@@ -168,6 +187,7 @@ func (t *TenantRoute) relayClient(cx *layer4.Connection, up net.Conn, tenant str
 		}
 		if m.Op == "bind" {
 			if other, ok := t.rule.Tenant(m.BindDN); !ok || other != tenant {
+				refusedRebinds.WithLabelValues(t.Name).Inc()
 				t.logger.Warn("bind to another tenant on a routed connection: closing it",
 					zap.String("tenant", tenant), zap.String("bind_dn", m.BindDN), zap.String("remote", cx.RemoteAddr().String()))
 				return fmt.Errorf("tenant_route: rebind from tenant %s to %q refused", tenant, m.BindDN)
@@ -193,6 +213,7 @@ func (t *TenantRoute) dial(tenant string) (string, net.Conn, error) {
 		}
 		lastErr = err
 		t.placer.MarkDown(node, time.Now().Add(time.Duration(t.CoolOff)))
+		dialFailures.WithLabelValues(t.Name, node).Inc()
 		t.logger.Warn("node unreachable: cooling off", zap.String("node", node), zap.Error(err))
 	}
 	return "", nil, fmt.Errorf("tenant_route: no reachable node for tenant %s: %v", tenant, lastErr)
@@ -201,6 +222,7 @@ func (t *TenantRoute) dial(tenant string) (string, net.Conn, error) {
 // UnmarshalCaddyfile reads
 //
 //	tenant_route {
+//		name <name>
 //		nodes <host:port...>
 //		partitions <k>
 //		tenant_partitions <tenant> <k>
@@ -237,6 +259,8 @@ func (t *TenantRoute) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		}
 		var err error
 		switch opt {
+		case "name":
+			t.Name = args[0]
 		case "nodes":
 			t.Nodes = append(t.Nodes, args...)
 		case "partitions":
@@ -276,5 +300,6 @@ func (t *TenantRoute) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 var (
 	_ layer4.NextHandler    = (*TenantRoute)(nil)
 	_ caddy.Provisioner     = (*TenantRoute)(nil)
+	_ caddy.CleanerUpper    = (*TenantRoute)(nil)
 	_ caddyfile.Unmarshaler = (*TenantRoute)(nil)
 )
