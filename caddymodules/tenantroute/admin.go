@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/prometheus/client_golang/prometheus"
@@ -68,6 +69,14 @@ var (
 		Name: "caddy_edgesteer_tenant_route_refused_rebinds_total",
 		Help: "Connections closed for binding to a second tenant.",
 	}, []string{"handler"})
+	membershipStale = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "caddy_edgesteer_tenant_route_membership_stale",
+		Help: "1 while etcd is unreachable and the last known members are used.",
+	}, []string{"handler"})
+	membershipChanges = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "caddy_edgesteer_tenant_route_membership_changes_total",
+		Help: "Changes of the node set (each re-places the tenants).",
+	}, []string{"handler"})
 	descOpen = prometheus.NewDesc("caddy_edgesteer_tenant_route_open_connections",
 		"Connections open through the router, per node.", []string{"handler", "node"}, nil)
 )
@@ -85,7 +94,7 @@ func (openCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 func registerMetrics(ctx caddy.Context) error {
-	return metricsreg.Register(ctx, routed, dialFailures, refusedRebinds, openCollector{})
+	return metricsreg.Register(ctx, routed, dialFailures, refusedRebinds, membershipStale, membershipChanges, openCollector{})
 }
 
 // Admin serves /tenant_route/: GET lists every live tenant_route handler's
@@ -115,6 +124,8 @@ func (Admin) Routes() []caddy.AdminRoute {
 type View struct {
 	Name             string              `json:"name"`
 	Membership       string              `json:"membership"`
+	MembershipAge    string              `json:"membership_age,omitempty"` // since etcd last answered
+	MembershipError  string              `json:"membership_error,omitempty"`
 	Nodes            []string            `json:"nodes"`
 	OpenConnections  map[string]int64    `json:"open_connections"`
 	Partitions       int                 `json:"partitions"`
@@ -136,6 +147,13 @@ func serveView(w http.ResponseWriter, r *http.Request) error {
 	for _, t := range liveRoutes() {
 		v := View{Name: t.Name, Membership: "static", Nodes: t.placer.Nodes(), OpenConnections: t.placer.Conns(),
 			Partitions: t.Partitions, TenantPartitions: t.placer.Overrides(), Tenants: map[string]TenantAt{}}
+		if t.etcd != nil {
+			updated, lastErr := t.etcd.state()
+			v.Membership, v.MembershipError = "etcd", lastErr
+			if !updated.IsZero() {
+				v.MembershipAge = time.Since(updated).Round(time.Millisecond).String()
+			}
+		}
 		for tenant, n := range t.connected.snapshot() {
 			v.Tenants[tenant] = TenantAt{Nodes: t.placer.Place(tenant), Connections: n}
 		}

@@ -35,8 +35,11 @@ func init() {
 type TenantRoute struct {
 	// Name labels metrics and the admin API. Default "ldap".
 	Name string `json:"name,omitempty"`
-	// Nodes are the static members (host:port).
-	Nodes []string `json:"nodes"`
+	// Nodes are the static members (host:port); with Etcd they are only
+	// the starting set.
+	Nodes []string `json:"nodes,omitempty"`
+	// Etcd, if set, keeps the members in step with nodes registered in etcd.
+	Etcd *EtcdMembership `json:"etcd,omitempty"`
 	// Partitions per tenant (default 2); TenantPartitions overrides it for
 	// some tenants.
 	Partitions       int            `json:"partitions,omitempty"`
@@ -56,6 +59,7 @@ type TenantRoute struct {
 	rule      *ldapwire.TenantRule
 	logger    *zap.Logger
 	connected tenants
+	etcd      *etcdWatcher
 }
 
 // CaddyModule returns the Caddy module information.
@@ -75,8 +79,8 @@ func (t *TenantRoute) Provision(ctx caddy.Context) error {
 	if err := registerMetrics(ctx); err != nil {
 		return err
 	}
-	if len(t.Nodes) == 0 {
-		return errors.New("tenant_route: no nodes")
+	if len(t.Nodes) == 0 && t.Etcd == nil {
+		return errors.New("tenant_route: no nodes (list them, or configure etcd membership)")
 	}
 	for _, n := range t.Nodes {
 		if _, _, err := net.SplitHostPort(n); err != nil {
@@ -117,13 +121,21 @@ func (t *TenantRoute) Provision(ctx caddy.Context) error {
 	if t.MaxMessageLength == 0 {
 		t.MaxMessageLength = ldapwire.DefaultMaxLength
 	}
+	if t.Etcd != nil {
+		if t.etcd, err = startEtcd(t.Etcd, p, t.logger, t.Name); err != nil {
+			return err
+		}
+	}
 	registry.Add(t)
 	return nil
 }
 
-// Cleanup unregisters the handler.
+// Cleanup stops watching etcd and unregisters the handler.
 func (t *TenantRoute) Cleanup() error {
 	registry.Remove(t)
+	if t.etcd != nil {
+		t.etcd.stop()
+	}
 	return nil
 }
 
@@ -152,6 +164,9 @@ func (t *TenantRoute) Handle(cx *layer4.Connection, _ layer4.Handler) error {
 	t.connected.add(tenant, 1)
 	defer t.connected.add(tenant, -1)
 	routed.WithLabelValues(t.Name, node).Inc()
+	if t.etcd != nil {
+		t.etcd.publish(tenant, t.placer.Place(tenant))
+	}
 	repl := cx.Replacer()
 	repl.Set("l4.tenant_route.tenant", tenant)
 	repl.Set("l4.tenant_route.node", node)
@@ -202,7 +217,7 @@ func (t *TenantRoute) relayClient(cx *layer4.Connection, up net.Conn, tenant str
 // dial connects to the tenant's node, marking nodes that fail down.
 func (t *TenantRoute) dial(tenant string) (string, net.Conn, error) {
 	var lastErr error
-	for range len(t.Nodes) {
+	for range max(1, len(t.placer.Nodes())) {
 		node, ok := t.placer.Pick(tenant, time.Now())
 		if !ok {
 			break
@@ -231,6 +246,10 @@ func (t *TenantRoute) dial(tenant string) (string, net.Conn, error) {
 //		dial_timeout <duration>
 //		cool_off <duration>
 //		max_message_length <bytes>
+//		etcd <endpoint...> {
+//			prefix <key prefix of node registrations>
+//			assignment_prefix <key prefix to publish tenant → nodes>
+//		}
 //	}
 func (t *TenantRoute) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next()
@@ -286,6 +305,25 @@ func (t *TenantRoute) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			t.CoolOff, err = dur(args[0])
 		case "max_message_length":
 			t.MaxMessageLength, err = num(args[0])
+		case "etcd":
+			// etcd <endpoint...> { prefix …; assignment_prefix … }
+			e := &EtcdMembership{Endpoints: args}
+			for n := d.Nesting(); d.NextBlock(n); {
+				sub := d.Val()
+				var v string
+				if !d.Args(&v) {
+					return d.ArgErr()
+				}
+				switch sub {
+				case "prefix":
+					e.Prefix = v
+				case "assignment_prefix":
+					e.AssignmentPrefix = v
+				default:
+					return d.Errf("tenant_route: etcd: unknown option %q", sub)
+				}
+			}
+			t.Etcd = e
 		default:
 			return d.Errf("tenant_route: unknown option %q", opt)
 		}

@@ -179,3 +179,28 @@ access to * by * read
 	s.WaitTCP(t, addr)
 	return s
 }
+
+// StartEtcd runs a single-member etcd (Debian's etcd-server) on free
+// loopback ports and returns its client URL.
+func StartEtcd(t testing.TB) (*Proc, string) {
+	t.Helper()
+	client, peer := Addr(t), Addr(t)
+	clientURL, peerURL := "http://"+client, "http://"+peer
+	p := Start(t, "etcd", "etcd", nil,
+		"--name", "n1", "--data-dir", filepath.Join(t.TempDir(), "etcd"),
+		"--listen-client-urls", clientURL, "--advertise-client-urls", clientURL,
+		"--listen-peer-urls", peerURL, "--initial-advertise-peer-urls", peerURL,
+		"--initial-cluster", "n1="+peerURL, "--logger", "zap", "--log-outputs", "stderr", "--log-level", "warn")
+	p.WaitFor(t, "etcd health", 30*time.Second, func() error {
+		resp, err := http.Get(clientURL + "/health")
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			return fmt.Errorf("health: %s", resp.Status)
+		}
+		return nil
+	})
+	return p, clientURL
+}
