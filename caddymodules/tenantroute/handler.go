@@ -6,6 +6,7 @@
 package tenantroute
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -180,10 +181,14 @@ func (t *TenantRoute) Handle(cx *layer4.Connection, _ layer4.Handler) error {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		io.Copy(cx, up)
+		buf := copyBuffers.Get().(*[]byte)
+		io.CopyBuffer(writerOnly{cx}, up, *buf)
+		copyBuffers.Put(buf)
 		closeBoth()
 	}()
-	err = t.relayClient(cx, up, tenant, max)
+	// Client messages are framed from a buffered reader: the BER decoder
+	// reads a byte at a time.
+	err = t.relayClient(bufio.NewReaderSize(cx, 1024), up, tenant, max)
 	closeBoth()
 	<-done
 	if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
@@ -194,9 +199,9 @@ func (t *TenantRoute) Handle(cx *layer4.Connection, _ layer4.Handler) error {
 
 // relayClient forwards the client's messages, refusing a bind to another
 // tenant by closing the connection.
-func (t *TenantRoute) relayClient(cx *layer4.Connection, up net.Conn, tenant string, max int64) error {
+func (t *TenantRoute) relayClient(client io.Reader, up net.Conn, tenant string, max int64) error {
 	for {
-		m, err := ldapwire.Read(cx, max)
+		m, err := ldapwire.Read(client, max)
 		if err != nil {
 			return err
 		}
@@ -204,7 +209,7 @@ func (t *TenantRoute) relayClient(cx *layer4.Connection, up net.Conn, tenant str
 			if other, ok := t.rule.Tenant(m.BindDN); !ok || other != tenant {
 				refusedRebinds.WithLabelValues(t.Name).Inc()
 				t.logger.Warn("bind to another tenant on a routed connection: closing it",
-					zap.String("tenant", tenant), zap.String("bind_dn", m.BindDN), zap.String("remote", cx.RemoteAddr().String()))
+					zap.String("tenant", tenant), zap.String("bind_dn", m.BindDN))
 				return fmt.Errorf("tenant_route: rebind from tenant %s to %q refused", tenant, m.BindDN)
 			}
 		}
@@ -213,6 +218,14 @@ func (t *TenantRoute) relayClient(cx *layer4.Connection, up net.Conn, tenant str
 		}
 	}
 }
+
+// copyBuffers are the upstream→client relay buffers: 4 KiB rather than
+// io.Copy's 32 KiB, since an idle routed connection holds its buffer.
+var copyBuffers = sync.Pool{New: func() any { b := make([]byte, 4096); return &b }}
+
+// writerOnly hides everything but Write, so io.CopyBuffer uses the buffer
+// given rather than a ReaderFrom with its own.
+type writerOnly struct{ io.Writer }
 
 // dial connects to the tenant's node, marking nodes that fail down.
 func (t *TenantRoute) dial(tenant string) (string, net.Conn, error) {

@@ -1,0 +1,131 @@
+// Command ldapload measures LDAP through the tenant router, with go-ldap.
+//
+//	ldapload -latency -direct 127.0.0.1:3891 -routed 127.0.0.1:3389 -n 2000
+//	    interleaved connect+bind+search+close samples against both; prints
+//	    p50 and p99 of each and their differences
+//	ldapload -hold 10000 -routed 127.0.0.1:3389 -pid <caddy pid>
+//	    opens and binds 10000 routed connections, then prints the router's
+//	    resident memory per connection (VmRSS before and after)
+package main
+
+import (
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-ldap/ldap/v3"
+)
+
+func main() {
+	direct := flag.String("direct", "", "a node, directly")
+	routed := flag.String("routed", "", "the router")
+	n := flag.Int("n", 2000, "samples per target")
+	latency := flag.Bool("latency", false, "measure bind+search latency")
+	hold := flag.Int("hold", 0, "connections to hold open through the router")
+	pid := flag.Int("pid", 0, "the router's process ID, for its memory")
+	tenant := flag.String("tenant", "acme", "tenant to bind as")
+	flag.Parse()
+	dn, pw := fmt.Sprintf("uid=alice,o=%s,dc=example", *tenant), "pw-"+*tenant
+	switch {
+	case *latency:
+		p := func(v []time.Duration, q float64) time.Duration {
+			slices.Sort(v)
+			return v[int(q*float64(len(v)-1))]
+		}
+		report := func(what string, d, r []time.Duration) {
+			fmt.Printf("%s: direct p50 %v p99 %v; routed p50 %v p99 %v; added p50 %v p99 %v\n", what,
+				p(d, .5), p(d, .99), p(r, .5), p(r, .99), p(r, .5)-p(d, .5), p(r, .99)-p(d, .99))
+		}
+		// On an open connection: bind + search, the seed's steady state.
+		dc, rc := dial(*direct, dn, pw), dial(*routed, dn, pw)
+		var d, r []time.Duration
+		for i := 0; i < *n; i++ {
+			d = append(d, bindSearch(dc, dn, pw))
+			r = append(r, bindSearch(rc, dn, pw))
+		}
+		report("bind+search on an open connection", d, r)
+		d, r = nil, nil
+		for i := 0; i < *n; i++ {
+			d = append(d, sample(*direct, dn, pw))
+			r = append(r, sample(*routed, dn, pw))
+		}
+		report("connect+bind+search+close", d, r)
+	case *hold > 0:
+		before := rss(*pid)
+		var conns []*ldap.Conn
+		for i := 0; i < *hold; i++ {
+			c, err := ldap.DialURL("ldap://" + *routed)
+			if err != nil {
+				log.Fatalf("connection %d: %v", i, err)
+			}
+			if err := c.Bind(dn, pw); err != nil {
+				log.Fatalf("bind %d: %v", i, err)
+			}
+			conns = append(conns, c)
+		}
+		time.Sleep(time.Second)
+		after := rss(*pid)
+		fmt.Printf("connections %d, router RSS %d KiB → %d KiB, %.1f KiB per idle routed connection\n",
+			len(conns), before, after, float64(after-before)/float64(len(conns)))
+		for _, c := range conns {
+			c.Close()
+		}
+	default:
+		flag.Usage()
+	}
+}
+
+func dial(addr, dn, pw string) *ldap.Conn {
+	c, err := ldap.DialURL("ldap://" + addr)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := c.Bind(dn, pw); err != nil {
+		log.Fatal(err)
+	}
+	return c
+}
+
+func bindSearch(c *ldap.Conn, dn, pw string) time.Duration {
+	start := time.Now()
+	if err := c.Bind(dn, pw); err != nil {
+		log.Fatal(err)
+	}
+	if _, err := c.Search(ldap.NewSearchRequest("cn=marker,dc=example", ldap.ScopeBaseObject, ldap.NeverDerefAliases,
+		0, 0, false, "(objectClass=*)", []string{"description"}, nil)); err != nil {
+		log.Fatal(err)
+	}
+	return time.Since(start)
+}
+
+func sample(addr, dn, pw string) time.Duration {
+	start := time.Now()
+	c := dial(addr, dn, pw)
+	defer c.Close()
+	if _, err := c.Search(ldap.NewSearchRequest("cn=marker,dc=example", ldap.ScopeBaseObject, ldap.NeverDerefAliases,
+		0, 0, false, "(objectClass=*)", []string{"description"}, nil)); err != nil {
+		log.Fatal(err)
+	}
+	return time.Since(start)
+}
+
+// rss is a process's resident memory in KiB.
+func rss(pid int) int {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+			n, _ := strconv.Atoi(f[1])
+			return n
+		}
+	}
+	log.Fatal("no VmRSS")
+	return 0
+}

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# tenant_route through bin/caddy with one slapd node, in one run:
+#  1. bind+search latency (connect, bind, base search, close): 2000
+#     interleaved samples direct to slapd and through the router; p50 and
+#     p99 and what the router adds (goal: at most +0.2 ms at p99);
+#  2. resident memory of the router per idle routed connection with bound
+#     connections held open (goal: at most 16 KiB at 10,000). Each routed
+#     connection holds two descriptors in the router, so HOLD is bounded by
+#     the open-files limit: 9,000 under a hard limit of 20,000.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. bench/lib.sh
+export PATH="$PATH:/usr/sbin"
+need slapd slapd
+go build -o bin/ldapload ./bench/ldapload
+ulimit -n "$(ulimit -Hn)"
+hold=${HOLD:-$(( ($(ulimit -n) - 1000) / 2 < 10000 ? ($(ulimit -n) - 1000) / 2 : 10000 ))}
+mkdir -p "$work/db"
+cat >"$work/slapd.conf" <<CONF
+include /etc/ldap/schema/core.schema
+include /etc/ldap/schema/cosine.schema
+include /etc/ldap/schema/inetorgperson.schema
+modulepath /usr/lib/ldap
+moduleload back_mdb
+pidfile $work/slapd.pid
+database mdb
+maxsize 104857600
+suffix "dc=example"
+rootdn "cn=admin,dc=example"
+rootpw secret
+directory $work/db
+access to attrs=userPassword by anonymous auth by * none
+access to * by * read
+CONF
+cat >"$work/data.ldif" <<'LDIF'
+dn: dc=example
+objectClass: dcObject
+objectClass: organization
+dc: example
+o: example
+
+dn: cn=marker,dc=example
+objectClass: organizationalRole
+cn: marker
+description: node-1
+
+dn: o=acme,dc=example
+objectClass: organization
+o: acme
+
+dn: uid=alice,o=acme,dc=example
+objectClass: inetOrgPerson
+uid: alice
+cn: Alice
+sn: A
+userPassword: pw-acme
+LDIF
+slapadd -f "$work/slapd.conf" -l "$work/data.ldif" 2>/dev/null
+bg slapd -f "$work/slapd.conf" -h ldap://127.0.0.1:18391/ -d 0
+cat >"$work/Caddyfile" <<'CADDYFILE'
+{
+	admin off
+	log default {
+		level ERROR
+	}
+	layer4 {
+		127.0.0.1:18389 {
+			route {
+				tenant_route {
+					nodes 127.0.0.1:18391
+					partitions 1
+				}
+			}
+		}
+	}
+}
+CADDYFILE
+bg env XDG_DATA_HOME="$work" XDG_CONFIG_HOME="$work" bin/caddy run --adapter caddyfile --config "$work/Caddyfile" 2>"$work/caddy.log"
+caddy_pid=${pids[-1]}
+for p in 18391 18389; do wait_port $p; done
+echo "machine: $(nproc) cores shared by the client, caddy and slapd"
+bin/ldapload -latency -direct 127.0.0.1:18391 -routed 127.0.0.1:18389 -n "${N:-2000}"
+echo "open-files limit $(ulimit -n): holding $hold connections"
+bin/ldapload -hold "$hold" -routed 127.0.0.1:18389 -pid "$caddy_pid"
