@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -64,23 +66,13 @@ func TestTenantRoutingWithSlapd(t *testing.T) {
 	}
 	nameOf := func(addr string) string { return nodes[addr].Name }
 	front := e2e.Addr(t)
-	c := e2e.StartCaddy(t, "caddyfile", fmt.Sprintf(`{
-	layer4 {
-		%s {
-			@bind ldap {
-				operation bind
-			}
-			route @bind {
-				tenant_route {
-					nodes %s
-					partitions 2
-					tenant_rdn o
-					cool_off 1m
-				}
-			}
-		}
+	// The static example, with its addresses replaced.
+	example, err := os.ReadFile(filepath.Join(e2e.Root(t), "Caddyfile.examples", "ldap-tenant-routing.Caddyfile"))
+	if err != nil {
+		t.Fatal(err)
 	}
-}`, front, strings.Join(addrs, " ")))
+	c := e2e.StartCaddy(t, "caddyfile", strings.NewReplacer("127.0.0.1:3389", front,
+		"127.0.0.1:3891", addrs[0], "127.0.0.1:3892", addrs[1], "127.0.0.1:3893", addrs[2]).Replace(string(example)))
 	c.WaitTCP(t, front)
 
 	// ldapsearch, the real client.
