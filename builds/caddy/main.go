@@ -13,10 +13,12 @@ import (
 	_ "github.com/caddyserver/caddy/v2/modules/standard"
 	_ "github.com/mholt/caddy-l4"
 
+	_ "github.com/edgesteer/edgesteer/caddymodules/cacheredirect"
 	_ "github.com/edgesteer/edgesteer/caddymodules/diametermatch"
 	_ "github.com/edgesteer/edgesteer/caddymodules/latencybucket"
 	_ "github.com/edgesteer/edgesteer/caddymodules/ldapmatch"
 	_ "github.com/edgesteer/edgesteer/caddymodules/peerratelimit"
+	_ "github.com/edgesteer/edgesteer/caddymodules/portrange"
 	_ "github.com/edgesteer/edgesteer/caddymodules/tenantroute"
 )
 

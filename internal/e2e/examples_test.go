@@ -12,7 +12,8 @@ import (
 	"github.com/edgesteer/edgesteer/internal/e2e"
 )
 
-// Every Caddyfile example must pass `caddy validate`.
+// Every Caddyfile example must pass `caddy validate`, run from the
+// repository root as the examples say (file paths in them are relative).
 func TestCaddyfileExamplesValidate(t *testing.T) {
 	files, _ := filepath.Glob(filepath.Join(e2e.Root(t), "Caddyfile.examples", "*.Caddyfile"))
 	if len(files) == 0 {
@@ -20,7 +21,9 @@ func TestCaddyfileExamplesValidate(t *testing.T) {
 	}
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {
-			out, err := e2e.CaddyCommand(t, "validate", "--adapter", "caddyfile", "--config", f).CombinedOutput()
+			cmd := e2e.CaddyCommand(t, "validate", "--adapter", "caddyfile", "--config", f)
+			cmd.Dir = e2e.Root(t)
+			out, err := cmd.CombinedOutput()
 			if err != nil {
 				t.Fatalf("caddy validate: %v\n%s", err, out)
 			}

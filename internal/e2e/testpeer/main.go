@@ -5,31 +5,63 @@
 // It serves HTTP: GET /probe answers after -probe-delay (a real delay in the
 // probe exchange, standing in for network distance); every other request is
 // answered after -delay with the peer's name in the body and in X-Peer.
+//
+// As an origin it records what it saw of each request (remote address,
+// Client-IP, X-Forwarded-For; the last 10,000) at GET /_seen, and
+// -cache-control sets that header on answers so a cache may keep them.
 package main
 
 import (
+	"encoding/json"
 	"flag"
 	"fmt"
 	"log"
 	"net/http"
+	"sync"
 	"time"
 )
+
+// seen is what the peer saw of one request.
+type seen struct {
+	Remote   string `json:"remote"`
+	Path     string `json:"path"`
+	ClientIP string `json:"client_ip"`
+	XFF      string `json:"xff"`
+}
 
 func main() {
 	listen := flag.String("listen", "127.0.0.1:0", "address to listen on")
 	name := flag.String("name", "peer", "name to answer with")
 	probeDelay := flag.Duration("probe-delay", 0, "delay before answering GET /probe")
 	delay := flag.Duration("delay", 0, "delay before answering any other request")
+	cacheControl := flag.String("cache-control", "", "Cache-Control header on answers")
 	flag.Parse()
+
+	var mu sync.Mutex
+	var requests []seen
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("/probe", func(w http.ResponseWriter, r *http.Request) {
 		time.Sleep(*probeDelay)
 		fmt.Fprintln(w, "ok")
 	})
+	mux.HandleFunc("GET /_seen", func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		json.NewEncoder(w).Encode(requests)
+	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		if len(requests) >= 10000 {
+			requests = requests[1:]
+		}
+		requests = append(requests, seen{r.RemoteAddr, r.URL.Path, r.Header.Get("Client-IP"), r.Header.Get("X-Forwarded-For")})
+		mu.Unlock()
 		time.Sleep(*delay)
 		w.Header().Set("X-Peer", *name)
+		if *cacheControl != "" {
+			w.Header().Set("Cache-Control", *cacheControl)
+		}
 		fmt.Fprintf(w, "%s %s %s\n", *name, r.Method, r.URL.Path)
 	})
 	log.Printf("testpeer %s listening on %s (probe delay %v)", *name, *listen, *probeDelay)

@@ -1,0 +1,251 @@
+// Package cacheredirect provides http.handlers.cache_redirect, the lower
+// tier of N-tier cache redirection: cacheable requests go to the cache pool
+// (one URL stays on one cache, by Caddy's uri_hash), others bypass to the
+// origin, the client's address travels in a header, and requests a cache
+// sends back on a miss go to the origin with a source port from this
+// node's exclusive range (http.reverse_proxy.transport.port_range).
+// Decisions are internal/cacheredirect.
+package cacheredirect
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
+	"go.uber.org/zap"
+
+	prmod "github.com/edgesteer/edgesteer/caddymodules/portrange"
+	"github.com/edgesteer/edgesteer/internal/cacheredirect"
+)
+
+func init() {
+	caddy.RegisterModule(&CacheRedirect{})
+}
+
+// The paths a request can take, as in placeholders and metrics.
+const (
+	pathCache    = "cache"    // cacheable: to the cache pool
+	pathBypass   = "bypass"   // not cacheable: straight to the origin
+	pathMiss     = "miss"     // sent by a cache on a miss: to the origin
+	pathFallback = "fallback" // cacheable, but no cache is available
+)
+
+// CacheRedirect is a terminal handler: it proxies every request, to a
+// cache or to the origin.
+type CacheRedirect struct {
+	// Node names this lower-tier node in metrics and placeholders
+	// (default: the tier map node of the origin transport, else "lower").
+	Node string `json:"node,omitempty"`
+	// Caches are the cache servers' dial addresses (host:port).
+	Caches []string `json:"caches"`
+	// Origin are the origin servers' dial addresses.
+	Origin []string `json:"origin"`
+	// ClientIPHeader carries the client's address (default "Client-IP").
+	ClientIPHeader string `json:"client_ip_header,omitempty"`
+	// Trusted peers (CIDRs or addresses) may supply ClientIPHeader and
+	// X-Forwarded-For: other tiers. From anyone else a client-supplied copy
+	// is replaced.
+	Trusted []string `json:"trusted,omitempty"`
+	// CachePeers are the addresses a cache fetches misses from (default:
+	// the caches' own IPs); their requests go to the origin and are trusted.
+	CachePeers []string `json:"cache_peers,omitempty"`
+	// Cacheability: Methods (default GET HEAD); requests with
+	// Authorization or Upgrade always bypass; bypass rules on path globs,
+	// cookie names and header value globs ("" = presence).
+	Methods       []string          `json:"methods,omitempty"`
+	BypassPaths   []string          `json:"bypass_paths,omitempty"`
+	BypassCookies []string          `json:"bypass_cookies,omitempty"`
+	BypassHeaders map[string]string `json:"bypass_headers,omitempty"`
+	// CacheFailDuration is how long a cache that failed is skipped (its
+	// URLs move to the other caches meanwhile; default 10s).
+	CacheFailDuration caddy.Duration `json:"cache_fail_duration,omitempty"`
+	// OriginTransport sets the source ports (and USIP) of connections to the
+	// origin; without it they use Caddy's http transport as is.
+	OriginTransport *prmod.Transport `json:"origin_transport,omitempty"`
+
+	policy   cacheredirect.Policy
+	clientIP cacheredirect.ClientIP
+	peers    []netip.Prefix
+	cache    *reverseproxy.Handler
+	origin   *reverseproxy.Handler
+	logger   *zap.Logger
+}
+
+// CaddyModule returns the Caddy module information.
+func (*CacheRedirect) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "http.handlers.cache_redirect",
+		New: func() caddy.Module { return new(CacheRedirect) },
+	}
+}
+
+// Provision checks the configuration and builds the two proxies.
+func (c *CacheRedirect) Provision(ctx caddy.Context) error {
+	c.logger = ctx.Logger()
+	if len(c.Caches) == 0 || len(c.Origin) == 0 {
+		return errors.New("cache_redirect: caches and origin are required")
+	}
+	if c.ClientIPHeader == "" {
+		c.ClientIPHeader = "Client-IP"
+	}
+	c.policy = cacheredirect.Policy{Methods: c.Methods, BypassPaths: c.BypassPaths,
+		BypassCookies: c.BypassCookies, BypassHeaders: c.BypassHeaders}
+	if err := c.policy.Validate(); err != nil {
+		return fmt.Errorf("cache_redirect: %w", err)
+	}
+	trusted, err := cacheredirect.ParsePrefixes(c.Trusted)
+	if err != nil {
+		return fmt.Errorf("cache_redirect: trusted: %w", err)
+	}
+	peers := c.CachePeers
+	if len(peers) == 0 {
+		for _, a := range c.Caches {
+			host, _, err := net.SplitHostPort(a)
+			if err != nil {
+				return fmt.Errorf("cache_redirect: caches: %q: want host:port", a)
+			}
+			peers = append(peers, host)
+		}
+	}
+	if c.peers, err = cacheredirect.ParsePrefixes(peers); err != nil {
+		return fmt.Errorf("cache_redirect: cache_peers (or cache hosts, which must be IPs): %w", err)
+	}
+	c.clientIP = cacheredirect.ClientIP{Header: c.ClientIPHeader, Trusted: append(trusted, c.peers...)}
+	var trustedCIDRs []string
+	for _, p := range c.clientIP.Trusted {
+		trustedCIDRs = append(trustedCIDRs, p.String())
+	}
+	if c.CacheFailDuration == 0 {
+		c.CacheFailDuration = caddy.Duration(10 * time.Second)
+	}
+
+	c.cache = &reverseproxy.Handler{
+		Upstreams: upstreams(c.Caches),
+		LoadBalancing: &reverseproxy.LoadBalancing{
+			SelectionPolicy: &reverseproxy.URIHashSelection{},
+			Retries:         len(c.Caches) - 1,
+		},
+		HealthChecks: &reverseproxy.HealthChecks{Passive: &reverseproxy.PassiveHealthChecks{
+			FailDuration: c.CacheFailDuration, MaxFails: 1,
+		}},
+		TrustedProxies: trustedCIDRs,
+	}
+	if err := c.cache.Provision(ctx); err != nil {
+		return fmt.Errorf("cache_redirect: cache pool: %w", err)
+	}
+	c.origin = &reverseproxy.Handler{Upstreams: upstreams(c.Origin), TrustedProxies: trustedCIDRs}
+	if t := c.OriginTransport; t != nil {
+		if err := t.Provision(ctx); err != nil {
+			return fmt.Errorf("cache_redirect: origin: %w", err)
+		}
+		c.origin.Transport = t
+		if c.Node == "" {
+			c.Node = t.Node
+		}
+	}
+	if err := c.origin.Provision(ctx); err != nil {
+		return fmt.Errorf("cache_redirect: origin: %w", err)
+	}
+	if c.Node == "" {
+		c.Node = "lower"
+	}
+	return registerMetrics(ctx)
+}
+
+func upstreams(addrs []string) reverseproxy.UpstreamPool {
+	pool := make(reverseproxy.UpstreamPool, len(addrs))
+	for i, a := range addrs {
+		pool[i] = &reverseproxy.Upstream{Dial: a}
+	}
+	return pool
+}
+
+// ServeHTTP decides the path, carries the client address and proxies.
+func (c *CacheRedirect) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	peer := remoteIP(r)
+	client, _, forged := c.clientIP.Resolve(peer, r.Header)
+	if forged {
+		forgedTotal.WithLabelValues(c.Node).Inc()
+		c.logger.Debug("replaced a client-supplied client IP header",
+			zap.String("header", c.ClientIPHeader), zap.String("peer", peer.String()))
+	}
+	r.Header.Set(c.ClientIPHeader, client.String())
+	caddyhttp.SetVar(r.Context(), prmod.ClientIPVar, client)
+
+	path, reason := pathMiss, "from cache"
+	if !inPrefixes(c.peers, peer) {
+		var ok bool
+		if ok, reason = c.policy.Cacheable(r); ok {
+			path = pathCache
+			if !anyAvailable(c.cache.Upstreams) {
+				path, reason = pathFallback, "no cache available"
+			}
+		} else {
+			path = pathBypass
+		}
+	}
+	if repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer); ok {
+		repl.Set("http.cache_redirect.path", path)
+		repl.Set("http.cache_redirect.reason", reason)
+		repl.Set("http.cache_redirect.client_ip", client.String())
+		repl.Set("http.cache_redirect.node", c.Node)
+	}
+	requestsTotal.WithLabelValues(c.Node, path).Inc()
+	if path == pathCache {
+		return c.cache.ServeHTTP(w, r, next)
+	}
+	return c.origin.ServeHTTP(w, r, next)
+}
+
+func remoteIP(r *http.Request) netip.Addr {
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		return netip.Addr{}
+	}
+	return ap.Addr().Unmap()
+}
+
+func inPrefixes(ps []netip.Prefix, a netip.Addr) bool {
+	for _, p := range ps {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+func anyAvailable(pool reverseproxy.UpstreamPool) bool {
+	for _, u := range pool {
+		if u.Available() {
+			return true
+		}
+	}
+	return false
+}
+
+// Cleanup stops both proxies.
+func (c *CacheRedirect) Cleanup() error {
+	var errs []error
+	for _, h := range []*reverseproxy.Handler{c.cache, c.origin} {
+		if h != nil {
+			errs = append(errs, h.Cleanup())
+		}
+	}
+	if c.OriginTransport != nil && c.OriginTransport.HTTP != nil {
+		errs = append(errs, c.OriginTransport.Cleanup())
+	}
+	return errors.Join(errs...)
+}
+
+// Interface guards
+var (
+	_ caddy.Provisioner           = (*CacheRedirect)(nil)
+	_ caddy.CleanerUpper          = (*CacheRedirect)(nil)
+	_ caddyhttp.MiddlewareHandler = (*CacheRedirect)(nil)
+)

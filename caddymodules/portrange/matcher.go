@@ -1,0 +1,143 @@
+package portrange
+
+import (
+	"fmt"
+	"net"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/mholt/caddy-l4/layer4"
+
+	"github.com/edgesteer/edgesteer/internal/portrange"
+)
+
+func init() {
+	caddy.RegisterModule(&MatchPortRange{})
+}
+
+// MatchPortRange matches a connection whose remote (default) or local port
+// lies in one of the ranges: the given Ports, or Node's range in the tier
+// map. It reads no bytes, so it decides at once. This is the seed's
+// policy-based routing on the upper tier: a flow whose port lies in node
+// X's exclusive range belongs to node X.
+type MatchPortRange struct {
+	// Side is "remote" (the peer's port, default) or "local" (the port the
+	// connection arrived on, e.g. a listener over a port range).
+	Side string `json:"side,omitempty"`
+	// Ports are ranges "lo-hi" or single ports.
+	Ports []string `json:"ports,omitempty"`
+	TierMapSource
+
+	ranges []portrange.Range
+}
+
+// CaddyModule returns the Caddy module information.
+func (*MatchPortRange) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "layer4.matchers.port_range",
+		New: func() caddy.Module { return new(MatchPortRange) },
+	}
+}
+
+// Provision parses the ranges and loads the tier map.
+func (m *MatchPortRange) Provision(caddy.Context) error {
+	switch m.Side {
+	case "":
+		m.Side = "remote"
+	case "remote", "local":
+	default:
+		return fmt.Errorf("port_range matcher: side %q: want remote or local", m.Side)
+	}
+	for _, s := range m.Ports {
+		r, err := portrange.Parse(s)
+		if err != nil {
+			return fmt.Errorf("port_range matcher: ports: %w", err)
+		}
+		m.ranges = append(m.ranges, r)
+	}
+	if m.set() {
+		r, _, err := m.nodeRange("port_range matcher")
+		if err != nil {
+			return err
+		}
+		m.ranges = append(m.ranges, r)
+	} else if m.Node != "" {
+		return fmt.Errorf("port_range matcher: node %q needs tier_map", m.Node)
+	}
+	if len(m.ranges) == 0 {
+		return fmt.Errorf("port_range matcher: give ports or tier_map and node")
+	}
+	return nil
+}
+
+// Match checks the connection's port.
+func (m *MatchPortRange) Match(cx *layer4.Connection) (bool, error) {
+	addr := cx.RemoteAddr()
+	if m.Side == "local" {
+		addr = cx.LocalAddr()
+	}
+	var port int
+	switch a := addr.(type) {
+	case *net.TCPAddr:
+		port = a.Port
+	case *net.UDPAddr:
+		port = a.Port
+	default:
+		return false, nil
+	}
+	for _, r := range m.ranges {
+		if r.Contains(uint16(port)) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// UnmarshalCaddyfile reads
+//
+//	port_range [remote|local] [<ranges...>] {
+//		side remote|local
+//		ports <ranges...>
+//		tier_map <file>
+//		node <name>
+//	}
+func (m *MatchPortRange) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	d.Next() // matcher name
+	args := d.RemainingArgs()
+	if len(args) > 0 && (args[0] == "remote" || args[0] == "local") {
+		m.Side, args = args[0], args[1:]
+	}
+	m.Ports = append(m.Ports, args...)
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		opt := d.Val()
+		if ok, err := m.unmarshalOption(d, opt); ok {
+			if err != nil {
+				return err
+			}
+			continue
+		}
+		switch opt {
+		case "side":
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			m.Side = d.Val()
+		case "ports":
+			more := d.RemainingArgs()
+			if len(more) == 0 {
+				return d.ArgErr()
+			}
+			m.Ports = append(m.Ports, more...)
+		default:
+			return d.Errf("port_range matcher: unknown option %q", opt)
+		}
+	}
+	return nil
+}
+
+// Interface guards
+var (
+	_ caddy.Provisioner     = (*MatchPortRange)(nil)
+	_ layer4.ConnMatcher    = (*MatchPortRange)(nil)
+	_ caddyfile.Unmarshaler = (*MatchPortRange)(nil)
+)
