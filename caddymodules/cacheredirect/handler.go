@@ -125,7 +125,7 @@ func (c *CacheRedirect) Provision(ctx caddy.Context) error {
 		c.CacheFailDuration = caddy.Duration(10 * time.Second)
 	}
 
-	c.cache = &reverseproxy.Handler{
+	cache := &reverseproxy.Handler{
 		Upstreams: upstreams(c.Caches),
 		LoadBalancing: &reverseproxy.LoadBalancing{
 			SelectionPolicy: &reverseproxy.URIHashSelection{},
@@ -136,22 +136,24 @@ func (c *CacheRedirect) Provision(ctx caddy.Context) error {
 		}},
 		TrustedProxies: trustedCIDRs,
 	}
-	if err := c.cache.Provision(ctx); err != nil {
+	if err := cache.Provision(ctx); err != nil {
 		return fmt.Errorf("cache_redirect: cache pool: %w", err)
 	}
-	c.origin = &reverseproxy.Handler{Upstreams: upstreams(c.Origin), TrustedProxies: trustedCIDRs}
+	c.cache = cache
+	origin := &reverseproxy.Handler{Upstreams: upstreams(c.Origin), TrustedProxies: trustedCIDRs}
 	if t := c.OriginTransport; t != nil {
 		if err := t.Provision(ctx); err != nil {
 			return fmt.Errorf("cache_redirect: origin: %w", err)
 		}
-		c.origin.Transport = t
+		origin.Transport = t
 		if c.Node == "" {
 			c.Node = t.Node
 		}
 	}
-	if err := c.origin.Provision(ctx); err != nil {
+	if err := origin.Provision(ctx); err != nil {
 		return fmt.Errorf("cache_redirect: origin: %w", err)
 	}
+	c.origin = origin
 	if c.Node == "" {
 		c.Node = "lower"
 	}
@@ -237,7 +239,7 @@ func (c *CacheRedirect) Cleanup() error {
 			errs = append(errs, h.Cleanup())
 		}
 	}
-	if c.OriginTransport != nil && c.OriginTransport.HTTP != nil {
+	if c.OriginTransport != nil {
 		errs = append(errs, c.OriginTransport.Cleanup())
 	}
 	return errors.Join(errs...)

@@ -161,7 +161,12 @@ func (t *Transport) EnableTLS(base *reverseproxy.TLSConfig) error {
 }
 
 // Cleanup releases the HTTP transport's idle connections.
-func (t *Transport) Cleanup() error { return t.HTTP.Cleanup() }
+func (t *Transport) Cleanup() error {
+	if t.HTTP == nil || t.HTTP.Transport == nil {
+		return nil // provisioning failed before there was anything to release
+	}
+	return t.HTTP.Cleanup()
+}
 
 // Range is the source port range in use (after Provision).
 func (t *Transport) Range() portrange.Range { return t.dialer.Ports }

@@ -1,0 +1,167 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Topology is a set of network namespaces made by a test, one per host, all
+// on one bridge (in a namespace of its own) in 10.77.0.0/24. Nothing in it
+// touches the machine's own network. It is removed when the test ends.
+type Topology struct {
+	prefix string
+	ips    map[string]string
+}
+
+// NewTopology makes one namespace per host, host → last octet of its
+// address. It needs root and iproute2.
+func NewTopology(t testing.TB, hosts map[string]int) *Topology {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("network namespaces need root")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Fatal("ip is needed (Debian package iproute2; make test installs it)")
+	}
+	tp := &Topology{prefix: fmt.Sprintf("es%d", os.Getpid()%100000), ips: map[string]string{}}
+	names := make([]string, 0, len(hosts))
+	for h := range hosts {
+		names = append(names, h)
+	}
+	sort.Strings(names)
+	bridge := tp.prefix + "-br"
+	tp.ip(t, "netns", "add", bridge)
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", bridge).Run() })
+	tp.ip(t, "-n", bridge, "link", "add", "br0", "type", "bridge")
+	tp.ip(t, "-n", bridge, "link", "set", "br0", "up")
+	for i, h := range names {
+		ns := tp.NS(h)
+		tp.ip(t, "netns", "add", ns)
+		t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
+		port := fmt.Sprintf("p%d", i)
+		tp.ip(t, "-n", bridge, "link", "add", port, "type", "veth", "peer", "name", "eth0", "netns", ns)
+		tp.ip(t, "-n", bridge, "link", "set", port, "master", "br0", "up")
+		tp.ips[h] = fmt.Sprintf("10.77.0.%d", hosts[h])
+		tp.ip(t, "-n", ns, "addr", "add", tp.ips[h]+"/24", "dev", "eth0")
+		tp.ip(t, "-n", ns, "link", "set", "eth0", "up")
+		tp.ip(t, "-n", ns, "link", "set", "lo", "up")
+	}
+	return tp
+}
+
+func (tp *Topology) ip(t testing.TB, args ...string) {
+	t.Helper()
+	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+		t.Fatalf("ip %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
+
+// NS is the namespace name of host.
+func (tp *Topology) NS(host string) string { return tp.prefix + "-" + host }
+
+// IP is host's address.
+func (tp *Topology) IP(host string) string { return tp.ips[host] }
+
+// Command returns a command that runs inside host's namespace.
+func (tp *Topology) Command(host, bin string, args ...string) *exec.Cmd {
+	return exec.Command("ip", append([]string{"netns", "exec", tp.NS(host), bin}, args...)...)
+}
+
+// Start runs a program inside host's namespace (ip netns exec replaces
+// itself with the program, so the process is the program).
+func (tp *Topology) Start(t testing.TB, host, name, bin string, env []string, args ...string) *Proc {
+	t.Helper()
+	return Start(t, name, "ip", env, append([]string{"netns", "exec", tp.NS(host), bin}, args...)...)
+}
+
+// StartCaddy runs bin/caddy in host's namespace with a Caddyfile, from dir
+// (relative paths in the config are relative to it), its admin API on the
+// namespace's own 127.0.0.1:2019, and waits until that answers.
+func (tp *Topology) StartCaddy(t testing.TB, host, caddyfile, dir string, env []string) *Proc {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "Caddyfile")
+	if err := os.WriteFile(path, []byte(caddyfile), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env = append(caddyEnv(t, "127.0.0.1:2019"), env...)
+	args := []string{"netns", "exec", tp.NS(host), "env", "--chdir=" + dir, Bin(t, "caddy"),
+		"run", "--adapter", "caddyfile", "--config", path}
+	p := Start(t, "caddy@"+host, "ip", env, args...)
+	client := tp.HTTPClient(host)
+	p.WaitFor(t, "admin API in "+host, 60*time.Second, func() error {
+		resp, err := client.Get("http://127.0.0.1:2019/config/")
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		return nil
+	})
+	return p
+}
+
+// HTTPClient returns a client whose connections are made inside host's
+// namespace (without keep-alive, so each request is a new connection).
+func (tp *Topology) HTTPClient(host string) *http.Client {
+	return &http.Client{
+		Timeout: 10 * time.Second,
+		Transport: &http.Transport{
+			DialContext:       tp.Dialer(host, nil),
+			DisableKeepAlives: true,
+		},
+	}
+}
+
+// Dialer returns a dial function whose sockets are created inside host's
+// namespace, from local (nil: any) address. A socket stays in the
+// namespace it was created in, so only the socket call switches namespace,
+// on a locked thread that is switched back after.
+func (tp *Topology) Dialer(host string, local net.Addr) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		var conn net.Conn
+		err := tp.in(host, func() error {
+			var err error
+			conn, err = (&net.Dialer{LocalAddr: local}).DialContext(ctx, network, addr)
+			return err
+		})
+		return conn, err
+	}
+}
+
+func (tp *Topology) in(host string, f func() error) error {
+	target, err := os.Open("/var/run/netns/" + tp.NS(host))
+	if err != nil {
+		return err
+	}
+	defer target.Close()
+	runtime.LockOSThread()
+	own, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
+	if err != nil {
+		runtime.UnlockOSThread()
+		return err
+	}
+	defer own.Close()
+	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
+		runtime.UnlockOSThread()
+		return err
+	}
+	ferr := f()
+	if err := unix.Setns(int(own.Fd()), unix.CLONE_NEWNET); err != nil {
+		// The thread stays in the wrong namespace: leave it locked, so it
+		// ends with this goroutine instead of serving others.
+		return fmt.Errorf("returning from namespace %s: %v", tp.NS(host), err)
+	}
+	runtime.UnlockOSThread()
+	return ferr
+}
