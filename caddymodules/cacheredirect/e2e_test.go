@@ -27,6 +27,8 @@ type ntier struct {
 	tp     *e2e.Topology
 	tiers  *portrange.Map
 	origin string // origin's /_seen URL
+	// observer is the host the test reads /_seen from (default client).
+	observer string
 }
 
 // seen is what the origin recorded of a request (testpeer's /_seen).
@@ -113,7 +115,11 @@ func (n *ntier) curl(t *testing.T, args ...string) (*http.Response, string) {
 }
 
 func (n *ntier) seen() ([]seen, error) {
-	resp, err := n.tp.HTTPClient("client").Get(n.origin)
+	from := n.observer
+	if from == "" {
+		from = "client"
+	}
+	resp, err := n.tp.HTTPClient(from).Get(n.origin)
 	if err != nil {
 		return nil, err
 	}
@@ -250,4 +256,55 @@ func TestNTierCacheRedirectionInNamespaces(t *testing.T) {
 			}
 		}
 	})
+}
+
+// USIP: the lower-tier node connects to the origin from the client's own
+// address (IP_TRANSPARENT) and a port of its range. The origin routes the
+// client's address back through the node, and the node delivers those
+// replies to its transparent socket (socket match + policy routing), as the
+// module README describes.
+func TestUSIPInNamespaces(t *testing.T) {
+	if _, err := exec.LookPath("nft"); err != nil {
+		t.Fatal("nft is needed (Debian package nftables; make test installs it)")
+	}
+	tp := e2e.NewTopology(t, map[string]int{"client": 10, "l2u": 3, "origin": 6})
+	tp.Run(t, "origin", "ip", "route", "add", "10.77.0.10/32", "via", "10.77.0.3")
+	tp.Run(t, "l2u", "nft", "add table ip usip; add chain ip usip pre { type filter hook prerouting priority mangle; }; "+
+		"add rule ip usip pre socket transparent 1 meta mark set 1")
+	tp.Run(t, "l2u", "ip", "rule", "add", "fwmark", "1", "lookup", "100")
+	tp.Run(t, "l2u", "ip", "route", "add", "local", "0.0.0.0/0", "dev", "lo", "table", "100")
+
+	origin := tp.Start(t, "origin", "origin", e2e.Bin(t, "testpeer"), nil, "-listen", "10.77.0.6:80", "-name", "origin")
+	// Replies to the client's address go through l2u, so the test reads
+	// the origin's record from l2u's own (non-transparent) address.
+	n := &ntier{tp: tp, origin: "http://10.77.0.6:80/_seen", observer: "l2u"}
+	origin.WaitFor(t, "origin", 10*time.Second, func() error { _, err := n.seen(); return err })
+	tp.StartCaddy(t, "l2u", `http://:8601 {
+	bind 10.77.0.3
+	cache_redirect {
+		node l2u
+		caches 10.77.0.5:6081
+		origin 10.77.0.6:80
+		ports 30000-30999
+		usip
+		bypass_path /api/*
+	}
+}`, t.TempDir(), nil)
+	for i := range 3 {
+		resp, _ := n.curl(t, fmt.Sprintf("http://10.77.0.3:8601/api/%d", i))
+		if resp.StatusCode != 200 {
+			t.Fatalf("request %d: %s", i, resp.Status)
+		}
+	}
+	got := n.mustSeen(t)
+	if len(got) != 3 {
+		t.Fatalf("origin saw %d requests", len(got))
+	}
+	for _, s := range got {
+		host, portS, _ := net.SplitHostPort(s.Remote)
+		port, _ := strconv.Atoi(portS)
+		if host != "10.77.0.10" || port < 30000 || port > 30999 {
+			t.Errorf("origin saw the connection from %s, want the client's address 10.77.0.10 and a port in 30000-30999", s.Remote)
+		}
+	}
 }

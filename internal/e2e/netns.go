@@ -11,11 +11,14 @@ import (
 	"runtime"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 )
+
+var topologies atomic.Int32
 
 // Topology is a set of network namespaces made by a test, one per host, all
 // on one bridge (in a namespace of its own) in 10.77.0.0/24. Nothing in it
@@ -35,7 +38,7 @@ func NewTopology(t testing.TB, hosts map[string]int) *Topology {
 	if _, err := exec.LookPath("ip"); err != nil {
 		t.Fatal("ip is needed (Debian package iproute2; make test installs it)")
 	}
-	tp := &Topology{prefix: fmt.Sprintf("es%d", os.Getpid()%100000), ips: map[string]string{}}
+	tp := &Topology{prefix: fmt.Sprintf("es%d-%d", os.Getpid()%100000, topologies.Add(1)), ips: map[string]string{}}
 	names := make([]string, 0, len(hosts))
 	for h := range hosts {
 		names = append(names, h)
@@ -73,6 +76,14 @@ func (tp *Topology) NS(host string) string { return tp.prefix + "-" + host }
 
 // IP is host's address.
 func (tp *Topology) IP(host string) string { return tp.ips[host] }
+
+// Run runs a command inside host's namespace and fails the test if it fails.
+func (tp *Topology) Run(t testing.TB, host, bin string, args ...string) {
+	t.Helper()
+	if out, err := tp.Command(host, bin, args...).CombinedOutput(); err != nil {
+		t.Fatalf("%s in %s: %v\n%s", strings.Join(append([]string{bin}, args...), " "), host, err, out)
+	}
+}
 
 // Command returns a command that runs inside host's namespace.
 func (tp *Topology) Command(host, bin string, args ...string) *exec.Cmd {
