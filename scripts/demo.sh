@@ -1,19 +1,23 @@
 #!/usr/bin/env bash
-# Starts the demo: bin/caddy with Caddyfile.examples/demo.Caddyfile and
-# bin/coredns with Corefile.examples/demo.Corefile, all on loopback.
-# Ctrl-C (or SIGTERM) stops both. BIN_DIR picks other binaries.
+# Starts the demo, all on loopback: bin/caddy with
+# Caddyfile.examples/demo.Caddyfile and bin/coredns with
+# Corefile.examples/demo.Corefile; then, when varnish is installed, the
+# N-tier cache redirection examples (upper tier, two lower-tier nodes,
+# varnish); and, when slapd is installed, the LDAP tenant routing example
+# with three slapd nodes. Ctrl-C (or SIGTERM) stops everything.
+# BIN_DIR picks other binaries.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${BIN_DIR:-bin}
 dns_port=${DEMO_DNS_PORT:-8453}
 state=$(mktemp -d)
+export PATH="$PATH:/usr/sbin"
 
-caddy_pid= coredns_pid=
+pids=()
 stop() {
 	trap - INT TERM EXIT
 	echo "stopping the demo..."
-	[ -n "$caddy_pid" ] && kill -TERM "$caddy_pid" 2>/dev/null || true
-	[ -n "$coredns_pid" ] && kill -TERM "$coredns_pid" 2>/dev/null || true
+	for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
 	wait 2>/dev/null || true
 	rm -rf "$state"
 	echo "demo stopped"
@@ -21,27 +25,109 @@ stop() {
 trap 'stop; exit 0' INT TERM
 trap stop EXIT
 
-# Caddy keeps its storage and autosave in a throwaway directory.
-XDG_DATA_HOME=$state/data XDG_CONFIG_HOME=$state/config \
-	"$bin/caddy" run --config Caddyfile.examples/demo.Caddyfile --adapter caddyfile &
-caddy_pid=$!
-"$bin/coredns" -conf Corefile.examples/demo.Corefile -dns.port "$dns_port" &
-coredns_pid=$!
-
+# start NAME CMD...: run a server in the background (exec, so the PID is
+# the server's), with its own Caddy storage directory.
+start() {
+	local name=$1
+	shift
+	mkdir -p "$state/$name"
+	(export XDG_DATA_HOME=$state/$name XDG_CONFIG_HOME=$state/$name; exec "$@") &
+	pids+=($!)
+}
 wait_tcp() { # host port
 	for _ in $(seq 1 200); do
 		if (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; then return 0; fi
-		kill -0 "$caddy_pid" 2>/dev/null && kill -0 "$coredns_pid" 2>/dev/null || return 1
+		for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null || return 1; done
 		sleep 0.1
 	done
 	return 1
 }
-for p in 8480 8481 8482 8483 8485 8490 "$dns_port"; do
-	if ! wait_tcp 127.0.0.1 "$p"; then
-		echo "demo: 127.0.0.1:$p did not come up" >&2
-		exit 1
-	fi
-done
+up() { # host:port...
+	for a in "$@"; do
+		if ! wait_tcp "${a%:*}" "${a##*:}"; then
+			echo "demo: $a did not come up" >&2
+			exit 1
+		fi
+	done
+}
+
+start caddy "$bin/caddy" run --config Caddyfile.examples/demo.Caddyfile --adapter caddyfile
+start coredns "$bin/coredns" -conf Corefile.examples/demo.Corefile -dns.port "$dns_port"
+up 127.0.0.1:8480 127.0.0.1:8481 127.0.0.1:8482 127.0.0.1:8483 127.0.0.1:8485 127.0.0.1:8490 \
+	127.0.0.1:"$dns_port" 127.0.0.6:8610
+try_ntier= try_ldap=
+
+# N-tier cache redirection: the example files as they are; varnish fetches
+# misses through lower-tier node l2b; the origin is a site of demo.Caddyfile.
+if command -v varnishd >/dev/null; then
+	start varnish varnishd -F -j none -a 127.0.0.5:6081 -b 127.0.0.4:8601 -n "$state/varnish" \
+		-T 127.0.0.1:0 -s malloc,64m
+	start upper env CADDY_ADMIN=localhost:2020 "$bin/caddy" run --adapter caddyfile \
+		--config Caddyfile.examples/ntier-upper.Caddyfile
+	start l2a env CADDY_ADMIN=localhost:2021 "$bin/caddy" run --adapter caddyfile \
+		--config Caddyfile.examples/ntier-lower.Caddyfile
+	start l2b env CADDY_ADMIN=localhost:2022 NODE=l2b LOWER_IP=127.0.0.4 "$bin/caddy" run --adapter caddyfile \
+		--config Caddyfile.examples/ntier-lower.Caddyfile
+	up 127.0.0.5:6081 127.0.0.2:8600 127.0.0.2:8700 127.0.0.3:8601 127.0.0.4:8601 127.0.0.3:8701 127.0.0.4:8701
+	try_ntier="
+N-tier cache redirection (ntier-upper/lower.Caddyfile, varnish at 127.0.0.5:6081):
+  curl -si --interface 127.0.0.10 http://127.0.0.2:8600/img/logo.png | grep -E 'X-Cache-Path|X-Varnish|origin'
+                                                           # twice: a miss via l2b, then a hit
+  curl -s --interface 127.0.0.10 -H 'Client-IP: 6.6.6.6' http://127.0.0.2:8600/api/x
+                                                           # bypass; the origin sees the real client and
+                                                           # the node's source port (l2a 1024-33279, l2b above)
+  curl -s --local-port 2000-2010 http://127.0.0.2:8700/    # routed by port alone: l2a
+  curl -s localhost:2021/metrics | grep cache_redirect     # per-path counters of l2a"
+else
+	try_ntier="
+(N-tier cache redirection: install varnish to see it here.)"
+fi
+
+# LDAP tenant routing: three slapd nodes holding every demo tenant, and
+# Caddyfile.examples/ldap-tenant-routing.Caddyfile in front.
+if command -v slapd >/dev/null; then
+	for i in 1 2 3; do
+		d=$state/slapd$i
+		mkdir -p "$d/db"
+		cat >"$d/slapd.conf" <<CONF
+include /etc/ldap/schema/core.schema
+include /etc/ldap/schema/cosine.schema
+include /etc/ldap/schema/inetorgperson.schema
+modulepath /usr/lib/ldap
+moduleload back_mdb
+pidfile $d/slapd.pid
+database mdb
+maxsize 104857600
+suffix "dc=example"
+rootdn "cn=admin,dc=example"
+rootpw secret
+directory $d/db
+access to attrs=userPassword by anonymous auth by * none
+access to * by * read
+CONF
+		{
+			printf 'dn: dc=example\nobjectClass: dcObject\nobjectClass: organization\ndc: example\no: example\n\n'
+			printf 'dn: cn=marker,dc=example\nobjectClass: organizationalRole\ncn: marker\ndescription: node-%s\n\n' "$i"
+			for t in acme globex initech; do
+				printf 'dn: o=%s,dc=example\nobjectClass: organization\no: %s\n\n' "$t" "$t"
+				printf 'dn: uid=alice,o=%s,dc=example\nobjectClass: inetOrgPerson\nuid: alice\ncn: Alice\nsn: A\nuserPassword: pw\n\n' "$t"
+			done
+		} >"$d/data.ldif"
+		slapadd -f "$d/slapd.conf" -l "$d/data.ldif" 2>/dev/null
+		start "slapd$i" slapd -f "$d/slapd.conf" -h "ldap://127.0.0.1:389$i/" -d 0
+	done
+	start ldap env CADDY_ADMIN=localhost:2023 "$bin/caddy" run --adapter caddyfile \
+		--config Caddyfile.examples/ldap-tenant-routing.Caddyfile
+	up 127.0.0.1:3891 127.0.0.1:3892 127.0.0.1:3893 127.0.0.1:3389
+	try_ldap="
+LDAP tenant routing (ldap-tenant-routing.Caddyfile, slapd nodes 3891-3893):
+  ldapsearch -x -H ldap://127.0.0.1:3389 -D uid=alice,o=acme,dc=example -w pw -b cn=marker,dc=example description
+                                                           # the node holding tenant acme answers
+  curl -s localhost:2023/tenant_route/                     # tenant → nodes, connections per node"
+else
+	try_ldap="
+(LDAP tenant routing: install slapd to see it here.)"
+fi
 
 cat <<MSG
 
@@ -56,6 +142,8 @@ Try:
   dig @127.0.0.1 -p $dns_port www.demo.edgesteer.test A +short
   dig @127.0.0.1 -p $dns_port vpn.demo.edgesteer.test A +short        # gateways, best first (ogs)
   dig @127.0.0.1 -p $dns_port _ogs.vpn.demo.edgesteer.test TXT +short  # OGS Selection Results
+$try_ntier
+$try_ldap
 Press Ctrl-C to stop.
 demo ready
 MSG

@@ -125,6 +125,9 @@ func TestDemoStartsAndStopsOnInterrupt(t *testing.T) {
 		t.Fatalf("selection results: %q", out)
 	}
 
+	checkDemoNtier(t)
+	checkDemoLDAP(t)
+
 	// Ctrl-C in a terminal signals the whole foreground process group.
 	syscall.Kill(-cmd.Process.Pid, syscall.SIGINT)
 	select {
@@ -135,7 +138,8 @@ func TestDemoStartsAndStopsOnInterrupt(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("demo did not stop within 30 s of SIGINT")
 	}
-	for _, addr := range []string{"127.0.0.1:8480", "127.0.0.1:8490", fmt.Sprintf("127.0.0.1:%d", dnsPort)} {
+	for _, addr := range []string{"127.0.0.1:8480", "127.0.0.1:8490", fmt.Sprintf("127.0.0.1:%d", dnsPort),
+		"127.0.0.2:8600", "127.0.0.5:6081", "127.0.0.1:3389", "127.0.0.1:3891"} {
 		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
 			c.Close()
 			t.Errorf("%s still accepts connections after the demo stopped", addr)
@@ -187,4 +191,73 @@ func waitMeasured(t *testing.T, policy string, n int) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Fatalf("policy %s never had %d measured publishers", policy, n)
+}
+
+// checkDemoNtier runs the demo's N-tier flows from client address
+// 127.0.0.10: a miss then a hit through varnish, a bypass whose Client-IP
+// forgery is replaced, and routing by port alone.
+func checkDemoNtier(t *testing.T) {
+	t.Helper()
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		DialContext:       (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.10")}}).DialContext,
+		DisableKeepAlives: true,
+	}}
+	get := func(path string, header ...string) (http.Header, string) {
+		t.Helper()
+		req, _ := http.NewRequest("GET", "http://127.0.0.2:8600"+path, nil)
+		for i := 0; i+1 < len(header); i += 2 {
+			req.Header.Set(header[i], header[i+1])
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp.Header, string(body)
+	}
+	h1, body := get("/img/demo.png")
+	h2, _ := get("/img/demo.png")
+	if len(strings.Fields(h1.Get("X-Varnish"))) != 1 || len(strings.Fields(h2.Get("X-Varnish"))) != 2 {
+		t.Fatalf("want a miss then a hit: X-Varnish %q, %q", h1.Get("X-Varnish"), h2.Get("X-Varnish"))
+	}
+	if !strings.Contains(body, "Client-IP=127.0.0.10 ") || !strings.HasSuffix(h2.Get("X-Cache-Path"), " cache") {
+		t.Fatalf("miss: %q, X-Cache-Path %q", body, h2.Get("X-Cache-Path"))
+	}
+	_, body = get("/api/demo", "Client-IP", "6.6.6.6")
+	if !strings.HasPrefix(body, "origin: GET /api/demo Client-IP=127.0.0.10 X-Forwarded-For=127.0.0.10 from 127.0.0.1:") {
+		t.Fatalf("bypass: %q", body)
+	}
+	for node, port := range map[string]int{"l2a": 2000, "l2b": 40000} {
+		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.1"), Port: port + int(time.Now().UnixNano()%500)}}
+		c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: d.DialContext, DisableKeepAlives: true}}
+		resp, err := c.Get("http://127.0.0.2:8700/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !strings.HasPrefix(string(b), node+" port ") {
+			t.Fatalf("flow from port %d reached %q, want %s", d.LocalAddr.(*net.TCPAddr).Port, b, node)
+		}
+	}
+}
+
+// checkDemoLDAP binds through the demo's tenant router with ldapsearch.
+func checkDemoLDAP(t *testing.T) {
+	t.Helper()
+	out, err := exec.Command("ldapsearch", "-x", "-H", "ldap://127.0.0.1:3389", "-D", "uid=alice,o=acme,dc=example",
+		"-w", "pw", "-b", "cn=marker,dc=example", "description").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "description: node-") {
+		t.Fatalf("ldapsearch through the demo router: %v\n%s", err, out)
+	}
+	resp, err := http.Get("http://localhost:2023/tenant_route/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(b), `"membership":"static"`) || !strings.Contains(string(b), "127.0.0.1:3893") {
+		t.Fatalf("tenant_route admin view: %s", b)
+	}
 }
