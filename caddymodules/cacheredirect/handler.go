@@ -70,7 +70,7 @@ type CacheRedirect struct {
 	OriginTransport *prmod.Transport `json:"origin_transport,omitempty"`
 
 	policy   cacheredirect.Policy
-	clientIP cacheredirect.ClientIP
+	clientIP *cacheredirect.ClientIP
 	peers    []netip.Prefix
 	cache    *reverseproxy.Handler
 	origin   *reverseproxy.Handler
@@ -116,7 +116,7 @@ func (c *CacheRedirect) Provision(ctx caddy.Context) error {
 	if c.peers, err = cacheredirect.ParsePrefixes(peers); err != nil {
 		return fmt.Errorf("cache_redirect: cache_peers (or cache hosts, which must be IPs): %w", err)
 	}
-	c.clientIP = cacheredirect.ClientIP{Header: c.ClientIPHeader, Trusted: append(trusted, c.peers...)}
+	c.clientIP = cacheredirect.NewClientIP(c.ClientIPHeader, append(trusted, c.peers...))
 	var trustedCIDRs []string
 	for _, p := range c.clientIP.Trusted {
 		trustedCIDRs = append(trustedCIDRs, p.String())
@@ -177,7 +177,7 @@ func (c *CacheRedirect) ServeHTTP(w http.ResponseWriter, r *http.Request, next c
 		c.logger.Debug("replaced a client-supplied client IP header",
 			zap.String("header", c.ClientIPHeader), zap.String("peer", peer.String()))
 	}
-	r.Header.Set(c.ClientIPHeader, client.String())
+	r.Header[c.clientIP.Header()] = []string{client.String()}
 	caddyhttp.SetVar(r.Context(), prmod.ClientIPVar, client)
 
 	path, reason := pathMiss, "from cache"

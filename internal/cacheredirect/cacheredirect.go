@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	"net/textproto"
 	"path"
 	"slices"
 	"strings"
@@ -27,10 +28,20 @@ type Policy struct {
 	// BypassHeaders maps a header name to a glob on its value; an empty
 	// glob means presence alone bypasses.
 	BypassHeaders map[string]string
+
+	headers []headerRule // BypassHeaders with canonical keys, in name order
 }
 
-// Validate checks the globs, naming the bad one.
+type headerRule struct{ key, glob string }
+
+// Validate checks the globs, naming the bad one, and prepares the rules;
+// call it before Cacheable.
 func (p *Policy) Validate() error {
+	p.headers = p.headers[:0]
+	for name, g := range p.BypassHeaders {
+		p.headers = append(p.headers, headerRule{textproto.CanonicalMIMEHeaderKey(name), g})
+	}
+	slices.SortFunc(p.headers, func(a, b headerRule) int { return strings.Compare(a.key, b.key) })
 	for _, g := range p.BypassPaths {
 		if _, err := path.Match(g, ""); err != nil {
 			return fmt.Errorf("bypass path %q: %v", g, err)
@@ -59,10 +70,10 @@ func (p *Policy) Cacheable(r *http.Request) (ok bool, reason string) {
 	if !slices.Contains(methods, r.Method) {
 		return false, "method " + r.Method
 	}
-	if r.Header.Get("Authorization") != "" {
+	if len(r.Header["Authorization"]) > 0 {
 		return false, "authorization"
 	}
-	if r.Header.Get("Upgrade") != "" {
+	if len(r.Header["Upgrade"]) > 0 {
 		return false, "upgrade"
 	}
 	for _, g := range p.BypassPaths {
@@ -71,25 +82,41 @@ func (p *Policy) Cacheable(r *http.Request) (ok bool, reason string) {
 		}
 	}
 	for _, name := range p.BypassCookies {
-		if _, err := r.Cookie(name); err == nil {
+		if hasCookie(r.Header["Cookie"], name) {
 			return false, "cookie " + name
 		}
 	}
-	for name, g := range p.BypassHeaders {
-		vals := r.Header.Values(name)
+	for _, h := range p.headers {
+		vals := r.Header[h.key]
 		if len(vals) == 0 {
 			continue
 		}
-		if g == "" {
-			return false, "header " + name
+		if h.glob == "" {
+			return false, "header " + h.key
 		}
 		for _, v := range vals {
-			if ok, _ := path.Match(g, v); ok {
-				return false, "header " + name
+			if ok, _ := path.Match(h.glob, v); ok {
+				return false, "header " + h.key
 			}
 		}
 	}
 	return true, ""
+}
+
+// hasCookie reports whether a Cookie header names the cookie; it scans the
+// pairs instead of parsing them all (http.Request.Cookie allocates).
+func hasCookie(lines []string, name string) bool {
+	for _, line := range lines {
+		for line != "" {
+			var pair string
+			pair, line, _ = strings.Cut(line, ";")
+			pair = strings.TrimLeft(pair, " ")
+			if len(pair) > len(name) && pair[len(name)] == '=' && pair[:len(name)] == name {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // matchPath follows Caddy's path matcher: a leading or trailing * is a
@@ -114,15 +141,23 @@ func matchPath(glob, p string) bool {
 // trusted peer (a cache sending a miss back, another tier) may supply it;
 // from anyone else a client-supplied copy is a forgery and is replaced.
 type ClientIP struct {
-	Header  string
+	header  string // canonical
 	Trusted []netip.Prefix
 }
+
+// NewClientIP carries the address in header, trusting those prefixes.
+func NewClientIP(header string, trusted []netip.Prefix) *ClientIP {
+	return &ClientIP{header: textproto.CanonicalMIMEHeaderKey(header), Trusted: trusted}
+}
+
+// Header is the header's canonical name.
+func (c *ClientIP) Header() string { return c.header }
 
 // Resolve returns the client address for a request from peer: the
 // header's when the peer is trusted and the header holds one address,
 // else the peer itself. forged reports a header sent by an untrusted peer.
 func (c *ClientIP) Resolve(peer netip.Addr, h http.Header) (client netip.Addr, fromHeader, forged bool) {
-	vals := h.Values(c.Header)
+	vals := h[c.header]
 	if len(vals) == 0 {
 		return peer, false, false
 	}

@@ -32,6 +32,8 @@ func TestCacheable(t *testing.T) {
 		{"suffix glob", "GET", "/index.php", nil, false, "path *.php"},
 		{"cookie", "GET", "/a", http.Header{"Cookie": {"theme=dark; session=1"}}, false, "cookie session"},
 		{"other cookie", "GET", "/a", http.Header{"Cookie": {"theme=dark"}}, true, ""},
+		{"cookie prefix only", "GET", "/a", http.Header{"Cookie": {"sessionid=1; xsession=2"}}, true, ""},
+		{"second Cookie line", "GET", "/a", http.Header{"Cookie": {"a=1", "b=2;session=x"}}, false, "cookie session"},
 		{"header value", "GET", "/a", http.Header{"Cache-Control": {"max-age=0, no-cache"}}, false, "header Cache-Control"},
 		{"header other value", "GET", "/a", http.Header{"Cache-Control": {"max-age=60"}}, true, ""},
 		{"header presence", "GET", "/a", http.Header{"X-Debug": {"1"}}, false, "header X-Debug"},
@@ -61,7 +63,7 @@ func TestClientIP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := ClientIP{Header: "Client-IP", Trusted: trusted}
+	c := NewClientIP("Client-IP", trusted)
 	a := netip.MustParseAddr
 	cases := []struct {
 		name          string
