@@ -29,6 +29,7 @@ func main() {
 	hold := flag.Int("hold", 0, "connections to hold open through the router")
 	pid := flag.Int("pid", 0, "the router's process ID, for its memory")
 	tenant := flag.String("tenant", "acme", "tenant to bind as")
+	linger := flag.Duration("linger", 0, "with -hold: keep the connections open this much longer after measuring (for profiling)")
 	flag.Parse()
 	dn, pw := fmt.Sprintf("uid=alice,o=%s,dc=example", *tenant), "pw-"+*tenant
 	switch {
@@ -72,6 +73,7 @@ func main() {
 		after := rss(*pid)
 		fmt.Printf("connections %d, router RSS %d KiB → %d KiB, %.1f KiB per idle routed connection\n",
 			len(conns), before, after, float64(after-before)/float64(len(conns)))
+		time.Sleep(*linger)
 		for _, c := range conns {
 			c.Close()
 		}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -51,21 +53,13 @@ func TestEtcdMembership(t *testing.T) {
 		}
 	}
 	front := e2e.Addr(t)
-	c := e2e.StartCaddy(t, "caddyfile", fmt.Sprintf(`{
-	layer4 {
-		%s {
-			route {
-				tenant_route {
-					partitions 2
-					etcd %s {
-						prefix /edgesteer/ldap/nodes/
-						assignment_prefix /edgesteer/ldap/assignments/
-					}
-				}
-			}
-		}
+	// The etcd example, with its addresses replaced.
+	example, err := os.ReadFile(filepath.Join(e2e.Root(t), "Caddyfile.examples", "ldap-tenant-routing-etcd.Caddyfile"))
+	if err != nil {
+		t.Fatal(err)
 	}
-}`, front, etcdURL))
+	c := e2e.StartCaddy(t, "caddyfile", strings.NewReplacer("127.0.0.1:3389", front,
+		"http://127.0.0.1:2379", etcdURL).Replace(string(example)))
 	c.WaitTCP(t, front)
 
 	// where routes one connection per tenant and returns the node names.

@@ -6,12 +6,10 @@
 package tenantroute
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
-	"io"
 	"net"
-	"sync"
+	"syscall"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -21,6 +19,7 @@ import (
 
 	"github.com/edgesteer/edgesteer/internal/ldapwire"
 	"github.com/edgesteer/edgesteer/internal/placement"
+	"github.com/edgesteer/edgesteer/internal/relay"
 )
 
 func init() {
@@ -171,61 +170,36 @@ func (t *TenantRoute) Handle(cx *layer4.Connection, _ layer4.Handler) error {
 	repl := cx.Replacer()
 	repl.Set("l4.tenant_route.tenant", tenant)
 	repl.Set("l4.tenant_route.node", node)
-	t.logger.Debug("routing", zap.String("tenant", tenant), zap.String("node", node), zap.String("remote", cx.RemoteAddr().String()))
+	if ce := t.logger.Check(zap.DebugLevel, "routing"); ce != nil {
+		ce.Write(zap.String("tenant", tenant), zap.String("node", node), zap.String("remote", cx.RemoteAddr().String()))
+	}
 
 	if _, err := up.Write(first.Raw); err != nil {
 		return err
 	}
-	var once sync.Once
-	closeBoth := func() { once.Do(func() { up.Close(); cx.Close() }) }
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		buf := copyBuffers.Get().(*[]byte)
-		io.CopyBuffer(writerOnly{cx}, up, *buf)
-		copyBuffers.Put(buf)
-		closeBoth()
-	}()
-	// Client messages are framed from a buffered reader: the BER decoder
-	// reads a byte at a time.
-	err = t.relayClient(bufio.NewReaderSize(cx, 1024), up, tenant, max)
-	closeBoth()
-	<-done
-	if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
+	// Later messages are framed, and only BindRequests decoded, by the
+	// guard; an idle connection holds no buffer (internal/relay).
+	client := relay.End{
+		Conn: cx,
+		// Bytes a matcher read ahead are still in cx: read them first.
+		Buffered: func() int { return len(cx.MatchingBytes()) },
+		Filter:   &ldapwire.TenantGuard{Rule: t.rule, Tenant: tenant, MaxLen: max},
+	}
+	if sc, ok := cx.Conn.(syscall.Conn); ok {
+		client.Socket = sc
+	}
+	err = relay.Pipe(client, relay.End{Conn: up})
+	if rebind := (*ldapwire.RebindError)(nil); errors.As(err, &rebind) {
+		refusedRebinds.WithLabelValues(t.Name).Inc()
+		t.logger.Warn("bind to another tenant on a routed connection: closing it",
+			zap.String("tenant", tenant), zap.String("bind_dn", rebind.BindDN))
+		return fmt.Errorf("tenant_route: %w", err)
+	}
+	if errors.Is(err, net.ErrClosed) {
 		return nil
 	}
 	return err
 }
-
-// relayClient forwards the client's messages, refusing a bind to another
-// tenant by closing the connection.
-func (t *TenantRoute) relayClient(client io.Reader, up net.Conn, tenant string, max int64) error {
-	for {
-		m, err := ldapwire.Read(client, max)
-		if err != nil {
-			return err
-		}
-		if m.Op == "bind" {
-			if other, ok := t.rule.Tenant(m.BindDN); !ok || other != tenant {
-				refusedRebinds.WithLabelValues(t.Name).Inc()
-				t.logger.Warn("bind to another tenant on a routed connection: closing it",
-					zap.String("tenant", tenant), zap.String("bind_dn", m.BindDN))
-				return fmt.Errorf("tenant_route: rebind from tenant %s to %q refused", tenant, m.BindDN)
-			}
-		}
-		if _, err := up.Write(m.Raw); err != nil {
-			return err
-		}
-	}
-}
-
-// copyBuffers are the upstream→client relay buffers: 4 KiB rather than
-// io.Copy's 32 KiB, since an idle routed connection holds its buffer.
-var copyBuffers = sync.Pool{New: func() any { b := make([]byte, 4096); return &b }}
-
-// writerOnly hides everything but Write, so io.CopyBuffer uses the buffer
-// given rather than a ReaderFrom with its own.
-type writerOnly struct{ io.Writer }
 
 // dial connects to the tenant's node, marking nodes that fail down.
 func (t *TenantRoute) dial(tenant string) (string, net.Conn, error) {

@@ -3,6 +3,7 @@ package ldapwire
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -142,3 +143,85 @@ func TestReaderErrorsPassThrough(t *testing.T) {
 type iotestErr struct{ err error }
 
 func (e iotestErr) Read([]byte) (int, error) { return 0, e.err }
+
+// berParse is the decoder Parse replaced, on go-asn1-ber: the reference
+// for FuzzParseAgreesWithBer.
+func berParse(b []byte) (*Message, error) {
+	p, err := ber.DecodePacketErr(b)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	m, err := parse(p)
+	if err != nil {
+		return nil, err
+	}
+	m.Raw = b
+	return m, nil
+}
+
+func parse(p *ber.Packet) (*Message, error) {
+	bad := func(why string) error { return fmt.Errorf("%w: %s", ErrMalformed, why) }
+	if p.ClassType != ber.ClassUniversal || p.Tag != ber.TagSequence || len(p.Children) < 2 {
+		return nil, bad("not an LDAPMessage sequence")
+	}
+	id, ok := p.Children[0].Value.(int64)
+	if !ok {
+		return nil, bad("no message ID")
+	}
+	op := p.Children[1]
+	if op.ClassType != ber.ClassApplication {
+		return nil, bad("no protocol operation")
+	}
+	m := &Message{ID: id, Op: opNames[byte(op.Tag)]}
+	if m.Op == "" {
+		m.Op = fmt.Sprintf("op-%d", op.Tag)
+	}
+	switch op.Tag {
+	case ldap.ApplicationBindRequest:
+		if len(op.Children) < 3 {
+			return nil, bad("short BindRequest")
+		}
+		dn, ok := op.Children[1].Value.(string)
+		if !ok {
+			dn = string(op.Children[1].ByteValue)
+		}
+		m.BindDN = dn
+		switch auth := op.Children[2]; {
+		case auth.ClassType == ber.ClassContext && auth.Tag == 0:
+			m.BindAuth = "simple"
+			m.Anonymous = dn == ""
+		case auth.ClassType == ber.ClassContext && auth.Tag == 3:
+			m.BindAuth = "sasl"
+		default:
+			return nil, bad("unknown bind authentication")
+		}
+	case ldap.ApplicationExtendedRequest:
+		if len(op.Children) > 0 && op.Children[0].ClassType == ber.ClassContext && op.Children[0].Tag == 0 {
+			m.Extended = string(op.Children[0].Data.Bytes())
+		}
+	}
+	return m, nil
+}
+
+// FuzzParseAgreesWithBer: where go-asn1-ber also decodes a message, Parse
+// reads the same operation, ID, bind DN and authentication from it.
+func FuzzParseAgreesWithBer(f *testing.F) {
+	f.Add(bindRequest(1, "uid=a,o=acme,dc=example", "pw"))
+	f.Add(bindRequest(-300, "", ""))
+	f.Add(startTLS(7))
+	f.Add([]byte{0x30, 0x05, 0x02, 0x01, 0x01, 0x42, 0x00})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		got, err := Parse(data)
+		if err != nil {
+			return
+		}
+		want, err := berParse(data)
+		if err != nil {
+			return
+		}
+		if got.ID != want.ID || got.Op != want.Op || got.BindDN != want.BindDN || got.BindAuth != want.BindAuth ||
+			got.Anonymous != want.Anonymous || got.Extended != want.Extended {
+			t.Fatalf("Parse %+v, go-asn1-ber %+v", got, want)
+		}
+	})
+}

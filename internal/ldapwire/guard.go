@@ -1,0 +1,65 @@
+package ldapwire
+
+import (
+	"errors"
+	"fmt"
+)
+
+// A TenantGuard watches what a client sends on a connection routed to its
+// tenant's node, after the first bind: a BindRequest naming another tenant
+// (or none) is refused before any byte of it is passed on. Only
+// BindRequests are decoded; other messages are framed by their envelope and
+// passed as they arrive, a large one in as many pieces as it came in.
+type TenantGuard struct {
+	Rule   *TenantRule
+	Tenant string
+	MaxLen int64
+
+	rest int // bytes of the current message still to pass
+}
+
+// RebindError is a BindRequest on a routed connection that does not name
+// its tenant.
+type RebindError struct{ Tenant, BindDN string }
+
+func (e *RebindError) Error() string {
+	return fmt.Sprintf("rebind from tenant %s to %q refused", e.Tenant, e.BindDN)
+}
+
+// Feed takes the next bytes from the client and returns how many of them
+// may be passed on now. The rest (a message header, or a BindRequest, not
+// yet complete) is to be fed again with the bytes that follow it. A
+// malformed or oversized message is ErrMalformed, a bind to another tenant
+// a *RebindError; nothing more may be passed after either.
+func (g *TenantGuard) Feed(b []byte) (int, error) {
+	i := 0
+	for i < len(b) {
+		if g.rest > 0 {
+			k := min(g.rest, len(b)-i)
+			i += k
+			g.rest -= k
+			continue
+		}
+		size, bind, err := Frame(b[i:], g.MaxLen)
+		if errors.Is(err, ErrShort) {
+			return i, nil
+		}
+		if err != nil {
+			return i, err
+		}
+		if bind {
+			if len(b)-i < size {
+				return i, nil
+			}
+			m, err := Parse(b[i : i+size])
+			if err != nil {
+				return i, err
+			}
+			if tenant, ok := g.Rule.Tenant(m.BindDN); !ok || tenant != g.Tenant {
+				return i, &RebindError{Tenant: g.Tenant, BindDN: m.BindDN}
+			}
+		}
+		g.rest = size
+	}
+	return i, nil
+}

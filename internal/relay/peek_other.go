@@ -1,0 +1,7 @@
+//go:build !unix
+
+package relay
+
+// readable does not wait where peeking is not available: the read that
+// follows blocks, holding its buffer.
+func (w *waiter) readable(uintptr) bool { return true }

@@ -1,0 +1,314 @@
+package relay
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// tcpPair returns the two ends of a loopback TCP connection.
+func tcpPair(t testing.TB) (*net.TCPConn, *net.TCPConn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	dialed, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dialed.Close(); accepted.Close() })
+	return dialed.(*net.TCPConn), accepted.(*net.TCPConn)
+}
+
+// relayed starts Pipe between a client and an upstream connection; the
+// channel gives its result.
+func relayed(t testing.TB, client, upstream End) <-chan error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- Pipe(client, upstream) }()
+	return done
+}
+
+func readAll(t testing.TB, c net.Conn) []byte {
+	t.Helper()
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	b, err := io.ReadAll(c)
+	if err != nil {
+		t.Fatalf("reading: %v", err)
+	}
+	return b
+}
+
+func result(t testing.TB, done <-chan error) error {
+	t.Helper()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(10 * time.Second):
+		t.Fatal("Pipe did not return")
+		return nil
+	}
+}
+
+// An EOF from the client is passed on as a half-close; the node's answer
+// still flows back, and its close ends the relay without an error.
+func TestHalfClose(t *testing.T) {
+	clientPeer, client := tcpPair(t)
+	upstream, nodePeer := tcpPair(t)
+	done := relayed(t, End{Conn: client}, End{Conn: upstream})
+
+	clientPeer.Write([]byte("question"))
+	clientPeer.CloseWrite()
+	if got := readAll(t, nodePeer); string(got) != "question" {
+		t.Fatalf("node got %q", got)
+	}
+	nodePeer.Write([]byte("answer after the client's EOF"))
+	nodePeer.Close()
+	if got := readAll(t, clientPeer); string(got) != "answer after the client's EOF" {
+		t.Fatalf("client got %q", got)
+	}
+	if err := result(t, done); err != nil {
+		t.Fatalf("Pipe: %v", err)
+	}
+}
+
+// A connection reset is an error: Pipe returns it and closes the other
+// connection, which was idle.
+func TestResetClosesBoth(t *testing.T) {
+	clientPeer, client := tcpPair(t)
+	upstream, nodePeer := tcpPair(t)
+	done := relayed(t, End{Conn: client}, End{Conn: upstream})
+
+	nodePeer.SetLinger(0)
+	nodePeer.Close() // RST
+	if err := result(t, done); !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("Pipe after a reset: %v", err)
+	}
+	clientPeer.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if n, err := clientPeer.Read(make([]byte, 1)); n != 0 || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("client connection still open: %d %v", n, err)
+	}
+}
+
+// lengthFramed is a Filter for messages of a 4-byte length and a body; it
+// passes nothing of a message until it has all of it, and refuses a body
+// starting with "evil".
+type lengthFramed struct{ sizes []int }
+
+func (f *lengthFramed) Feed(b []byte) (int, error) {
+	i := 0
+	for len(b)-i >= 4 {
+		n := 4 + int(binary.BigEndian.Uint32(b[i:]))
+		if len(b)-i < n {
+			break
+		}
+		if bytes.HasPrefix(b[i+4:i+n], []byte("evil")) {
+			return i, errors.New("evil message")
+		}
+		f.sizes = append(f.sizes, n)
+		i += n
+	}
+	return i, nil
+}
+
+func frame(body string) []byte {
+	return append(binary.BigEndian.AppendUint32(nil, uint32(len(body))), body...)
+}
+
+// A message longer than the buffer, arriving in small pieces, reaches the
+// Filter whole and the node unchanged; a refused message is not passed on
+// and the error comes back from Pipe.
+func TestFilterHoldsSplitMessages(t *testing.T) {
+	clientPeer, client := tcpPair(t)
+	upstream, nodePeer := tcpPair(t)
+	f := &lengthFramed{}
+	done := relayed(t, End{Conn: client, Filter: f}, End{Conn: upstream})
+
+	big := strings.Repeat("x", 3*BufferSize+17)
+	stream := append(append(frame("small"), frame(big)...), frame("after")...)
+	go func() {
+		for rest := stream; len(rest) > 0; {
+			n := min(len(rest), 1000)
+			clientPeer.Write(rest[:n])
+			rest = rest[n:]
+			time.Sleep(time.Millisecond) // separate reads on the relay's side
+		}
+		clientPeer.Write(frame("evil"))
+	}()
+	got := readAll(t, nodePeer)
+	if !bytes.Equal(got, stream) {
+		t.Fatalf("node got %d bytes, want the %d before the refused message", len(got), len(stream))
+	}
+	if err := result(t, done); err == nil || err.Error() != "evil message" {
+		t.Fatalf("Pipe: %v", err)
+	}
+	if want := []int{9, 4 + len(big), 9}; len(f.sizes) != 3 || f.sizes[1] != want[1] {
+		t.Fatalf("the filter saw messages of %v bytes, want %v", f.sizes, want)
+	}
+}
+
+// An EOF inside a message the Filter holds back is an unexpected EOF: the
+// partial message is not passed on.
+func TestEOFInsideHeldMessage(t *testing.T) {
+	clientPeer, client := tcpPair(t)
+	upstream, nodePeer := tcpPair(t)
+	done := relayed(t, End{Conn: client, Filter: &lengthFramed{}}, End{Conn: upstream})
+	clientPeer.Write(frame("whole"))
+	clientPeer.Write(frame("partial")[:6])
+	clientPeer.CloseWrite()
+	if err := result(t, done); !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("Pipe: %v", err)
+	}
+	if got := readAll(t, nodePeer); !bytes.Equal(got, frame("whole")) {
+		t.Fatalf("node got %q", got)
+	}
+}
+
+// prefetched wraps a connection that has read some bytes ahead, as
+// caddy-l4's Connection does for its matchers.
+type prefetched struct {
+	net.Conn
+	ahead []byte
+}
+
+func (p *prefetched) Read(b []byte) (int, error) {
+	if len(p.ahead) > 0 {
+		n := copy(b, p.ahead)
+		p.ahead = p.ahead[n:]
+		return n, nil
+	}
+	return p.Conn.Read(b)
+}
+
+// Bytes a wrapper holds are read without waiting for the socket, which has
+// nothing more to say; then the socket is waited on and half-closed.
+func TestBufferedBytesFirst(t *testing.T) {
+	clientPeer, client := tcpPair(t)
+	upstream, nodePeer := tcpPair(t)
+	wrapped := &prefetched{Conn: client, ahead: []byte("read ahead;")}
+	done := relayed(t, End{Conn: wrapped, Socket: client, Buffered: func() int { return len(wrapped.ahead) }},
+		End{Conn: upstream})
+
+	buf := make([]byte, 64)
+	nodePeer.SetReadDeadline(time.Now().Add(10 * time.Second))
+	n, err := io.ReadAtLeast(nodePeer, buf, len("read ahead;"))
+	if err != nil || string(buf[:n]) != "read ahead;" {
+		t.Fatalf("node got %q %v", buf[:n], err)
+	}
+	clientPeer.Write([]byte(" then the socket"))
+	clientPeer.CloseWrite()
+	if got := readAll(t, nodePeer); string(got) != " then the socket" {
+		t.Fatalf("node got %q", got)
+	}
+	nodePeer.Close()
+	if err := result(t, done); err != nil {
+		t.Fatalf("Pipe: %v", err)
+	}
+}
+
+// Connections without a socket to wait on (net.Pipe) still relay; one that
+// cannot be half-closed ends the relay at its EOF without an error.
+func TestWithoutSocket(t *testing.T) {
+	clientPeer, client := net.Pipe()
+	upstream, nodePeer := net.Pipe()
+	done := relayed(t, End{Conn: client}, End{Conn: upstream})
+	go func() {
+		clientPeer.Write([]byte("over a pipe"))
+		clientPeer.Close()
+	}()
+	if got := readAll(t, nodePeer); string(got) != "over a pipe" {
+		t.Fatalf("node got %q", got)
+	}
+	if err := result(t, done); err != nil {
+		t.Fatalf("Pipe: %v", err)
+	}
+}
+
+// Waiting for a readable socket allocates nothing.
+func TestWaitAllocatesNothing(t *testing.T) {
+	peer, c := tcpPair(t)
+	peer.Write([]byte("x"))
+	w := newWaiter(End{Conn: c})
+	if w.raw == nil {
+		t.Fatal("no raw connection to wait on")
+	}
+	if err := w.wait(); err != nil {
+		t.Fatal(err)
+	}
+	if n := testing.AllocsPerRun(100, func() { w.wait() }); n != 0 {
+		t.Fatalf("%v allocations per wait", n)
+	}
+}
+
+// Idle relayed connections hold no buffer: their goroutines wait in the
+// poller, not in a read, and the heap grows by far less than a buffer per
+// connection.
+func TestIdleHoldsNoBuffer(t *testing.T) {
+	const conns = 200
+	gc := func() runtime.MemStats {
+		var m runtime.MemStats
+		runtime.GC()
+		runtime.GC() // the second empties the pool's victim cache
+		runtime.ReadMemStats(&m)
+		return m
+	}
+	type pair struct{ clientPeer, nodePeer net.Conn }
+	var pairs []pair
+	var ends [][2]End
+	for range conns {
+		clientPeer, client := tcpPair(t)
+		upstream, nodePeer := tcpPair(t)
+		pairs = append(pairs, pair{clientPeer, nodePeer})
+		ends = append(ends, [2]End{{Conn: client}, {Conn: upstream}})
+	}
+	mid := gc()
+	var wg sync.WaitGroup
+	for _, e := range ends {
+		wg.Add(1)
+		go func() { defer wg.Done(); Pipe(e[0], e[1]) }()
+	}
+	// One exchange each way, so every direction has copied once.
+	for _, p := range pairs {
+		p.clientPeer.Write([]byte("ping"))
+		p.nodePeer.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.ReadFull(p.nodePeer, make([]byte, 4)); err != nil {
+			t.Fatal(err)
+		}
+		p.nodePeer.Write([]byte("pong"))
+		p.clientPeer.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.ReadFull(p.clientPeer, make([]byte, 4)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	after := gc()
+	perConn := (int64(after.HeapAlloc) - int64(mid.HeapAlloc)) / conns
+	t.Logf("heap per idle relay: %d bytes", perConn)
+	if perConn > BufferSize/4 {
+		t.Errorf("an idle relay holds %d bytes of heap: a buffer is held", perConn)
+	}
+	stacks := make([]byte, 1<<22)
+	stacks = stacks[:runtime.Stack(stacks, true)]
+	if n := bytes.Count(stacks, []byte("relay.(*waiter).wait(")); n != 2*conns {
+		t.Errorf("%d goroutines wait for readability, want %d", n, 2*conns)
+	}
+	for _, p := range pairs {
+		p.clientPeer.Close()
+		p.nodePeer.Close()
+	}
+	wg.Wait()
+}
