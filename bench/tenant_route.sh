@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # tenant_route through bin/caddy with one slapd node, in one run:
 #  1. bind+search latency (connect, bind, base search, close): 2000
-#     interleaved samples direct to slapd and through the router; p50 and
-#     p99 and what the router adds (goal: at most +0.2 ms at p99);
+#     interleaved samples direct to slapd, through the router and through
+#     a plain caddy-l4 proxy to the same slapd (the anchor: what any layer4
+#     hop costs here); p50 and p99 and what each adds (goal: the router at
+#     most +0.2 ms at p99);
 #  2. resident memory of the router per idle routed connection with bound
 #     connections held open (goal: at most 16 KiB at 10,000). Each routed
 #     connection holds two descriptors in the router, so HOLD is bounded by
@@ -74,13 +76,18 @@ cat >"$work/Caddyfile" <<'CADDYFILE'
 				}
 			}
 		}
+		127.0.0.1:18390 {
+			route {
+				proxy 127.0.0.1:18391
+			}
+		}
 	}
 }
 CADDYFILE
 bg env XDG_DATA_HOME="$work" XDG_CONFIG_HOME="$work" "${CADDY:-bin/caddy}" run --adapter caddyfile --config "$work/Caddyfile" 2>"$work/caddy.log"
 caddy_pid=${pids[-1]}
-for p in 18391 18389; do wait_port $p; done
+for p in 18391 18389 18390; do wait_port $p; done
 echo "machine: $(nproc) cores shared by the client, caddy and slapd"
-bin/ldapload -latency -direct 127.0.0.1:18391 -routed 127.0.0.1:18389 -n "${N:-2000}"
+bin/ldapload -latency -direct 127.0.0.1:18391 -routed 127.0.0.1:18389 -anchor 127.0.0.1:18390 -n "${N:-2000}"
 echo "open-files limit $(ulimit -n): holding $hold connections"
 bin/ldapload -hold "$hold" -routed 127.0.0.1:18389 -pid "$caddy_pid"

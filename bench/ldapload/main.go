@@ -24,6 +24,7 @@ import (
 func main() {
 	direct := flag.String("direct", "", "a node, directly")
 	routed := flag.String("routed", "", "the router")
+	anchor := flag.String("anchor", "", "with -latency: a plain caddy-l4 proxy to the same node (the anchor hop)")
 	n := flag.Int("n", 2000, "samples per target")
 	latency := flag.Bool("latency", false, "measure bind+search latency")
 	hold := flag.Int("hold", 0, "connections to hold open through the router")
@@ -38,24 +39,40 @@ func main() {
 			slices.Sort(v)
 			return v[int(q*float64(len(v)-1))]
 		}
-		report := func(what string, d, r []time.Duration) {
+		report := func(what string, d, r, a []time.Duration) {
 			fmt.Printf("%s: direct p50 %v p99 %v; routed p50 %v p99 %v; added p50 %v p99 %v\n", what,
 				p(d, .5), p(d, .99), p(r, .5), p(r, .99), p(r, .5)-p(d, .5), p(r, .99)-p(d, .99))
+			if len(a) > 0 {
+				fmt.Printf("%s: plain layer4 proxy p50 %v p99 %v, added p50 %v p99 %v; router/proxy added p50 %.2fx\n", what,
+					p(a, .5), p(a, .99), p(a, .5)-p(d, .5), p(a, .99)-p(d, .99),
+					float64(p(r, .5)-p(d, .5))/float64(p(a, .5)-p(d, .5)))
+			}
 		}
-		// On an open connection: bind + search, the seed's steady state.
+		// On an open connection: bind + search, the seed's steady state;
+		// the targets take turns, sample by sample.
 		dc, rc := dial(*direct, dn, pw), dial(*routed, dn, pw)
-		var d, r []time.Duration
+		var ac *ldap.Conn
+		if *anchor != "" {
+			ac = dial(*anchor, dn, pw)
+		}
+		var d, r, a []time.Duration
 		for i := 0; i < *n; i++ {
 			d = append(d, bindSearch(dc, dn, pw))
 			r = append(r, bindSearch(rc, dn, pw))
+			if ac != nil {
+				a = append(a, bindSearch(ac, dn, pw))
+			}
 		}
-		report("bind+search on an open connection", d, r)
-		d, r = nil, nil
+		report("bind+search on an open connection", d, r, a)
+		d, r, a = nil, nil, nil
 		for i := 0; i < *n; i++ {
 			d = append(d, sample(*direct, dn, pw))
 			r = append(r, sample(*routed, dn, pw))
+			if ac != nil {
+				a = append(a, sample(*anchor, dn, pw))
+			}
 		}
-		report("connect+bind+search+close", d, r)
+		report("connect+bind+search+close", d, r, a)
 	case *hold > 0:
 		before := rss(*pid)
 		var conns []*ldap.Conn
