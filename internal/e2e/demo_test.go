@@ -3,6 +3,7 @@ package e2e_test
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -228,17 +229,25 @@ func checkDemoNtier(t *testing.T) {
 	if !strings.HasPrefix(body, "origin: GET /api/demo Client-IP=127.0.0.10 X-Forwarded-For=127.0.0.10 from 127.0.0.1:") {
 		t.Fatalf("bypass: %q", body)
 	}
-	for node, port := range map[string]int{"l2a": 2000, "l2b": 40000} {
-		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.1"), Port: port + int(time.Now().UnixNano()%500)}}
-		c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: d.DialContext, DisableKeepAlives: true}}
-		resp, err := c.Get("http://127.0.0.2:8700/")
+	for node, first := range map[string]int{"l2a": 3000, "l2b": 45000} {
+		// A source port in the node's range; one in use is skipped.
+		var resp *http.Response
+		var err error
+		port := first
+		for ; port < first+50; port++ {
+			d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.1"), Port: port}}
+			c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: d.DialContext, DisableKeepAlives: true}}
+			if resp, err = c.Get("http://127.0.0.2:8700/"); err == nil || !errors.Is(err, syscall.EADDRINUSE) {
+				break
+			}
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if !strings.HasPrefix(string(b), node+" port ") {
-			t.Fatalf("flow from port %d reached %q, want %s", d.LocalAddr.(*net.TCPAddr).Port, b, node)
+		if want := fmt.Sprintf("%s port %d", node, port); string(b) != want {
+			t.Fatalf("flow from port %d reached %q, want %q", port, b, want)
 		}
 	}
 }
