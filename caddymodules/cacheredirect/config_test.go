@@ -78,14 +78,6 @@ func TestBadConfigFailsValidate(t *testing.T) {
 		"unknown option": {wrap("colour blue"), `unknown option "colour"`},
 		"cache host":     {"http://127.0.0.1:1 {\n\tcache_redirect {\n\t\tcaches cache.example:6081\n\t\torigin 127.0.0.6:80\n\t}\n}\n", `"cache.example"`},
 	} {
-		t.Run(name, func(t *testing.T) {
-			path := filepath.Join(t.TempDir(), "Caddyfile")
-			os.WriteFile(path, []byte(tc.cf), 0o644)
-			out, err := e2e.CaddyCommand(t, "validate", "--adapter", "caddyfile", "--config", path).CombinedOutput()
-			text := strings.ReplaceAll(string(out), `\"`, `"`) // the log line is JSON
-			if err == nil || !strings.Contains(text, tc.want) {
-				t.Fatalf("want a failure containing %q; err=%v\n%s", tc.want, err, out)
-			}
-		})
+		t.Run(name, func(t *testing.T) { e2e.ValidateFails(t, tc.cf, tc.want) })
 	}
 }

@@ -204,3 +204,19 @@ func StartEtcd(t testing.TB) (*Proc, string) {
 	})
 	return p, clientURL
 }
+
+// ValidateFails runs `caddy validate` on a Caddyfile and fails the test
+// unless validation fails with a message containing want (quotes in the
+// JSON log line unescaped).
+func ValidateFails(t testing.TB, caddyfile, want string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "Caddyfile")
+	if err := os.WriteFile(path, []byte(caddyfile), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := CaddyCommand(t, "validate", "--adapter", "caddyfile", "--config", path).CombinedOutput()
+	text := strings.ReplaceAll(string(out), `\"`, `"`)
+	if err == nil || !strings.Contains(text, want) {
+		t.Fatalf("want a failure containing %q; err=%v\n%s", want, err, out)
+	}
+}
