@@ -1,0 +1,82 @@
+package cacheredirect_test
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/edgesteer/edgesteer/internal/e2e"
+)
+
+// On loopback through bin/caddy, with two caches (testpeers standing in
+// for them, answering with their names): one URL always reaches the same
+// cache, URLs spread over both, a dead cache's URLs move to the other
+// while the others stay, and with no cache left cacheable requests fall
+// back to the origin.
+func TestURLHashCachesAndFallback(t *testing.T) {
+	// Distinct loopback addresses, so neither cache's IP is the test
+	// client's (requests from a cache's IP are misses, sent to the origin).
+	cacheA := "127.0.0.31:" + strconv.Itoa(e2e.FreePort(t))
+	cacheB := "127.0.0.32:" + strconv.Itoa(e2e.FreePort(t))
+	origin := e2e.Addr(t)
+	a := e2e.StartPeer(t, "cache-a", cacheA, 0)
+	b := e2e.StartPeer(t, "cache-b", cacheB, 0)
+	e2e.StartPeer(t, "origin", origin, 0)
+	front := e2e.Addr(t)
+	c := e2e.StartCaddy(t, "caddyfile", fmt.Sprintf(`http://%s {
+	cache_redirect {
+		caches %s %s
+		origin %s
+		cache_fail_duration 1m
+	}
+	header >X-Path {http.cache_redirect.path}
+}`, front, cacheA, cacheB, origin))
+	c.WaitTCP(t, front)
+	get := func(path string) (peer, route string) {
+		t.Helper()
+		resp, err := http.Get("http://" + front + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.Header.Get("X-Peer"), resp.Header.Get("X-Path")
+	}
+	owner := map[string]string{}
+	count := map[string]int{}
+	for i := range 40 {
+		path := fmt.Sprintf("/obj/%d", i)
+		peer, route := get(path)
+		if route != "cache" || !strings.HasPrefix(peer, "cache-") {
+			t.Fatalf("%s went to %q by %q", path, peer, route)
+		}
+		owner[path] = peer
+		count[peer]++
+		for range 3 {
+			if again, _ := get(path); again != peer {
+				t.Fatalf("%s went to %s, then %s", path, peer, again)
+			}
+		}
+	}
+	if count["cache-a"] < 8 || count["cache-b"] < 8 {
+		t.Fatalf("40 URLs spread %v", count)
+	}
+	// cache-b dies: the first request to one of its URLs fails over (a
+	// retry to cache-a), then its URLs live on cache-a; cache-a's stay.
+	b.Kill()
+	for path, was := range owner {
+		got, route := get(path)
+		if route != "cache" || got != "cache-a" {
+			t.Fatalf("after cache-b died, %s (was on %s) went to %q by %q", path, was, got, route)
+		}
+	}
+	// No cache left: cacheable requests go to the origin.
+	a.Kill()
+	get("/obj/0") // the first request finds cache-a dead (a 502 or a retry)
+	if peer, route := get("/obj/1"); peer != "origin" || route != "fallback" {
+		t.Fatalf("with no cache: %q by %q", peer, route)
+	}
+}
