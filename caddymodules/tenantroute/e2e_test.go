@@ -131,21 +131,28 @@ func TestTenantRoutingWithSlapd(t *testing.T) {
 		t.Fatalf("setting partitions: %v %v", err, resp.Status)
 	}
 	resp.Body.Close()
-	seen := map[string]bool{}
+	// 300 connections of acme with k=3: least connections spreads them
+	// over the three nodes, max/mean ≤ 1.1.
+	seen := map[string]int{}
 	var held []*ldap.Conn
-	for range 30 {
+	for range 300 {
 		conn, err := ldap.DialURL("ldap://" + front)
 		if err != nil {
 			t.Fatal(err)
 		}
 		held = append(held, conn)
-		seen[marker(t, conn, "acme")] = true
+		seen[marker(t, conn, "acme")]++
 	}
 	for _, conn := range held {
 		conn.Close()
 	}
 	if len(seen) != 3 {
 		t.Fatalf("with 3 partitions acme reached %v", seen)
+	}
+	for _, cnt := range seen {
+		if float64(cnt)/100 > 1.1 {
+			t.Fatalf("300 acme connections with k=3 spread %v: max/mean over 1.1", seen)
+		}
 	}
 
 	// Rebind to another tenant on the same connection: refused (closed).
