@@ -209,3 +209,35 @@ func adminView(t *testing.T, c *e2e.Caddy) tenantroute.View {
 	}
 	return v[0]
 }
+
+// The tenant from a placeholder: a listener per tenant, {l4.conn.local_addr}
+// names it. Anonymous ldapsearch (no bind at all) reaches only the
+// listener's tenant's node, k = 1.
+func TestTenantFromPlaceholder(t *testing.T) {
+	var addrs []string
+	nodes := map[string]string{}
+	for i := 1; i <= 3; i++ {
+		name := fmt.Sprintf("node-%d", i)
+		s := e2e.StartSlapd(t, name, ldif(name))
+		nodes[s.Addr] = name
+		addrs = append(addrs, s.Addr)
+	}
+	fronts := []string{e2e.Addr(t), e2e.Addr(t), e2e.Addr(t), e2e.Addr(t)}
+	var servers strings.Builder
+	for _, f := range fronts {
+		fmt.Fprintf(&servers, "\t\t%s {\n\t\t\troute {\n\t\t\t\ttenant_route {\n\t\t\t\t\tnodes %s\n\t\t\t\t\tpartitions 1\n"+
+			"\t\t\t\t\ttenant {l4.conn.local_addr}\n\t\t\t\t}\n\t\t\t}\n\t\t}\n", f, strings.Join(addrs, " "))
+	}
+	c := e2e.StartCaddy(t, "caddyfile", "{\n\tlayer4 {\n"+servers.String()+"\t}\n}\n")
+	for _, f := range fronts {
+		c.WaitTCP(t, f)
+		want := nodes[placement.Rank(f, addrs)[0]]
+		for range 3 {
+			out, err := exec.Command("ldapsearch", "-x", "-H", "ldap://"+f, "-b", "cn=marker,dc=example", "-s", "base",
+				"description").CombinedOutput()
+			if err != nil || !strings.Contains(string(out), "description: "+want+"\n") {
+				t.Fatalf("anonymous ldapsearch via %s: want %s: %v\n%s", f, want, err, out)
+			}
+		}
+	}
+}

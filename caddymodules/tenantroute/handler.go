@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"syscall"
 	"time"
 
@@ -48,6 +49,13 @@ type TenantRoute struct {
 	// "o"); TenantRegexp instead takes its first capture group.
 	TenantRDN    string `json:"tenant_rdn,omitempty"`
 	TenantRegexp string `json:"tenant_regexp,omitempty"`
+	// Tenant, instead, is a placeholder whose value names the tenant, such
+	// as {l4.tls.server_name} behind caddy-l4's tls handler or
+	// {l4.conn.local_addr} for a listener per tenant (with the ldap matcher
+	// before it, {l4.ldap.*} too). The connection's first message may then
+	// be any operation, and the tenant is fixed for the connection: later
+	// binds are not checked against it.
+	Tenant string `json:"tenant,omitempty"`
 	// DialTimeout per node (default 3s); a node that fails is skipped for
 	// CoolOff (default 30s).
 	DialTimeout caddy.Duration `json:"dial_timeout,omitempty"`
@@ -102,6 +110,10 @@ func (t *TenantRoute) Provision(ctx caddy.Context) error {
 	}
 	p.SetNodes(t.Nodes)
 	t.placer = p
+	if t.Tenant != "" && (!strings.Contains(t.Tenant, "{") || t.TenantRDN != "" || t.TenantRegexp != "") {
+		return fmt.Errorf("tenant_route: tenant %q: want a placeholder such as {l4.tls.server_name}, "+
+			"instead of tenant_rdn or tenant_regexp", t.Tenant)
+	}
 	rdn := t.TenantRDN
 	if rdn == "" && t.TenantRegexp == "" {
 		rdn = "o"
@@ -139,6 +151,26 @@ func (t *TenantRoute) Cleanup() error {
 	return nil
 }
 
+// tenant names the connection's tenant, from the Tenant placeholder or the
+// first message's bind DN, and the rule later binds must keep to (nil: none).
+func (t *TenantRoute) tenant(cx *layer4.Connection, first *ldapwire.Message) (string, *ldapwire.TenantRule, error) {
+	if t.Tenant != "" {
+		tenant := cx.Replacer().ReplaceAll(t.Tenant, "")
+		if tenant == "" {
+			return "", nil, fmt.Errorf("tenant_route: %s is empty for this connection", t.Tenant)
+		}
+		return tenant, nil, nil
+	}
+	if first.Op != "bind" || first.Anonymous {
+		return "", nil, fmt.Errorf("tenant_route: first message is %s, not a named bind: route StartTLS and anonymous connections elsewhere", first.Op)
+	}
+	tenant, ok := t.rule.Tenant(first.BindDN)
+	if !ok {
+		return "", nil, fmt.Errorf("tenant_route: no tenant in bind DN %q", first.BindDN)
+	}
+	return tenant, t.rule, nil
+}
+
 // Handle reads the first message, finds the tenant, connects to its node
 // and relays.
 func (t *TenantRoute) Handle(cx *layer4.Connection, _ layer4.Handler) error {
@@ -147,12 +179,9 @@ func (t *TenantRoute) Handle(cx *layer4.Connection, _ layer4.Handler) error {
 	if err != nil {
 		return fmt.Errorf("tenant_route: first message: %w", err)
 	}
-	if first.Op != "bind" || first.Anonymous {
-		return fmt.Errorf("tenant_route: first message is %s, not a named bind: route StartTLS and anonymous connections elsewhere", first.Op)
-	}
-	tenant, ok := t.rule.Tenant(first.BindDN)
-	if !ok {
-		return fmt.Errorf("tenant_route: no tenant in bind DN %q", first.BindDN)
+	tenant, guard, err := t.tenant(cx, first)
+	if err != nil {
+		return err
 	}
 	node, up, err := t.dial(tenant)
 	if err != nil {
@@ -183,7 +212,7 @@ func (t *TenantRoute) Handle(cx *layer4.Connection, _ layer4.Handler) error {
 		Conn: cx,
 		// Bytes a matcher read ahead are still in cx: read them first.
 		Buffered: func() int { return len(cx.MatchingBytes()) },
-		Filter:   &ldapwire.TenantGuard{Rule: t.rule, Tenant: tenant, MaxLen: max},
+		Filter:   &ldapwire.TenantGuard{Rule: guard, Tenant: tenant, MaxLen: max},
 	}
 	if sc, ok := cx.Conn.(syscall.Conn); ok {
 		client.Socket = sc
@@ -229,6 +258,7 @@ func (t *TenantRoute) dial(tenant string) (string, net.Conn, error) {
 //		partitions <k>
 //		tenant_partitions <tenant> <k>
 //		tenant_rdn <attribute>          # default o
+//		tenant <placeholder>            # instead: {l4.tls.server_name}, …
 //		tenant_regexp <regexp>          # instead: its first capture group
 //		dial_timeout <duration>
 //		cool_off <duration>
@@ -282,6 +312,8 @@ func (t *TenantRoute) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				}
 				t.TenantPartitions[args[0]] = k
 			}
+		case "tenant":
+			t.Tenant = args[0]
 		case "tenant_rdn":
 			t.TenantRDN = args[0]
 		case "tenant_regexp":

@@ -1,0 +1,27 @@
+package tenantroute_test
+
+import (
+	"testing"
+
+	"github.com/edgesteer/edgesteer/internal/e2e"
+)
+
+// Bad config fails caddy validate, naming the option and value.
+func TestBadConfigFailsValidate(t *testing.T) {
+	wrap := func(body string) string {
+		return "{\n\tlayer4 {\n\t\t127.0.0.1:1 {\n\t\t\troute {\n\t\t\t\ttenant_route {\n" + body +
+			"\n\t\t\t\t}\n\t\t\t}\n\t\t}\n\t}\n}\n"
+	}
+	for name, tc := range map[string]struct{ cf, want string }{
+		"no nodes":            {wrap("partitions 2"), "no nodes"},
+		"bad node":            {wrap("nodes ldap-1"), `node "ldap-1": want host:port`},
+		"partitions":          {wrap("nodes 127.0.0.1:2\npartitions 0"), `partitions "0"`},
+		"tenant constant":     {wrap("nodes 127.0.0.1:2\ntenant acme"), `tenant "acme": want a placeholder`},
+		"tenant and rdn":      {wrap("nodes 127.0.0.1:2\ntenant {l4.tls.server_name}\ntenant_rdn dc"), "instead of tenant_rdn"},
+		"bad regexp":          {wrap("nodes 127.0.0.1:2\ntenant_regexp (o=[a-z"), "(o=[a-z"},
+		"unknown option":      {wrap("nodes 127.0.0.1:2\ncolour blue"), "colour"},
+		"tenant partitions 0": {wrap("nodes 127.0.0.1:2\ntenant_partitions acme 0"), `tenant_partitions "0"`},
+	} {
+		t.Run(name, func(t *testing.T) { e2e.ValidateFails(t, tc.cf, tc.want) })
+	}
+}
