@@ -1,6 +1,7 @@
 package tenantroute_test
 
 import (
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -238,6 +239,68 @@ func TestTenantFromPlaceholder(t *testing.T) {
 			if err != nil || !strings.Contains(string(out), "description: "+want+"\n") {
 				t.Fatalf("anonymous ldapsearch via %s: want %s: %v\n%s", f, want, err, out)
 			}
+		}
+	}
+}
+
+// LDAPS: caddy-l4's tls handler first (certificates from Caddy's internal
+// CA), the tenant from the TLS server name. go-ldap dials with TLS and SNI.
+func TestLDAPSWithTenantFromServerName(t *testing.T) {
+	var addrs []string
+	nodes := map[string]string{}
+	for i := 1; i <= 3; i++ {
+		name := fmt.Sprintf("node-%d", i)
+		s := e2e.StartSlapd(t, name, ldif(name))
+		nodes[s.Addr] = name
+		addrs = append(addrs, s.Addr)
+	}
+	front, site := e2e.Addr(t), e2e.FreePort(t)
+	c := e2e.StartCaddy(t, "caddyfile", fmt.Sprintf(`{
+	skip_install_trust
+	layer4 {
+		%s {
+			route {
+				tls
+				tenant_route {
+					nodes %s
+					partitions 1
+					tenant {l4.tls.server_name}
+				}
+			}
+		}
+	}
+}
+# A site for the same names makes Caddy keep certificates for them.
+https://acme.example:%d, https://globex.example:%d {
+	bind 127.0.0.1
+	tls internal
+	respond ok
+}`, front, strings.Join(addrs, " "), site, site))
+	c.WaitTCP(t, front)
+	for _, tenant := range []string{"acme", "globex"} {
+		sni := tenant + ".example"
+		want := nodes[placement.Rank(sni, addrs)[0]]
+		var conn *ldap.Conn
+		c.WaitFor(t, "a certificate for "+sni, 30*time.Second, func() error {
+			var err error
+			conn, err = ldap.DialURL("ldaps://"+front, ldap.DialWithTLSConfig(&tls.Config{ServerName: sni, InsecureSkipVerify: true}))
+			if err == nil {
+				err = conn.Bind(fmt.Sprintf("uid=alice,o=%s,dc=example", tenant), "pw-"+tenant)
+				if err != nil {
+					conn.Close()
+				}
+			}
+			return err
+		})
+		state, _ := conn.TLSConnectionState()
+		if got := state.PeerCertificates[0].DNSNames; !slices.Contains(got, sni) {
+			t.Fatalf("certificate for %v, want %s", got, sni)
+		}
+		res, err := conn.Search(ldap.NewSearchRequest("cn=marker,dc=example", ldap.ScopeBaseObject, ldap.NeverDerefAliases,
+			0, 0, false, "(objectClass=*)", []string{"description"}, nil))
+		conn.Close()
+		if err != nil || len(res.Entries) != 1 || res.Entries[0].GetAttributeValue("description") != want {
+			t.Fatalf("LDAPS as %s: want %s: %v %+v", sni, want, err, res)
 		}
 	}
 }
