@@ -177,8 +177,12 @@ func (c *CacheRedirect) ServeHTTP(w http.ResponseWriter, r *http.Request, next c
 		c.logger.Debug("replaced a client-supplied client IP header",
 			zap.String("header", c.ClientIPHeader), zap.String("peer", peer.String()))
 	}
-	r.Header[c.clientIP.Header()] = []string{client.String()}
-	caddyhttp.SetVar(r.Context(), prmod.ClientIPVar, client)
+	if client.IsValid() {
+		r.Header[c.clientIP.Header()] = []string{client.String()}
+		caddyhttp.SetVar(r.Context(), prmod.ClientIPVar, client)
+	} else {
+		delete(r.Header, c.clientIP.Header()) // no IP peer (a unix socket): say nothing rather than be forged
+	}
 
 	path, reason := pathMiss, "from cache"
 	if !inPrefixes(c.peers, peer) {
