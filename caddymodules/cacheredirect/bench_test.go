@@ -25,24 +25,28 @@ func BenchmarkDecision(b *testing.B) {
 	r = r.WithContext(context.WithValue(r.Context(), caddy.ReplacerCtxKey, repl))
 
 	b.Run("cache_redirect", func(b *testing.B) {
-		p := cacheredirect.Policy{
-			BypassPaths:   []string{"/api/*"},
-			BypassCookies: []string{"session"},
-			BypassHeaders: map[string]string{"Cache-Control": "*no-cache*"},
+		trusted, _ := cacheredirect.ParsePrefixes([]string{"10.77.0.5"})
+		rt := cacheredirect.Router{
+			Policy: cacheredirect.Policy{
+				BypassPaths:   []string{"/api/*"},
+				BypassCookies: []string{"session"},
+				BypassHeaders: map[string]string{"Cache-Control": "*no-cache*"},
+			},
+			CachePeers: trusted,
 		}
-		if err := p.Validate(); err != nil {
+		if err := rt.Policy.Validate(); err != nil {
 			b.Fatal(err)
 		}
-		trusted, _ := cacheredirect.ParsePrefixes([]string{"10.77.0.5"})
 		c := cacheredirect.NewClientIP("Client-IP", trusted)
-		peer := netip.MustParseAddr("10.77.0.5")
+		peer, client := netip.MustParseAddr("10.77.0.5"), netip.MustParseAddr("10.77.0.9")
+		up := func() bool { return true }
 		b.ReportAllocs()
 		for b.Loop() {
-			if ok, _ := p.Cacheable(r); !ok {
-				b.Fatal("not cacheable")
-			}
 			if a, _, _ := c.Resolve(peer, r.Header); !a.IsValid() {
 				b.Fatal("no client")
+			}
+			if path, _ := rt.Route(r, client, up); path != cacheredirect.PathCache {
+				b.Fatal(path)
 			}
 		}
 	})

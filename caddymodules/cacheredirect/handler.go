@@ -28,14 +28,6 @@ func init() {
 	caddy.RegisterModule(&CacheRedirect{})
 }
 
-// The paths a request can take, as in placeholders and metrics.
-const (
-	pathCache    = "cache"    // cacheable: to the cache pool
-	pathBypass   = "bypass"   // not cacheable: straight to the origin
-	pathMiss     = "miss"     // sent by a cache on a miss: to the origin
-	pathFallback = "fallback" // cacheable, but no cache is available
-)
-
 // CacheRedirect is a terminal handler: it proxies every request, to a
 // cache or to the origin.
 type CacheRedirect struct {
@@ -69,9 +61,9 @@ type CacheRedirect struct {
 	// origin; without it they use Caddy's http transport as is.
 	OriginTransport *prmod.Transport `json:"origin_transport,omitempty"`
 
-	policy   cacheredirect.Policy
+	router   cacheredirect.Router
 	clientIP *cacheredirect.ClientIP
-	peers    []netip.Prefix
+	up       func() bool // c.cacheUp, bound once
 	cache    *reverseproxy.Handler
 	origin   *reverseproxy.Handler
 	logger   *zap.Logger
@@ -94,9 +86,9 @@ func (c *CacheRedirect) Provision(ctx caddy.Context) error {
 	if c.ClientIPHeader == "" {
 		c.ClientIPHeader = "Client-IP"
 	}
-	c.policy = cacheredirect.Policy{Methods: c.Methods, BypassPaths: c.BypassPaths,
+	c.router.Policy = cacheredirect.Policy{Methods: c.Methods, BypassPaths: c.BypassPaths,
 		BypassCookies: c.BypassCookies, BypassHeaders: c.BypassHeaders}
-	if err := c.policy.Validate(); err != nil {
+	if err := c.router.Policy.Validate(); err != nil {
 		return fmt.Errorf("cache_redirect: %w", err)
 	}
 	trusted, err := cacheredirect.ParsePrefixes(c.Trusted)
@@ -113,10 +105,10 @@ func (c *CacheRedirect) Provision(ctx caddy.Context) error {
 			peers = append(peers, host)
 		}
 	}
-	if c.peers, err = cacheredirect.ParsePrefixes(peers); err != nil {
+	if c.router.CachePeers, err = cacheredirect.ParsePrefixes(peers); err != nil {
 		return fmt.Errorf("cache_redirect: cache_peers (or cache hosts, which must be IPs): %w", err)
 	}
-	c.clientIP = cacheredirect.NewClientIP(c.ClientIPHeader, append(trusted, c.peers...))
+	c.clientIP = cacheredirect.NewClientIP(c.ClientIPHeader, append(trusted, c.router.CachePeers...))
 	var trustedCIDRs []string
 	for _, p := range c.clientIP.Trusted {
 		trustedCIDRs = append(trustedCIDRs, p.String())
@@ -140,6 +132,7 @@ func (c *CacheRedirect) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("cache_redirect: cache pool: %w", err)
 	}
 	c.cache = cache
+	c.up = c.cacheUp
 	origin := &reverseproxy.Handler{Upstreams: upstreams(c.Origin), TrustedProxies: trustedCIDRs}
 	if t := c.OriginTransport; t != nil {
 		if err := t.Provision(ctx); err != nil {
@@ -184,18 +177,7 @@ func (c *CacheRedirect) ServeHTTP(w http.ResponseWriter, r *http.Request, next c
 		delete(r.Header, c.clientIP.Header()) // no IP peer (a unix socket): say nothing rather than be forged
 	}
 
-	path, reason := pathMiss, "from cache"
-	if !inPrefixes(c.peers, peer) {
-		var ok bool
-		if ok, reason = c.policy.Cacheable(r); ok {
-			path = pathCache
-			if !anyAvailable(c.cache.Upstreams) {
-				path, reason = pathFallback, "no cache available"
-			}
-		} else {
-			path = pathBypass
-		}
-	}
+	path, reason := c.router.Route(r, peer, c.up)
 	if repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer); ok {
 		repl.Set("http.cache_redirect.path", path)
 		repl.Set("http.cache_redirect.reason", reason)
@@ -203,7 +185,7 @@ func (c *CacheRedirect) ServeHTTP(w http.ResponseWriter, r *http.Request, next c
 		repl.Set("http.cache_redirect.node", c.Node)
 	}
 	requestsTotal.WithLabelValues(c.Node, path).Inc()
-	if path == pathCache {
+	if path == cacheredirect.PathCache {
 		return c.cache.ServeHTTP(w, r, next)
 	}
 	return c.origin.ServeHTTP(w, r, next)
@@ -217,17 +199,10 @@ func remoteIP(r *http.Request) netip.Addr {
 	return ap.Addr().Unmap()
 }
 
-func inPrefixes(ps []netip.Prefix, a netip.Addr) bool {
-	for _, p := range ps {
-		if p.Contains(a) {
-			return true
-		}
-	}
-	return false
-}
-
-func anyAvailable(pool reverseproxy.UpstreamPool) bool {
-	for _, u := range pool {
+// cacheUp reports whether any cache is available (not marked down by a
+// failure, not at its connection limit).
+func (c *CacheRedirect) cacheUp() bool {
+	for _, u := range c.cache.Upstreams {
 		if u.Available() {
 			return true
 		}

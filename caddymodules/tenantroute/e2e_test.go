@@ -50,6 +50,23 @@ func marker(t *testing.T, conn *ldap.Conn, tenant string) string {
 	return res.Entries[0].GetAttributeValue("description")
 }
 
+// hold opens n connections through front bound as tenant and counts them
+// per node reached; the caller closes them.
+func hold(t *testing.T, front, tenant string, n int) (map[string]int, []*ldap.Conn) {
+	t.Helper()
+	per := map[string]int{}
+	var conns []*ldap.Conn
+	for range n {
+		conn, err := ldap.DialURL("ldap://" + front)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, conn)
+		per[marker(t, conn, tenant)]++
+	}
+	return per, conns
+}
+
 // Three slapd nodes, k = 2: each tenant's connections land on its two
 // rendezvous nodes (ldapsearch and go-ldap clients), spread evenly; a
 // rebind to another tenant is refused; a killed node's tenants fail over.
@@ -91,16 +108,7 @@ func TestTenantRoutingWithSlapd(t *testing.T) {
 	// least connections spreads them (max/mean ≤ 1.1 over its 2 nodes).
 	for _, tenant := range tenants {
 		own := placement.Rank(tenant, addrs)[:2]
-		per := map[string]int{}
-		var conns []*ldap.Conn
-		for range 90 {
-			conn, err := ldap.DialURL("ldap://" + front)
-			if err != nil {
-				t.Fatal(err)
-			}
-			conns = append(conns, conn)
-			per[marker(t, conn, tenant)]++
-		}
+		per, conns := hold(t, front, tenant, 90)
 		for n, cnt := range per {
 			if !slices.ContainsFunc(own, func(a string) bool { return nameOf(a) == n }) {
 				t.Fatalf("tenant %s reached %s, not one of its nodes %v", tenant, n, own)
@@ -134,16 +142,7 @@ func TestTenantRoutingWithSlapd(t *testing.T) {
 	resp.Body.Close()
 	// 300 connections of acme with k=3: least connections spreads them
 	// over the three nodes, max/mean ≤ 1.1.
-	seen := map[string]int{}
-	var held []*ldap.Conn
-	for range 300 {
-		conn, err := ldap.DialURL("ldap://" + front)
-		if err != nil {
-			t.Fatal(err)
-		}
-		held = append(held, conn)
-		seen[marker(t, conn, "acme")]++
-	}
+	seen, held := hold(t, front, "acme", 300)
 	for _, conn := range held {
 		conn.Close()
 	}

@@ -203,3 +203,36 @@ func ParsePrefixes(ss []string) ([]netip.Prefix, error) {
 	}
 	return out, nil
 }
+
+// The paths a request can take.
+const (
+	PathCache    = "cache"    // cacheable: to the cache pool
+	PathBypass   = "bypass"   // not cacheable: straight to the origin
+	PathMiss     = "miss"     // sent by a cache on a miss: to the origin
+	PathFallback = "fallback" // cacheable, but no cache is available
+)
+
+// Router decides a request's path on a lower-tier node.
+type Router struct {
+	Policy Policy
+	// CachePeers are where caches fetch misses from: their requests go to
+	// the origin.
+	CachePeers []netip.Prefix
+}
+
+// Route returns the path of r from peer, and why when it is not the cache;
+// cacheUp tells whether any cache is available.
+func (rt *Router) Route(r *http.Request, peer netip.Addr, cacheUp func() bool) (path, reason string) {
+	for _, p := range rt.CachePeers {
+		if p.Contains(peer.Unmap()) {
+			return PathMiss, "from cache"
+		}
+	}
+	if ok, reason := rt.Policy.Cacheable(r); !ok {
+		return PathBypass, reason
+	}
+	if !cacheUp() {
+		return PathFallback, "no cache available"
+	}
+	return PathCache, ""
+}

@@ -94,3 +94,34 @@ func TestClientIP(t *testing.T) {
 		t.Error("bad CIDR accepted")
 	}
 }
+
+// The seed's three flows as paths: a cacheable request goes to the cache
+// (or the origin if no cache is up), a non-cacheable one bypasses, and a
+// cache's own request (its miss) goes to the origin whatever it is.
+func TestRoute(t *testing.T) {
+	peers, _ := ParsePrefixes([]string{"10.77.0.5"})
+	rt := Router{Policy: Policy{BypassPaths: []string{"/api/*"}}, CachePeers: peers}
+	if err := rt.Policy.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	up, down := func() bool { return true }, func() bool { return false }
+	a := netip.MustParseAddr
+	cases := []struct {
+		name, method, target, peer string
+		cacheUp                    func() bool
+		path, reason               string
+	}{
+		{"hit or miss: to the cache", "GET", "/img/a.png", "10.77.0.10", up, PathCache, ""},
+		{"no cache up", "GET", "/img/a.png", "10.77.0.10", down, PathFallback, "no cache available"},
+		{"bypass", "GET", "/api/x", "10.77.0.10", up, PathBypass, "path /api/*"},
+		{"POST bypass", "POST", "/img/a.png", "10.77.0.10", up, PathBypass, "method POST"},
+		{"the cache's miss", "GET", "/img/a.png", "10.77.0.5", up, PathMiss, "from cache"},
+		{"the cache's miss, mapped", "GET", "/img/a.png", "::ffff:10.77.0.5", up, PathMiss, "from cache"},
+	}
+	for _, c := range cases {
+		path, reason := rt.Route(httptest.NewRequest(c.method, c.target, nil), a(c.peer), c.cacheUp)
+		if path != c.path || reason != c.reason {
+			t.Errorf("%s: got %s %q, want %s %q", c.name, path, reason, c.path, c.reason)
+		}
+	}
+}
