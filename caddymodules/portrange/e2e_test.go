@@ -3,42 +3,43 @@ package portrange_test
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strconv"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/edgesteer/edgesteer/internal/e2e"
 )
 
 // reverse_proxy with the port_range transport, through bin/caddy: every
-// connection to the upstream comes from a port of the range, with
-// keep-alive off so each request opens one.
+// connection to the upstream comes from local_ip (a loopback address other
+// than the kernel's default) and a port of the range, with keep-alive off so
+// each request opens one; the requests arrive together.
 func TestTransportSourcePortsEndToEnd(t *testing.T) {
 	upstream := e2e.Addr(t)
 	e2e.StartPeer(t, "upstream", upstream, 0)
 	front := e2e.Addr(t)
 	lo := 23000 + e2e.FreePort(t)%1000
+	const localIP = "127.0.0.7"
 	c := e2e.StartCaddy(t, "caddyfile", fmt.Sprintf(`http://%s {
 	reverse_proxy %s {
 		transport port_range {
 			ports %d-%d
-			local_ip 127.0.0.1
+			local_ip %s
 			http {
 				keepalive off
 			}
 		}
 	}
-}`, front, upstream, lo, lo+99))
+}`, front, upstream, lo, lo+99, localIP))
 	c.WaitTCP(t, front)
-	for i := range 20 {
-		resp, err := http.Get(fmt.Sprintf("http://%s/r/%d", front, i))
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != 200 {
-			t.Fatalf("request %d: %s", i, resp.Status)
+	statuses := burst(20, func(i int) (int, error) { return get(fmt.Sprintf("http://%s/r/%d", front, i)) })
+	for i, st := range statuses {
+		if st != 200 {
+			t.Fatalf("request %d: status %d", i, st)
 		}
 	}
 	resp, err := http.Get("http://" + upstream + "/_seen")
@@ -55,8 +56,11 @@ func TestTransportSourcePortsEndToEnd(t *testing.T) {
 	}
 	ports := map[int]bool{}
 	for _, s := range seen {
-		_, p, _ := net.SplitHostPort(s.Remote)
+		host, p, _ := net.SplitHostPort(s.Remote)
 		port, _ := strconv.Atoi(p)
+		if host != localIP {
+			t.Errorf("upstream saw a connection from %s, want source address %s (local_ip)", s.Remote, localIP)
+		}
 		if port < lo || port > lo+99 {
 			t.Errorf("upstream saw a connection from %s, outside %d-%d", s.Remote, lo, lo+99)
 		}
@@ -65,4 +69,83 @@ func TestTransportSourcePortsEndToEnd(t *testing.T) {
 	if len(ports) < 2 {
 		t.Errorf("20 connections used %d distinct ports", len(ports))
 	}
+}
+
+// With every port of a two-port range busy toward the upstream (slow
+// answers, keep-alive off), further requests that arrive at the same time
+// fail with 502 and are counted in port_range_exhausted_total, while the
+// ones that got a port succeed; once the range is free, requests pass again.
+func TestTransportRangeExhaustedEndToEnd(t *testing.T) {
+	upstream := e2e.Addr(t)
+	p := e2e.Start(t, "slow-upstream", e2e.Bin(t, "testpeer"), nil, "-listen", upstream, "-name", "slow", "-delay", "1500ms")
+	p.WaitTCP(t, upstream)
+	front := e2e.Addr(t)
+	lo := 25000 + e2e.FreePort(t)%1000
+	c := e2e.StartCaddy(t, "caddyfile", fmt.Sprintf(`http://%s {
+	reverse_proxy %s {
+		transport port_range {
+			ports %d-%d
+			http {
+				keepalive off
+			}
+		}
+	}
+}`, front, upstream, lo, lo+1))
+	c.WaitTCP(t, front)
+	statuses := burst(6, func(int) (int, error) { return get("http://" + front + "/slow") })
+	ok, refused := 0, 0
+	for i, st := range statuses {
+		switch st {
+		case 200:
+			ok++
+		case 502:
+			refused++
+		default:
+			t.Errorf("request %d: status %d, want 200 or 502", i, st)
+		}
+	}
+	if ok == 0 || ok > 2 || refused == 0 {
+		t.Fatalf("6 concurrent requests over a 2-port range: %d succeeded, %d refused; want 1-2 and the rest refused", ok, refused)
+	}
+	series := fmt.Sprintf(`caddy_edgesteer_port_range_exhausted_total{ports="%d-%d"}`, lo, lo+1)
+	if n, found := c.Metric(t, series); !found || int(n) < refused {
+		t.Errorf("%s = %v (found %v), want >= %d", series, n, found, refused)
+	}
+	if st, err := get("http://" + front + "/again"); err != nil || st != 200 {
+		t.Fatalf("after the burst: status %d, %v", st, err)
+	}
+}
+
+// burst runs n calls of f at once (released together) and returns their
+// statuses; an error fails the test.
+func burst(n int, f func(i int) (int, error)) []int {
+	statuses := make([]int, n)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			st, err := f(i)
+			if err != nil {
+				st = -1
+			}
+			statuses[i] = st
+		}()
+	}
+	close(start)
+	wg.Wait()
+	return statuses
+}
+
+func get(url string) (int, error) {
+	client := http.Client{Timeout: 30 * time.Second}
+	resp, err := client.Get(url)
+	if err != nil {
+		return 0, err
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode, nil
 }

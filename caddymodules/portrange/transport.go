@@ -114,7 +114,7 @@ func (t *Transport) Provision(ctx caddy.Context) error {
 // dial replaces the HTTP transport's dialer. Errors are DialErrors, so
 // reverse_proxy may retry another upstream as with its own dialer.
 func (t *Transport) dial(ctx context.Context, network, addr string) (net.Conn, error) {
-	var src netip.Addr
+	src := t.dialer.LocalIP // invalid without local_ip: the kernel picks
 	if t.USIP {
 		src = clientIP(ctx)
 		if !src.IsValid() {
