@@ -184,6 +184,15 @@ func TestNTierCacheRedirectionInNamespaces(t *testing.T) {
 		if fetch[0].ClientIP != clientIP || !strings.HasPrefix(fetch[0].XFF, clientIP+",") || strings.Contains(fetch[0].XFF, "6.6.6.6") {
 			t.Errorf("origin saw Client-IP %q X-Forwarded-For %q on the miss", fetch[0].ClientIP, fetch[0].XFF)
 		}
+		// The forged header was counted by the node that replaced it.
+		forged := 0.0
+		for _, node := range []string{"l2a", "l2b"} {
+			v, _ := n.tp.Metric(t, node, `caddy_edgesteer_cache_redirect_forged_client_ip_total{node="`+node+`"}`)
+			forged += v
+		}
+		if forged != 1 {
+			t.Errorf("forged_client_ip_total over both nodes = %v after one forged request, want 1", forged)
+		}
 		// Hits: four more requests, spread over both lower-tier nodes, all
 		// answered by varnish; the origin sees nothing.
 		before := len(n.mustSeen(t))

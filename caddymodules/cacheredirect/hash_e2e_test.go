@@ -15,29 +15,32 @@ import (
 	"github.com/edgesteer/edgesteer/internal/e2e"
 )
 
-// On loopback through bin/caddy, with two caches (testpeers standing in
+// On loopback through bin/caddy, with three caches (testpeers standing in
 // for them, answering with their names): one URL always reaches the same
-// cache, URLs spread over both, a dead cache's URLs move to the other
-// while the others stay, and with no cache left cacheable requests fall
-// back to the origin.
+// cache, URLs spread over all three, a dead cache's URLs move to the
+// survivors while the survivors' own URLs stay where they were (rendezvous
+// hashing; a modulo hash would move most of them), and with no cache left
+// cacheable requests fall back to the origin.
 func TestURLHashCachesAndFallback(t *testing.T) {
-	// Distinct loopback addresses, so neither cache's IP is the test
-	// client's (requests from a cache's IP are misses, sent to the origin).
+	// Distinct loopback addresses, so no cache's IP is the test client's
+	// (requests from a cache's IP are misses, sent to the origin).
 	cacheA := "127.0.0.31:" + strconv.Itoa(e2e.FreePort(t))
 	cacheB := "127.0.0.32:" + strconv.Itoa(e2e.FreePort(t))
+	cacheC := "127.0.0.33:" + strconv.Itoa(e2e.FreePort(t))
 	origin := e2e.Addr(t)
 	a := e2e.StartPeer(t, "cache-a", cacheA, 0)
 	b := e2e.StartPeer(t, "cache-b", cacheB, 0)
+	cc := e2e.StartPeer(t, "cache-c", cacheC, 0)
 	e2e.StartPeer(t, "origin", origin, 0)
 	front := e2e.Addr(t)
 	c := e2e.StartCaddy(t, "caddyfile", fmt.Sprintf(`http://%s {
 	cache_redirect {
-		caches %s %s
+		caches %s %s %s
 		origin %s
 		cache_fail_duration 1m
 	}
 	header >X-Path {http.cache_redirect.path}
-}`, front, cacheA, cacheB, origin))
+}`, front, cacheA, cacheB, cacheC, origin))
 	c.WaitTCP(t, front)
 	get := func(path string) (peer, route string) {
 		t.Helper()
@@ -51,7 +54,7 @@ func TestURLHashCachesAndFallback(t *testing.T) {
 	}
 	owner := map[string]string{}
 	count := map[string]int{}
-	for i := range 40 {
+	for i := range 60 {
 		path := fmt.Sprintf("/obj/%d", i)
 		peer, route := get(path)
 		if route != "cache" || !strings.HasPrefix(peer, "cache-") {
@@ -65,22 +68,37 @@ func TestURLHashCachesAndFallback(t *testing.T) {
 			}
 		}
 	}
-	if count["cache-a"] < 8 || count["cache-b"] < 8 {
-		t.Fatalf("40 URLs spread %v", count)
+	if count["cache-a"] < 8 || count["cache-b"] < 8 || count["cache-c"] < 8 {
+		t.Fatalf("60 URLs spread %v", count)
 	}
 	// cache-b dies: the first request to one of its URLs fails over (a
-	// retry to cache-a), then its URLs live on cache-a; cache-a's stay.
+	// retry to a survivor), then its URLs live on the survivors; the
+	// survivors' own URLs do not move.
 	b.Kill()
+	moved := map[string]int{}
 	for path, was := range owner {
 		got, route := get(path)
-		if route != "cache" || got != "cache-a" {
+		switch {
+		case route != "cache" || got == "cache-b" || !strings.HasPrefix(got, "cache-"):
 			t.Fatalf("after cache-b died, %s (was on %s) went to %q by %q", path, was, got, route)
+		case was != "cache-b" && got != was:
+			t.Errorf("after cache-b died, %s moved from %s to %s", path, was, got)
+		case was == "cache-b":
+			moved[got]++
 		}
+	}
+	if moved["cache-a"] == 0 || moved["cache-c"] == 0 {
+		t.Errorf("cache-b's URLs moved %v: want some on each survivor", moved)
 	}
 	// No cache left: cacheable requests go to the origin.
 	a.Kill()
-	get("/obj/0") // the first request finds cache-a dead (a 502 or a retry)
-	if peer, route := get("/obj/1"); peer != "origin" || route != "fallback" {
+	cc.Kill()
+	// The first requests find the dead caches (each a 502 or a retry)
+	// until passive health has marked both down.
+	for i := 0; i < 4; i++ {
+		get(fmt.Sprintf("/obj/%d", i))
+	}
+	if peer, route := get("/obj/9"); peer != "origin" || route != "fallback" {
 		t.Fatalf("with no cache: %q by %q", peer, route)
 	}
 }

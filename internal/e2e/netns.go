@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -120,6 +121,19 @@ func (tp *Topology) StartCaddy(t testing.TB, host, caddyfile, dir string, env []
 		return nil
 	})
 	return p
+}
+
+// Metric scrapes the admin API's /metrics of the Caddy that StartCaddy runs
+// in host's namespace and returns series' value (see Caddy.Metric).
+func (tp *Topology) Metric(t testing.TB, host, series string) (value float64, ok bool) {
+	t.Helper()
+	resp, err := tp.HTTPClient(host).Get("http://127.0.0.1:2019/metrics")
+	if err != nil {
+		t.Fatalf("GET /metrics in %s: %v", host, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return metricValue(string(body), series)
 }
 
 // HTTPClient returns a client whose connections are made inside host's

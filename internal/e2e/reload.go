@@ -93,7 +93,12 @@ func (c *Caddy) Metric(t testing.TB, series string) (value float64, ok bool) {
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
-	for _, line := range strings.Split(string(body), "\n") {
+	return metricValue(string(body), series)
+}
+
+// metricValue finds series in a Prometheus text exposition (see Metric).
+func metricValue(text, series string) (value float64, ok bool) {
+	for _, line := range strings.Split(text, "\n") {
 		if !strings.HasPrefix(line, series) || strings.HasPrefix(line, "#") {
 			continue
 		}
