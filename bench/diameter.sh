@@ -47,7 +47,8 @@ for p in 18369 18368 18367; do wait_port $p; done
 echo "machine: $(nproc) cores shared by the load client, caddy and the peer; $RUNS interleaved rounds of $DUR"
 lim=() plain=() ratios=()
 for i in $(seq "$RUNS"); do
-	a=$(bin/diameterload -target 127.0.0.1:18368 -d "$DUR") b=$(bin/diameterload -target 127.0.0.1:18367 -d "$DUR")
+	a=$(bin/diameterload -target 127.0.0.1:18368 -d "$DUR")
+	b=$(bin/diameterload -target 127.0.0.1:18367 -d "$DUR")
 	lim+=("$a") plain+=("$b") ratios+=("$(ratio "$a" "$b")")
 	echo "round $i: with the Diameter limiter $a msg/s, plain proxy $b msg/s"
 done

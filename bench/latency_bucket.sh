@@ -50,13 +50,19 @@ bg env XDG_DATA_HOME="$work" XDG_CONFIG_HOME="$work" bin/caddy run --adapter cad
 for p in 18001 18002 18003 18011 18012 18021 18101 18114 18124; do wait_port $p; done
 sleep 3 # a few probe rounds
 
-rps() { wrk -t2 -c50 -d"$DUR" "http://127.0.0.1:$1/" | awk '/Requests\/sec/ {print $2}'; }
-p99() { wrk -t2 -c10 -d"$DUR" --latency "http://127.0.0.1:$1/" | awk '$1 == "99%" {v=$2; if (v ~ /us$/) {sub(/us/,"",v); v/=1000} else if (v ~ /ms$/) {sub(/ms/,"",v)} else if (v ~ /s$/) {sub(/s/,"",v); v*=1000}; print v}'; }
+rps() { wrk_rps "http://127.0.0.1:$1/" -t2 -c50 -d"$DUR"; }
+p99() {
+	local out
+	out=$(wrk_checked "http://127.0.0.1:$1/" -t2 -c10 -d"$DUR" --latency) || return 1
+	awk '$1 == "99%" {v=$2; if (v ~ /us$/) {sub(/us/,"",v); v/=1000} else if (v ~ /ms$/) {sub(/ms/,"",v)} else if (v ~ /s$/) {sub(/s/,"",v); v*=1000}; print v}' <<<"$out"
+}
 
 echo "machine: $(nproc) cores shared by wrk, caddy and the upstreams; wrk -t2 -c50 -d$DUR, $PAIRS interleaved rounds"
 ratios=() ratios_ns=() lb_all=() ns_all=() rnd_all=()
 for i in $(seq "$PAIRS"); do
-	a=$(rps 18001) c=$(rps 18003) b=$(rps 18002)
+	a=$(rps 18001)
+	c=$(rps 18003)
+	b=$(rps 18002)
 	lb_all+=("$a") ns_all+=("$c") rnd_all+=("$b")
 	ratios+=("$(ratio "$a" "$b")")
 	ratios_ns+=("$(ratio "$c" "$b")")
@@ -67,7 +73,10 @@ echo "throughput ratios (median of per-round ratios): latency_bucket/random $(pr
 
 lbp=() rp=() fp=()
 for i in $(seq 5); do
-	lbp+=("$(p99 18011)") rp+=("$(p99 18012)") fp+=("$(p99 18021)")
+	l=$(p99 18011)
+	r=$(p99 18012)
+	f=$(p99 18021)
+	lbp+=("$l") rp+=("$r") fp+=("$f")
 done
 l=$(printf '%s\n' "${lbp[@]}" | median) r=$(printf '%s\n' "${rp[@]}" | median) f=$(printf '%s\n' "${fp[@]}" | median)
 echo "tail (one publisher 10x slower, wrk -c10, median of 5): p99 latency_bucket ${l} ms, random ${r} ms, all-fast ${f} ms"

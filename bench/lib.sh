@@ -28,3 +28,38 @@ pids=()
 bg() { "$@" & pids+=($!); }
 cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
+
+# wrk_checked URL [wrk options…]: runs wrk and prints its report, or fails
+# (status 1, report on stderr) when any answer was not 2xx/3xx or a socket
+# error occurred: a load figure counts only answers that did what was asked.
+wrk_checked() {
+	local url=$1 out
+	shift
+	out=$(wrk "$@" "$url") || { printf 'wrk failed against %s:\n%s\n' "$url" "$out" >&2; return 1; }
+	if grep -qE 'Non-2xx or 3xx responses|Socket errors' <<<"$out"; then
+		printf 'wrk against %s had failed answers:\n%s\n' "$url" "$out" >&2
+		return 1
+	fi
+	printf '%s\n' "$out"
+}
+
+# wrk_rps URL [wrk options…]: requests/s of wrk_checked.
+wrk_rps() {
+	local out
+	out=$(wrk_checked "$@") || return 1
+	awk '/Requests\/sec/ {print $2}' <<<"$out"
+}
+
+# dnsperf_qps PORT QUERYFILE [dnsperf options…]: queries/s, failing unless
+# every answer's rcode was NOERROR.
+dnsperf_qps() {
+	local port=$1 file=$2 out codes
+	shift 2
+	out=$(dnsperf -s 127.0.0.1 -p "$port" -d "$file" "$@" 2>&1) || { printf 'dnsperf failed:\n%s\n' "$out" >&2; return 1; }
+	codes=$(awk '/Response codes:/ {sub(/.*Response codes:[ \t]*/, ""); print}' <<<"$out")
+	if [ -z "$codes" ] || grep -qvE '^NOERROR [0-9]+ \(100\.00%\)$' <<<"$codes"; then
+		printf 'dnsperf on port %s: response codes %s (want only NOERROR):\n%s\n' "$port" "${codes:-none}" "$out" >&2
+		return 1
+	fi
+	awk '/Queries per second/ {print $4}' <<<"$out"
+}

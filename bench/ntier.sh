@@ -37,14 +37,16 @@ cfg=$work/one-hop.Caddyfile
 bg caddy
 wait_port 8610 127.0.0.6; wait_port 6081 127.0.0.5; wait_port 8600 127.0.0.2
 wait_port 8601 127.0.0.3; wait_port 8601 127.0.0.4; wait_port 8620
-rps() { wrk -t2 -c50 -d"$DUR" "$1" | awk '/Requests\/sec/ {print $2}'; }
+rps() { wrk_rps "$1" -t2 -c50 -d"$DUR"; }
 # The hit path must really hit: warm the cache and check.
 curl -s -o /dev/null http://127.0.0.2:8600/img/logo.png
 curl -sI http://127.0.0.2:8600/img/logo.png | grep -q '^X-Varnish: [0-9]* [0-9]*' || { echo "no cache hit through the tiers" >&2; exit 1; }
 echo "machine: $(nproc) cores shared by wrk, three Caddy processes, varnish and the origin; wrk -t2 -c50 -d$DUR, $PAIRS interleaved rounds"
 two=() one=() hit=() r2=() rh=()
 for i in $(seq "$PAIRS"); do
-	a=$(rps http://127.0.0.2:8600/api/item) b=$(rps http://127.0.0.1:8620/api/item) c=$(rps http://127.0.0.2:8600/img/logo.png)
+	a=$(rps http://127.0.0.2:8600/api/item)
+	b=$(rps http://127.0.0.1:8620/api/item)
+	c=$(rps http://127.0.0.2:8600/img/logo.png)
 	two+=("$a") one+=("$b") hit+=("$c") r2+=("$(ratio "$a" "$b")") rh+=("$(ratio "$c" "$b")")
 	echo "round $i: two-tier bypass $a req/s, one hop $b req/s, two-tier cache hits $c req/s"
 done

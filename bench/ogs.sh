@@ -56,11 +56,13 @@ sleep 1
 dig @127.0.0.1 -p 18053 vpn.example.test A +short +time=10 >/dev/null
 echo "vpn.example.test A" >"$work/queries.txt"
 
-qps() { dnsperf -s 127.0.0.1 -p "$1" -d "$work/queries.txt" -l "$SECS" -c 4 -Q 500000 2>/dev/null | awk '/Queries per second/ {print $4}'; }
+qps() { dnsperf_qps "$1" "$work/queries.txt" -l "$SECS" -c 4 -Q 500000; }
 echo "machine: $(nproc) cores shared by dnsperf and coredns; dnsperf -c 4 -l $SECS, $RUNS interleaved runs"
 o_all=() t_all=() h_all=() r_all=() rh_all=()
 for i in $(seq "$RUNS"); do
-	o=$(qps 18053) t=$(qps 18054) h=$(qps 18055)
+	o=$(qps 18053)
+	t=$(qps 18054)
+	h=$(qps 18055)
 	o_all+=("$o") t_all+=("$t") h_all+=("$h")
 	r_all+=("$(ratio "$o" "$t")")
 	rh_all+=("$(ratio "$o" "$h")")

@@ -9,12 +9,24 @@ mkdir -p bench/out
 count=${BENCH_COUNT:-5}
 echo "== machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(go version | cut -d' ' -f3-)"
 echo "== go benchmarks (-count $count)"
-go test -run '^$' -bench "${BENCH:-.}" -benchmem -count "$count" ./... | tee bench/out/go.txt | grep -E '^(Benchmark|ok|FAIL)' || true
+status=0
+go test -run '^$' -bench "${BENCH:-.}" -benchmem -count "$count" ./... >bench/out/go.txt 2>&1 || {
+	status=1
+	echo "== go benchmarks FAILED:" >&2
+	grep -E -B2 -A20 '^(--- FAIL|FAIL|panic:)' bench/out/go.txt >&2 || tail -n 40 bench/out/go.txt >&2
+}
+grep -E '^(Benchmark|ok|FAIL)' bench/out/go.txt || true # (a listing; the status above is what counts)
 echo "== medians and ratios"
 go run ./bench/ratios <bench/out/go.txt | tee bench/out/ratios.txt
+failed=()
 for s in bench/*.sh; do
 	[ "$s" = bench/lib.sh ] && continue
 	[ -e "$s" ] || continue
 	echo "== $s"
-	bash "$s" | tee "bench/out/$(basename "$s" .sh).txt"
+	bash "$s" | tee "bench/out/$(basename "$s" .sh).txt" || failed+=("$s")
 done
+if [ ${#failed[@]} -gt 0 ]; then
+	echo "== FAILED load scripts: ${failed[*]}" >&2
+	status=1
+fi
+exit $status
