@@ -34,12 +34,12 @@ http://127.0.0.1:18211 {
 			}
 		}
 	}
-	header X-Message-Type "{http.peer_rate_limit.message_type}"
+	header >X-Message-Type "{http.peer_rate_limit.message_type}"
 	reverse_proxy 127.0.0.1:18201
 }
 http://127.0.0.1:18212 {
 	bind 127.0.0.1
-	header X-Message-Type "none"
+	header >X-Message-Type "none"
 	reverse_proxy 127.0.0.1:18201
 }
 CADDYFILE
