@@ -65,6 +65,50 @@ func NewTopology(t testing.TB, hosts map[string]int) *Topology {
 	return tp
 }
 
+// NewNamespace makes one empty network namespace with only its loopback
+// up (all of 127.0.0.0/8 is local there) and returns its name; it is
+// removed when the test ends. Servers started inside it on fixed loopback
+// ports collide with nothing on the machine. It needs root and iproute2.
+func NewNamespace(t testing.TB) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("network namespaces need root")
+	}
+	tp := &Topology{prefix: fmt.Sprintf("es%d-%d", os.Getpid()%100000, topologies.Add(1))}
+	ns := tp.prefix + "-solo"
+	tp.ip(t, "netns", "add", ns)
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
+	tp.ip(t, "-n", ns, "link", "set", "lo", "up")
+	return ns
+}
+
+// InNamespace runs the calling test again, alone, as a child test process
+// inside a fresh namespace (NewNamespace), and reports whether the caller is
+// that child: the parent returns false once the child has passed (its
+// output is shown when it fails), the child returns true and goes on with
+// the test. Everything the test does, its servers and its clients, then
+// shares that namespace and its fixed ports.
+func InNamespace(t *testing.T) bool {
+	t.Helper()
+	const marker = "EDGESTEER_TEST_NAMESPACE"
+	if os.Getenv(marker) != "" {
+		return true
+	}
+	Bin(t, "caddy") // build once, here, so the child finds the binaries built
+	ns := NewNamespace(t)
+	cmd := exec.Command("ip", "netns", "exec", ns, os.Args[0],
+		"-test.run", "^"+t.Name()+"$", "-test.count", "1", "-test.v", "-test.timeout", "15m")
+	cmd.Env = append(os.Environ(), marker+"="+ns)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s in namespace %s: %v\n%s", t.Name(), ns, err, out)
+	}
+	if !strings.Contains(string(out), "--- PASS: "+t.Name()) {
+		t.Fatalf("%s in namespace %s did not run:\n%s", t.Name(), ns, out)
+	}
+	return false
+}
+
 func (tp *Topology) ip(t testing.TB, args ...string) {
 	t.Helper()
 	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
