@@ -35,6 +35,11 @@ go mod download
 stage "go vet"
 go vet ./...
 
+stage "go test -race (engines)"
+# The engines hold the shared state (tables, trackers, limiters): run them
+# under the race detector too. internal/e2e runs the binaries; it is below.
+go test -race -count=1 $(go list ./internal/... | grep -v '/internal/e2e$')
+
 stage "go test"
 go test -count=1 -timeout 40m ${GOTEST_FLAGS:-} ./...
 
