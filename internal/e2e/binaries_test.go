@@ -57,6 +57,7 @@ func TestCoreDNSVersionAndPlugins(t *testing.T) {
 // The xcaddy build from xcaddy.json must hold exactly the modules of the go
 // build from builds/caddy, so the two cannot drift apart.
 func TestXcaddyBuildListsSameModules(t *testing.T) {
+	e2e.SkipShort(t)
 	root := e2e.Root(t)
 	bin := filepath.Join(t.TempDir(), "caddy-xcaddy")
 	cmd := exec.Command("go", "run", "./builds/xcaddy", "-manifest", "xcaddy.json",

@@ -47,6 +47,16 @@ func findRoot() (string, error) {
 	}
 }
 
+// SkipShort skips an end-to-end test under `go test -short`, which runs
+// only the unit and in-process tests (no root, no binaries, no peers). CI's
+// `make test` runs without -short, so there nothing is skipped.
+func SkipShort(t testing.TB) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("end to end (real binaries and peers): not run with -short")
+	}
+}
+
 var (
 	buildOnce sync.Once
 	binDir    string
@@ -60,6 +70,7 @@ var (
 // twice.
 func Bin(t testing.TB, name string) string {
 	t.Helper()
+	SkipShort(t)
 	buildOnce.Do(func() { binDir, buildErr = build() })
 	if buildErr != nil {
 		t.Fatalf("building the binaries: %v", buildErr)

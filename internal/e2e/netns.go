@@ -9,14 +9,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 var topologies atomic.Int32
@@ -33,6 +30,7 @@ type Topology struct {
 // address. It needs root and iproute2.
 func NewTopology(t testing.TB, hosts map[string]int) *Topology {
 	t.Helper()
+	SkipShort(t)
 	if os.Geteuid() != 0 {
 		t.Fatal("network namespaces need root")
 	}
@@ -71,6 +69,7 @@ func NewTopology(t testing.TB, hosts map[string]int) *Topology {
 // ports collide with nothing on the machine. It needs root and iproute2.
 func NewNamespace(t testing.TB) string {
 	t.Helper()
+	SkipShort(t)
 	if os.Geteuid() != 0 {
 		t.Fatal("network namespaces need root")
 	}
@@ -206,31 +205,4 @@ func (tp *Topology) Dialer(host string, local net.Addr) func(ctx context.Context
 		})
 		return conn, err
 	}
-}
-
-func (tp *Topology) in(host string, f func() error) error {
-	target, err := os.Open("/var/run/netns/" + tp.NS(host))
-	if err != nil {
-		return err
-	}
-	defer target.Close()
-	runtime.LockOSThread()
-	own, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
-	if err != nil {
-		runtime.UnlockOSThread()
-		return err
-	}
-	defer own.Close()
-	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-		runtime.UnlockOSThread()
-		return err
-	}
-	ferr := f()
-	if err := unix.Setns(int(own.Fd()), unix.CLONE_NEWNET); err != nil {
-		// The thread stays in the wrong namespace: leave it locked, so it
-		// ends with this goroutine instead of serving others.
-		return fmt.Errorf("returning from namespace %s: %v", tp.NS(host), err)
-	}
-	runtime.UnlockOSThread()
-	return ferr
 }

@@ -26,11 +26,12 @@ type Proc struct {
 // test ends.
 func Start(t testing.TB, name, bin string, env []string, args ...string) *Proc {
 	t.Helper()
+	SkipShort(t)
 	p := &Proc{Name: name, out: &logBuffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(bin, args...)
 	p.cmd.Env = append(p.cmd.Environ(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	p.cmd.SysProcAttr = dieWithParent()
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("starting %s: %v", name, err)
 	}

@@ -79,16 +79,9 @@ func (d *Dialer) DialFrom(ctx context.Context, network, addr string, src netip.A
 func (d *Dialer) control(network, _ string, rc syscall.RawConn) error {
 	var serr error
 	err := rc.Control(func(fd uintptr) {
-		serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_REUSEADDR, 1)
+		serr = setReuseAddr(fd)
 		if serr == nil && d.Transparent {
-			if network == "tcp6" {
-				serr = syscall.SetsockoptInt(int(fd), syscall.SOL_IPV6, ipv6Transparent, 1)
-			} else {
-				serr = syscall.SetsockoptInt(int(fd), syscall.SOL_IP, syscall.IP_TRANSPARENT, 1)
-			}
-			if serr != nil {
-				serr = fmt.Errorf("IP_TRANSPARENT (needs CAP_NET_ADMIN): %w", serr)
-			}
+			serr = setTransparent(fd, network)
 		}
 	})
 	if err != nil {
@@ -96,6 +89,3 @@ func (d *Dialer) control(network, _ string, rc syscall.RawConn) error {
 	}
 	return serr
 }
-
-// ipv6Transparent is IPV6_TRANSPARENT from linux/in6.h (absent from syscall).
-const ipv6Transparent = 75
