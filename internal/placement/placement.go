@@ -11,6 +11,8 @@ package placement
 
 import (
 	"errors"
+	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -58,26 +60,66 @@ func Rank(tenant string, nodes []string) []string {
 }
 
 // Placer holds the live nodes, each tenant's partition count, and the
-// connections routed to each node.
+// connections routed to each node. It is process state: a config reload
+// hands the same Placer to the next generation, which applies its own
+// settings with Configure and SetNodes; live counts and run-time overrides
+// carry over (see those methods for what resets).
 type Placer struct {
+	mu       sync.RWMutex
 	defaultK int
-
-	mu        sync.RWMutex
-	nodes     []string
-	overrides map[string]int
-	down      map[string]time.Time // node → end of its cool-off
-	conns     map[string]*atomic.Int64
+	nodes    []string             // sorted
+	configK  map[string]int       // per-tenant counts from the config
+	runtimeK map[string]int       // per-tenant counts set at run time; win over configK
+	down     map[string]time.Time // node → end of its cool-off
+	conns    map[string]*atomic.Int64
 }
 
 // New returns a placer with partition count k per tenant by default.
 func New(k int) (*Placer, error) {
-	if k < 1 {
-		return nil, errors.New("partitions must be at least 1")
-	}
-	return &Placer{defaultK: k, overrides: map[string]int{}, down: map[string]time.Time{}, conns: map[string]*atomic.Int64{}}, nil
+	p := &Placer{configK: map[string]int{}, runtimeK: map[string]int{}, down: map[string]time.Time{}, conns: map[string]*atomic.Int64{}}
+	return p, p.Configure(k, nil)
 }
 
-// SetNodes replaces the live node set (a membership change).
+// Configure applies a config generation's partition counts: k for every
+// tenant, tenantK for some. Live counts, cool-offs and run-time overrides
+// are kept, except that a tenant whose configured count changed (set,
+// changed or removed) loses its run-time override: the edited config is
+// the newer word on that tenant.
+func (p *Placer) Configure(k int, tenantK map[string]int) error {
+	if k < 1 {
+		return errors.New("partitions must be at least 1")
+	}
+	for tenant, tk := range tenantK {
+		if tk < 1 {
+			return fmt.Errorf("partitions of %s must be at least 1", tenant)
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for tenant := range p.runtimeK {
+		if old, now := p.configK[tenant], tenantK[tenant]; old != now {
+			delete(p.runtimeK, tenant)
+		}
+	}
+	p.defaultK = k
+	p.configK = maps.Clone(tenantK)
+	if p.configK == nil {
+		p.configK = map[string]int{}
+	}
+	return nil
+}
+
+// DefaultPartitions returns the partition count of tenants without their own.
+func (p *Placer) DefaultPartitions() int {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return p.defaultK
+}
+
+// SetNodes replaces the live node set (a membership change, or a reload
+// that edits the list). A removed node is no longer placed or picked and
+// its cool-off is forgotten; its open connections stay counted (listed by
+// Conns) until they are released, then it is forgotten entirely.
 func (p *Placer) SetNodes(nodes []string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -89,6 +131,22 @@ func (p *Placer) SetNodes(nodes []string) {
 			p.conns[n] = new(atomic.Int64)
 		}
 	}
+	for n, c := range p.conns {
+		if !p.member(n) && c.Load() <= 0 {
+			delete(p.conns, n)
+		}
+	}
+	for n := range p.down {
+		if !p.member(n) {
+			delete(p.down, n)
+		}
+	}
+}
+
+// member reports whether node is in the live set; p.mu must be held.
+func (p *Placer) member(node string) bool {
+	_, ok := slices.BinarySearch(p.nodes, node)
+	return ok
 }
 
 // Nodes returns the live nodes.
@@ -98,7 +156,9 @@ func (p *Placer) Nodes() []string {
 	return slices.Clone(p.nodes)
 }
 
-// SetPartitions sets tenant's partition count (0: back to the default).
+// SetPartitions sets tenant's partition count at run time, over the
+// config's (0: back to the config's count). It lasts across reloads until
+// cleared, or until a reload changes that tenant's configured count.
 func (p *Placer) SetPartitions(tenant string, k int) error {
 	if k < 0 {
 		return errors.New("partitions must not be negative")
@@ -106,9 +166,9 @@ func (p *Placer) SetPartitions(tenant string, k int) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if k == 0 {
-		delete(p.overrides, tenant)
+		delete(p.runtimeK, tenant)
 	} else {
-		p.overrides[tenant] = k
+		p.runtimeK[tenant] = k
 	}
 	return nil
 }
@@ -121,21 +181,30 @@ func (p *Placer) Partitions(tenant string) int {
 }
 
 func (p *Placer) partitions(tenant string) int {
-	if k, ok := p.overrides[tenant]; ok {
+	if k, ok := p.runtimeK[tenant]; ok {
+		return k
+	}
+	if k, ok := p.configK[tenant]; ok {
 		return k
 	}
 	return p.defaultK
 }
 
-// Overrides returns the tenants with their own partition count.
+// Overrides returns the tenants with their own partition count, from the
+// config or set at run time (run-time ones win).
 func (p *Placer) Overrides() map[string]int {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
-	out := make(map[string]int, len(p.overrides))
-	for t, k := range p.overrides {
-		out[t] = k
-	}
+	out := maps.Clone(p.configK)
+	maps.Copy(out, p.runtimeK)
 	return out
+}
+
+// RuntimeOverrides returns the counts set at run time.
+func (p *Placer) RuntimeOverrides() map[string]int {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return maps.Clone(p.runtimeK)
 }
 
 // Place returns tenant's nodes: the top k live nodes by rendezvous weight.
@@ -177,8 +246,18 @@ func (p *Placer) Pick(tenant string, now time.Time) (node string, ok bool) {
 // Acquire counts a connection routed to node; Release uncounts it.
 func (p *Placer) Acquire(node string) { p.counter(node).Add(1) }
 
-// Release uncounts a connection.
-func (p *Placer) Release(node string) { p.counter(node).Add(-1) }
+// Release uncounts a connection. The last connection to a node that has
+// left the set forgets the node.
+func (p *Placer) Release(node string) {
+	if p.counter(node).Add(-1) > 0 {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if c := p.conns[node]; c != nil && c.Load() <= 0 && !p.member(node) {
+		delete(p.conns, node)
+	}
+}
 
 func (p *Placer) counter(node string) *atomic.Int64 {
 	p.mu.RLock()

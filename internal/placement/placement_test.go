@@ -152,3 +152,89 @@ func TestPartitionOverrides(t *testing.T) {
 		t.Fatal("k=0 accepted")
 	}
 }
+
+// A reload hands the placer to the next config generation: it applies the
+// new settings and keeps the live counts and run-time overrides, except a
+// run-time override of a tenant whose configured count the reload changed.
+func TestReconfigureKeepsProcessState(t *testing.T) {
+	p, _ := New(1)
+	p.Configure(1, map[string]int{"big": 2, "edited": 2})
+	all := nodes(4)
+	p.SetNodes(all)
+	own := Rank("acme", all)
+	for range 6 {
+		n, _ := p.Pick("acme", time.Now())
+		p.Acquire(n)
+	}
+	if c := p.Conns()[own[0]]; c != 6 {
+		t.Fatalf("k=1: %d connections on %s", c, own[0])
+	}
+	p.SetPartitions("globex", 3)
+	p.SetPartitions("big", 4)
+	p.SetPartitions("edited", 4)
+
+	// The next generation: k 2, "edited" changed in the config.
+	if err := p.Configure(2, map[string]int{"big": 2, "edited": 3}); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.RuntimeOverrides(); len(got) != 2 || got["globex"] != 3 || got["big"] != 4 {
+		t.Fatalf("run-time overrides after the reload: %v", got)
+	}
+	if p.Partitions("edited") != 3 || p.Partitions("acme") != 2 || p.Partitions("big") != 4 {
+		t.Fatalf("partitions edited %d acme %d big %d", p.Partitions("edited"), p.Partitions("acme"), p.Partitions("big"))
+	}
+	// The 6 live connections still count: the next 6 go to the other node.
+	for range 6 {
+		n, _ := p.Pick("acme", time.Now())
+		if n != own[1] {
+			t.Fatalf("after the reload picked %s, want the less loaded %s (counts %v)", n, own[1], p.Conns())
+		}
+		p.Acquire(n)
+	}
+	if err := p.Configure(0, nil); err == nil {
+		t.Fatal("k=0 accepted")
+	}
+	if err := p.Configure(2, map[string]int{"x": 0}); err == nil {
+		t.Fatal("tenant k=0 accepted")
+	}
+}
+
+// A node removed while it holds connections: not picked, its count listed
+// until the last one is released, then forgotten; re-added, it counts again.
+func TestRemovedNodeCountedUntilReleased(t *testing.T) {
+	p, _ := New(2)
+	all := nodes(3)
+	p.SetNodes(all)
+	own := Rank("acme", all)
+	p.Acquire(own[0])
+	p.Acquire(own[0])
+	p.MarkDown(own[0], time.Now().Add(time.Hour))
+	p.SetNodes(own[1:])
+	if c, ok := p.Conns()[own[0]]; !ok || c != 2 {
+		t.Fatalf("removed node's live count: %v", p.Conns())
+	}
+	for range 4 {
+		if n, _ := p.Pick("acme", time.Now()); n == own[0] {
+			t.Fatal("picked a removed node")
+		}
+	}
+	p.Release(own[0])
+	if p.Conns()[own[0]] != 1 {
+		t.Fatalf("after one release: %v", p.Conns())
+	}
+	p.Release(own[0])
+	if _, ok := p.Conns()[own[0]]; ok {
+		t.Fatalf("removed node still listed with no connections: %v", p.Conns())
+	}
+	// Re-added: its cool-off was forgotten with it, and it is picked.
+	p.SetNodes(all)
+	if n, _ := p.Pick("acme", time.Now()); n != own[0] {
+		t.Fatalf("re-added node not picked: %s", n)
+	}
+	// A member's zero count stays listed.
+	p.Acquire(own[1])
+	p.Release(own[1])
+	if _, ok := p.Conns()[own[1]]; !ok {
+		t.Fatal("a member's counter was dropped")
+	}
+}
