@@ -197,8 +197,7 @@ func (t *TenantRoute) Handle(cx *layer4.Connection, _ layer4.Handler) error {
 		return err
 	}
 	defer up.Close()
-	t.placer.Acquire(node)
-	defer t.placer.Release(node)
+	defer t.placer.Release(node) // the reservation made by the pick
 	st := t.state
 	st.connected.add(tenant, 1)
 	defer st.connected.add(tenant, -1)
@@ -240,24 +239,20 @@ func (t *TenantRoute) Handle(cx *layer4.Connection, _ layer4.Handler) error {
 	return err
 }
 
-// dial connects to the tenant's node, marking nodes that fail down.
+// dial connects to one of the tenant's nodes; placement.Connect reserves
+// the node as it picks it and moves past nodes that fail.
 func (t *TenantRoute) dial(tenant string) (string, net.Conn, error) {
-	var lastErr error
-	for range max(1, len(t.placer.Nodes())) {
-		node, ok := t.placer.Pick(tenant, time.Now())
-		if !ok {
-			break
-		}
-		conn, err := net.DialTimeout("tcp", node, time.Duration(t.DialTimeout))
-		if err == nil {
-			return node, conn, nil
-		}
-		lastErr = err
-		t.placer.MarkDown(node, time.Now().Add(time.Duration(t.CoolOff)))
-		dialFailures.WithLabelValues(t.Name, node).Inc()
-		t.logger.Warn("node unreachable: cooling off", zap.String("node", node), zap.Error(err))
+	timeout := time.Duration(t.DialTimeout)
+	node, conn, err := placement.Connect(t.placer, tenant, time.Duration(t.CoolOff),
+		func(node string) (net.Conn, error) { return net.DialTimeout("tcp", node, timeout) },
+		func(node string, err error) {
+			dialFailures.WithLabelValues(t.Name, node).Inc()
+			t.logger.Warn("node unreachable: cooling off", zap.String("node", node), zap.Error(err))
+		})
+	if err != nil {
+		return "", nil, fmt.Errorf("tenant_route: no reachable node for tenant %s: %v", tenant, err)
 	}
-	return "", nil, fmt.Errorf("tenant_route: no reachable node for tenant %s: %v", tenant, lastErr)
+	return node, conn, nil
 }
 
 // UnmarshalCaddyfile reads

@@ -33,8 +33,7 @@ func provision(t *testing.T, ctx caddy.Context, h *TenantRoute) *TenantRoute {
 func TestReloadAdoptsState(t *testing.T) {
 	a, b, c, d := "127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3", "127.0.0.1:4"
 	g1 := provision(t, generation(t), &TenantRoute{Name: "reload", Nodes: []string{a, b, c}, Partitions: 1})
-	node, _ := g1.placer.Pick("acme", time.Now())
-	g1.placer.Acquire(node)
+	node, _ := g1.placer.Reserve("acme", time.Now())
 	g1.placer.SetPartitions("globex", 3)
 
 	g2 := provision(t, generation(t), &TenantRoute{Name: "reload", Nodes: []string{a, b, c}, Partitions: 2})

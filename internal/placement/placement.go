@@ -5,7 +5,9 @@
 // tenants whose top k it enters or leaves, about k/N of them. Among a
 // tenant's nodes a new connection goes to the one with the fewest live
 // connections, ties broken by rendezvous order, which answers the seed's
-// open "hot node" problem. A node that cannot be dialled is marked down for
+// open "hot node" problem; the node is reserved in the same atomic step as
+// it is picked, so a burst of simultaneous connections spreads as evenly as
+// a sequence (Reserve, Connect). A node that cannot be dialled is marked down for
 // a cool-off and skipped. It knows nothing of Caddy or LDAP.
 package placement
 
@@ -215,41 +217,53 @@ func (p *Placer) Place(tenant string) []string {
 	return ranked[:min(p.partitions(tenant), len(ranked))]
 }
 
-// Pick chooses the node for a new connection of tenant at now: among the
-// tenant's nodes not cooling off, the one with the fewest connections, ties
-// by rendezvous order. If all of them are down it falls through to the
-// next nodes in rendezvous order. ok is false with no usable node.
-func (p *Placer) Pick(tenant string, now time.Time) (node string, ok bool) {
+// Reserve chooses the node for a new connection of tenant at now and
+// counts the connection on it in the same step: among the tenant's nodes
+// not cooling off, the one with the fewest connections, ties by rendezvous
+// order; if all of them are down, the next node in rendezvous order. The
+// count is taken with a compare-and-swap against the count the choice was
+// made on, and the choice is made again if another connection got there
+// first, so connections arriving together spread as if they came one by
+// one. The caller must Release the node when the connection ends or cannot
+// be made. ok is false with no usable node.
+func (p *Placer) Reserve(tenant string, now time.Time) (node string, ok bool) {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	ranked := Rank(tenant, p.nodes)
 	k := min(p.partitions(tenant), len(ranked))
-	best, bestConns := "", int64(0)
-	for i, n := range ranked {
-		if i >= k && best != "" {
-			break // a node among the tenant's own was usable
+	for {
+		best, bestConns := "", int64(0)
+		for i, n := range ranked {
+			if i >= k && best != "" {
+				break // a node among the tenant's own was usable
+			}
+			if until, down := p.down[n]; down && now.Before(until) {
+				continue
+			}
+			c := p.conns[n].Load()
+			if best == "" || (i < k && c < bestConns) {
+				best, bestConns = n, c
+			}
+			if i >= k {
+				break // first usable node past the tenant's own
+			}
 		}
-		if until, down := p.down[n]; down && now.Before(until) {
-			continue
+		if best == "" {
+			return "", false
 		}
-		c := p.conns[n].Load()
-		if best == "" || (i < k && c < bestConns) {
-			best, bestConns = n, c
-		}
-		if i >= k {
-			break // first usable node past the tenant's own
+		if p.conns[best].CompareAndSwap(bestConns, bestConns+1) {
+			return best, true
 		}
 	}
-	return best, best != ""
 }
-
-// Acquire counts a connection routed to node; Release uncounts it.
-func (p *Placer) Acquire(node string) { p.counter(node).Add(1) }
 
 // Release uncounts a connection. The last connection to a node that has
 // left the set forgets the node.
 func (p *Placer) Release(node string) {
-	if p.counter(node).Add(-1) > 0 {
+	p.mu.RLock()
+	c := p.conns[node]
+	p.mu.RUnlock()
+	if c == nil || c.Add(-1) > 0 {
 		return
 	}
 	p.mu.Lock()
@@ -259,19 +273,32 @@ func (p *Placer) Release(node string) {
 	}
 }
 
-func (p *Placer) counter(node string) *atomic.Int64 {
-	p.mu.RLock()
-	c := p.conns[node]
-	p.mu.RUnlock()
-	if c != nil {
-		return c
+// Connect reserves a node for tenant and dials it. A node whose dial
+// fails is released, cools off for coolOff (skipped until then), is
+// reported to failed, and the next choice is dialled, up to one try per
+// node. On success the caller owns the reservation and must Release node
+// when the connection ends.
+func Connect[C any](p *Placer, tenant string, coolOff time.Duration, dial func(node string) (C, error),
+	failed func(node string, err error)) (node string, conn C, err error) {
+	err = errors.New("no node")
+	for range max(1, len(p.Nodes())) {
+		n, ok := p.Reserve(tenant, time.Now())
+		if !ok {
+			break
+		}
+		c, derr := dial(n)
+		if derr == nil {
+			return n, c, nil
+		}
+		p.Release(n)
+		p.MarkDown(n, time.Now().Add(coolOff))
+		if failed != nil {
+			failed(n, derr)
+		}
+		err = derr
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.conns[node] == nil {
-		p.conns[node] = new(atomic.Int64)
-	}
-	return p.conns[node]
+	var zero C
+	return "", zero, err
 }
 
 // Conns returns the connections counted per node.

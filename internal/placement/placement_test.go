@@ -1,8 +1,10 @@
 package placement
 
 import (
+	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 )
@@ -87,11 +89,10 @@ func TestLeastConnectionsAmongReplicas(t *testing.T) {
 	p.SetNodes(nodes(6))
 	own := p.Place("acme")
 	for range 300 {
-		n, ok := p.Pick("acme", time.Now())
+		n, ok := p.Reserve("acme", time.Now())
 		if !ok || !slices.Contains(own, n) {
 			t.Fatalf("picked %s, tenant nodes %v", n, own)
 		}
-		p.Acquire(n)
 	}
 	conns := p.Conns()
 	maxC := int64(0)
@@ -104,7 +105,7 @@ func TestLeastConnectionsAmongReplicas(t *testing.T) {
 	// Ties go by rendezvous order: with equal counts, the top-ranked node.
 	q, _ := New(3)
 	q.SetNodes(nodes(6))
-	if n, _ := q.Pick("acme", time.Now()); n != own[0] {
+	if n, _ := q.Reserve("acme", time.Now()); n != own[0] {
 		t.Fatalf("tie went to %s, want %s", n, own[0])
 	}
 }
@@ -115,20 +116,20 @@ func TestDownNodesAreSkipped(t *testing.T) {
 	own := Rank("acme", p.Nodes())
 	now := time.Now()
 	p.MarkDown(own[0], now.Add(time.Minute))
-	if n, _ := p.Pick("acme", now); n != own[1] {
+	if n, _ := p.Reserve("acme", now); n != own[1] {
 		t.Fatalf("with %s down picked %s, want %s", own[0], n, own[1])
 	}
 	p.MarkDown(own[1], now.Add(time.Minute))
-	if n, _ := p.Pick("acme", now); n != own[2] {
+	if n, _ := p.Reserve("acme", now); n != own[2] {
 		t.Fatalf("with both down picked %s, want the next in rank %s", n, own[2])
 	}
-	if n, _ := p.Pick("acme", now.Add(2*time.Minute)); n != own[0] {
+	if n, _ := p.Reserve("acme", now.Add(2*time.Minute)); n != own[0] {
 		t.Fatalf("after the cool-off picked %s", n)
 	}
 	for _, n := range own {
 		p.MarkDown(n, now.Add(time.Minute))
 	}
-	if _, ok := p.Pick("acme", now); ok {
+	if _, ok := p.Reserve("acme", now); ok {
 		t.Fatal("picked a node with all down")
 	}
 }
@@ -163,8 +164,7 @@ func TestReconfigureKeepsProcessState(t *testing.T) {
 	p.SetNodes(all)
 	own := Rank("acme", all)
 	for range 6 {
-		n, _ := p.Pick("acme", time.Now())
-		p.Acquire(n)
+		p.Reserve("acme", time.Now())
 	}
 	if c := p.Conns()[own[0]]; c != 6 {
 		t.Fatalf("k=1: %d connections on %s", c, own[0])
@@ -185,11 +185,10 @@ func TestReconfigureKeepsProcessState(t *testing.T) {
 	}
 	// The 6 live connections still count: the next 6 go to the other node.
 	for range 6 {
-		n, _ := p.Pick("acme", time.Now())
+		n, _ := p.Reserve("acme", time.Now())
 		if n != own[1] {
 			t.Fatalf("after the reload picked %s, want the less loaded %s (counts %v)", n, own[1], p.Conns())
 		}
-		p.Acquire(n)
 	}
 	if err := p.Configure(0, nil); err == nil {
 		t.Fatal("k=0 accepted")
@@ -206,15 +205,15 @@ func TestRemovedNodeCountedUntilReleased(t *testing.T) {
 	all := nodes(3)
 	p.SetNodes(all)
 	own := Rank("acme", all)
-	p.Acquire(own[0])
-	p.Acquire(own[0])
+	p.acquire(own[0])
+	p.acquire(own[0])
 	p.MarkDown(own[0], time.Now().Add(time.Hour))
 	p.SetNodes(own[1:])
 	if c, ok := p.Conns()[own[0]]; !ok || c != 2 {
 		t.Fatalf("removed node's live count: %v", p.Conns())
 	}
 	for range 4 {
-		if n, _ := p.Pick("acme", time.Now()); n == own[0] {
+		if n, _ := p.Reserve("acme", time.Now()); n == own[0] {
 			t.Fatal("picked a removed node")
 		}
 	}
@@ -228,13 +227,85 @@ func TestRemovedNodeCountedUntilReleased(t *testing.T) {
 	}
 	// Re-added: its cool-off was forgotten with it, and it is picked.
 	p.SetNodes(all)
-	if n, _ := p.Pick("acme", time.Now()); n != own[0] {
+	if n, _ := p.Reserve("acme", time.Now()); n != own[0] {
 		t.Fatalf("re-added node not picked: %s", n)
 	}
 	// A member's zero count stays listed.
-	p.Acquire(own[1])
+	p.acquire(own[1])
 	p.Release(own[1])
 	if _, ok := p.Conns()[own[1]]; !ok {
 		t.Fatal("a member's counter was dropped")
+	}
+}
+
+// acquire counts a connection on node without choosing it.
+func (p *Placer) acquire(node string) {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	p.conns[node].Add(1)
+}
+
+// A burst: connections of one tenant whose picks all happen before any of
+// their dials completes. Each pick reserves its node, so they spread as if
+// they came one at a time (and a failed dial gives its reservation back).
+func TestConnectBurstSpreads(t *testing.T) {
+	for _, k := range []int{2, 3} {
+		t.Run(fmt.Sprint("k=", k), func(t *testing.T) {
+			const n = 120
+			p, _ := New(k)
+			p.SetNodes(nodes(5))
+			own := p.Place("acme")
+			var picked sync.WaitGroup
+			picked.Add(n)
+			dial := func(node string) (string, error) {
+				picked.Done()
+				picked.Wait() // every connection has picked before any dial ends
+				return node, nil
+			}
+			var done sync.WaitGroup
+			for range n {
+				done.Add(1)
+				go func() {
+					defer done.Done()
+					if _, _, err := Connect(p, "acme", time.Minute, dial, nil); err != nil {
+						t.Error(err)
+					}
+				}()
+			}
+			done.Wait()
+			conns := p.Conns()
+			for _, node := range own {
+				if ratio := float64(conns[node]) / (n / float64(k)); ratio > 1.1 {
+					t.Fatalf("burst of %d with k=%d: %v, max/mean %.2f", n, k, conns, ratio)
+				}
+			}
+		})
+	}
+}
+
+// A node that cannot be dialled is released, cools off and is reported;
+// the next choice is dialled.
+func TestConnectFailsOver(t *testing.T) {
+	p, _ := New(2)
+	p.SetNodes(nodes(4))
+	own := p.Place("acme")
+	var failed []string
+	node, conn, err := Connect(p, "acme", time.Minute, func(n string) (string, error) {
+		if n == own[0] {
+			return "", errors.New("refused")
+		}
+		return "conn to " + n, nil
+	}, func(n string, err error) { failed = append(failed, n) })
+	if err != nil || node != own[1] || conn != "conn to "+own[1] || !slices.Equal(failed, own[:1]) {
+		t.Fatalf("got %s %q %v, failed %v", node, conn, err, failed)
+	}
+	if c := p.Conns(); c[own[0]] != 0 || c[own[1]] != 1 {
+		t.Fatalf("counts %v: the failed dial kept its reservation", c)
+	}
+	// Every node refuses: one try each, then the last error.
+	tries := 0
+	_, _, err = Connect(p, "globex", time.Minute, func(string) (string, error) { tries++; return "", errors.New("down") }, nil)
+	if err == nil || tries != 3 { // own[0] of acme is still cooling off
+		t.Fatalf("all refusing: %v after %d tries", err, tries)
 	}
 }
