@@ -309,3 +309,21 @@ func TestConnectFailsOver(t *testing.T) {
 		t.Fatalf("all refusing: %v after %d tries", err, tries)
 	}
 }
+
+// Reserve then Release, as each routed connection does.
+func BenchmarkReserveRelease(b *testing.B) {
+	for _, n := range []int{4, 64} {
+		b.Run(fmt.Sprint(n, " nodes"), func(b *testing.B) {
+			p, _ := New(3)
+			p.SetNodes(nodes(n))
+			now := time.Now()
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					node, _ := p.Reserve("acme", now)
+					p.Release(node)
+				}
+			})
+		})
+	}
+}
