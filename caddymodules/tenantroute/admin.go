@@ -10,17 +10,12 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/edgesteer/edgesteer/caddymodules/internal/live"
 	"github.com/edgesteer/edgesteer/caddymodules/internal/metricsreg"
 )
 
 func init() {
 	caddy.RegisterModule(Admin{})
 }
-
-var registry live.Set[*TenantRoute]
-
-func liveRoutes() []*TenantRoute { return registry.List(func(t *TenantRoute) string { return t.Name }) }
 
 // maxTrackedTenants bounds the tenants listed in the admin API: tenant
 // names come from clients.
@@ -86,9 +81,9 @@ type openCollector struct{}
 func (openCollector) Describe(ch chan<- *prometheus.Desc) { ch <- descOpen }
 
 func (openCollector) Collect(ch chan<- prometheus.Metric) {
-	for _, t := range liveRoutes() {
-		for node, n := range t.placer.Conns() {
-			ch <- prometheus.MustNewConstMetric(descOpen, prometheus.GaugeValue, float64(n), t.Name, node)
+	for _, s := range liveStates() {
+		for node, n := range s.placer.Conns() {
+			ch <- prometheus.MustNewConstMetric(descOpen, prometheus.GaugeValue, float64(n), s.name, node)
 		}
 	}
 }
@@ -101,7 +96,8 @@ func registerMetrics(ctx caddy.Context) error {
 // members, open connections per node, partition counts and the tenants
 // connected now with their nodes; POST /tenant_route/partitions with
 // {"handler", "tenant", "partitions"} changes one tenant's partition count
-// at run time (0 restores the default), the seed's answer to skew.
+// at run time (0 clears it: back to the config's count), the seed's answer
+// to skew. A run-time count lasts across reloads (see the README).
 type Admin struct{}
 
 // CaddyModule returns the Caddy module information.
@@ -120,17 +116,24 @@ func (Admin) Routes() []caddy.AdminRoute {
 	}
 }
 
-// View is one handler in the admin API's answer.
+// View is one handler name in the admin API's answer. It is the process
+// state kept under that name, so it spans reloads: connections routed by
+// an earlier config generation and still open are counted.
 type View struct {
-	Name             string              `json:"name"`
-	Membership       string              `json:"membership"`
-	MembershipAge    string              `json:"membership_age,omitempty"` // since etcd last answered
-	MembershipError  string              `json:"membership_error,omitempty"`
-	Nodes            []string            `json:"nodes"`
-	OpenConnections  map[string]int64    `json:"open_connections"`
-	Partitions       int                 `json:"partitions"`
-	TenantPartitions map[string]int      `json:"tenant_partitions"`
-	Tenants          map[string]TenantAt `json:"tenants"`
+	Name            string   `json:"name"`
+	Membership      string   `json:"membership"`
+	MembershipAge   string   `json:"membership_age,omitempty"` // since etcd last answered
+	MembershipError string   `json:"membership_error,omitempty"`
+	Nodes           []string `json:"nodes"`
+	// OpenConnections per node; a node removed from the members stays
+	// listed while connections to it are open.
+	OpenConnections map[string]int64 `json:"open_connections"`
+	Partitions      int              `json:"partitions"`
+	// TenantPartitions are the tenants with their own count, from the
+	// config or set at run time; RuntimePartitions only the latter.
+	TenantPartitions  map[string]int      `json:"tenant_partitions"`
+	RuntimePartitions map[string]int      `json:"runtime_partitions"`
+	Tenants           map[string]TenantAt `json:"tenants"`
 }
 
 // TenantAt is a connected tenant: its nodes and open connections.
@@ -144,18 +147,20 @@ func serveView(w http.ResponseWriter, r *http.Request) error {
 		return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed}
 	}
 	views := []View{}
-	for _, t := range liveRoutes() {
-		v := View{Name: t.Name, Membership: "static", Nodes: t.placer.Nodes(), OpenConnections: t.placer.Conns(),
-			Partitions: t.Partitions, TenantPartitions: t.placer.Overrides(), Tenants: map[string]TenantAt{}}
-		if t.etcd != nil {
-			updated, lastErr := t.etcd.state()
+	for _, s := range liveStates() {
+		p := s.placer
+		v := View{Name: s.name, Membership: "static", Nodes: p.Nodes(), OpenConnections: p.Conns(),
+			Partitions: p.DefaultPartitions(), TenantPartitions: p.Overrides(), RuntimePartitions: p.RuntimeOverrides(),
+			Tenants: map[string]TenantAt{}}
+		if w := s.watcher.Load(); w != nil {
+			updated, lastErr := w.state()
 			v.Membership, v.MembershipError = "etcd", lastErr
 			if !updated.IsZero() {
 				v.MembershipAge = time.Since(updated).Round(time.Millisecond).String()
 			}
 		}
-		for tenant, n := range t.connected.snapshot() {
-			v.Tenants[tenant] = TenantAt{Nodes: t.placer.Place(tenant), Connections: n}
+		for tenant, n := range s.connected.snapshot() {
+			v.Tenants[tenant] = TenantAt{Nodes: p.Place(tenant), Connections: n}
 		}
 		views = append(views, v)
 	}
@@ -178,9 +183,9 @@ func servePartitions(w http.ResponseWriter, r *http.Request) error {
 	if req.Tenant == "" || req.Partitions < 0 {
 		return caddy.APIError{HTTPStatus: http.StatusBadRequest, Err: fmt.Errorf("want a tenant and partitions ≥ 0")}
 	}
-	for _, t := range liveRoutes() {
-		if t.Name == req.Handler {
-			return t.placer.SetPartitions(req.Tenant, req.Partitions)
+	for _, s := range liveStates() {
+		if s.name == req.Handler {
+			return s.placer.SetPartitions(req.Tenant, req.Partitions)
 		}
 	}
 	return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf("no tenant_route handler named %q", req.Handler)}

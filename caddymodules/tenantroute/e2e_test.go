@@ -3,8 +3,10 @@ package tenantroute_test
 import (
 	"crypto/tls"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -301,5 +303,51 @@ https://acme.example:%d, https://globex.example:%d {
 		if err != nil || len(res.Entries) != 1 || res.Entries[0].GetAttributeValue("description") != want {
 			t.Fatalf("LDAPS as %s: want %s: %v %+v", sni, want, err, res)
 		}
+	}
+}
+
+// caddy-l4's matching_timeout bounds the wait for the first message with
+// the ldap matcher in front: a client that sends only part of its bind is
+// disconnected without reaching a node; a whole bind still goes through.
+func TestIncompleteFirstMessageCutOff(t *testing.T) {
+	s := e2e.StartSlapd(t, "node-1", ldif("node-1"))
+	front := e2e.Addr(t)
+	c := e2e.StartCaddy(t, "caddyfile", fmt.Sprintf(`{
+	layer4 {
+		%s {
+			matching_timeout 1s
+			@bind ldap {
+				operation bind
+			}
+			route @bind {
+				tenant_route {
+					nodes %s
+				}
+			}
+		}
+	}
+}`, front, s.Addr))
+	c.WaitTCP(t, front)
+	conn, err := net.Dial("tcp", front)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// The first 10 bytes of a simple bind of uid=alice,o=acme,dc=example.
+	if _, err := conn.Write([]byte{0x30, 0x38, 0x02, 0x01, 0x01, 0x60, 0x33, 0x02, 0x01, 0x03}); err != nil {
+		t.Fatal(err)
+	}
+	conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+	if n, err := conn.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("an incomplete first message was not cut off: %d bytes, %v", n, err)
+	}
+	c.WaitLog(t, "aborted matching according to timeout", 5*time.Second)
+	if n, _ := c.Metric(t, `caddy_edgesteer_tenant_route_connections_total{`); n != 0 {
+		t.Fatalf("the cut-off connection was routed")
+	}
+	full, _ := ldap.DialURL("ldap://" + front)
+	defer full.Close()
+	if node := marker(t, full, "acme"); node != "node-1" {
+		t.Fatalf("a whole bind reached %q", node)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -32,10 +33,15 @@ type EtcdMembership struct {
 	AssignmentPrefix string   `json:"assignment_prefix,omitempty"`
 }
 
+// etcdWatcher is pooled with the handler's state: one watch per name
+// across reloads, stopped when the last config using the name goes.
 type etcdWatcher struct {
-	cfg    *EtcdMembership
+	// cfg and logger are the newest generation's: a reload that keeps the
+	// endpoints and prefix keeps the watch and updates these.
+	cfg    atomic.Pointer[EtcdMembership]
+	logger atomic.Pointer[zap.Logger]
+	prefix string
 	placer *placement.Placer
-	logger *zap.Logger
 	name   string
 	cli    *clientv3.Client
 	cancel context.CancelFunc
@@ -56,7 +62,9 @@ func startEtcd(cfg *EtcdMembership, p *placement.Placer, logger *zap.Logger, nam
 		return nil, fmt.Errorf("tenant_route: etcd %v: %v", cfg.Endpoints, err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	w := &etcdWatcher{cfg: cfg, placer: p, logger: logger, name: name, cli: cli, cancel: cancel, done: make(chan struct{}), published: map[string]string{}}
+	w := &etcdWatcher{prefix: cfg.Prefix, placer: p, name: name, cli: cli, cancel: cancel, done: make(chan struct{}), published: map[string]string{}}
+	w.cfg.Store(cfg)
+	w.logger.Store(logger)
 	go w.run(ctx)
 	return w, nil
 }
@@ -90,7 +98,7 @@ func (w *etcdWatcher) run(ctx context.Context) {
 func (w *etcdWatcher) load(ctx context.Context) (int64, error) {
 	gctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	resp, err := w.cli.Get(gctx, w.cfg.Prefix, clientv3.WithPrefix())
+	resp, err := w.cli.Get(gctx, w.prefix, clientv3.WithPrefix())
 	if err != nil {
 		return 0, err
 	}
@@ -107,7 +115,7 @@ func (w *etcdWatcher) load(ctx context.Context) (int64, error) {
 func (w *etcdWatcher) watch(ctx context.Context, rev int64) error {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	events := w.cli.Watch(wctx, w.cfg.Prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+	events := w.cli.Watch(wctx, w.prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
 	health := time.NewTicker(2 * time.Second)
 	defer health.Stop()
 	for {
@@ -125,7 +133,7 @@ func (w *etcdWatcher) watch(ctx context.Context, rev int64) error {
 			}
 		case <-health.C:
 			hctx, hcancel := context.WithTimeout(ctx, 2*time.Second)
-			_, err := w.cli.Get(hctx, w.cfg.Prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+			_, err := w.cli.Get(hctx, w.prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
 			hcancel()
 			if err != nil {
 				return err
@@ -148,7 +156,7 @@ func (w *etcdWatcher) apply(nodes []string) {
 	membershipStale.WithLabelValues(w.name).Set(0)
 	if !slices.Equal(before, nodes) {
 		membershipChanges.WithLabelValues(w.name).Inc()
-		w.logger.Info("membership changed", zap.Strings("nodes", nodes), zap.Strings("before", before))
+		w.logger.Load().Info("membership changed", zap.Strings("nodes", nodes), zap.Strings("before", before))
 	}
 }
 
@@ -156,7 +164,7 @@ func (w *etcdWatcher) fail(err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if msg := err.Error(); msg != w.lastErr {
-		w.logger.Warn("etcd unreachable: routing on with the last known members",
+		w.logger.Load().Warn("etcd unreachable: routing on with the last known members",
 			zap.Strings("nodes", w.placer.Nodes()), zap.Error(err))
 		w.lastErr = msg
 	}
@@ -172,7 +180,8 @@ func (w *etcdWatcher) state() (updated time.Time, lastErr string) {
 // publish writes tenant's nodes under the assignment prefix when they
 // changed since the last write.
 func (w *etcdWatcher) publish(tenant string, nodes []string) {
-	if w.cfg.AssignmentPrefix == "" {
+	prefix := w.cfg.Load().AssignmentPrefix
+	if prefix == "" {
 		return
 	}
 	b, _ := json.Marshal(nodes)
@@ -185,10 +194,10 @@ func (w *etcdWatcher) publish(tenant string, nodes []string) {
 	w.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	if _, err := w.cli.Put(ctx, w.cfg.AssignmentPrefix+tenant, string(b)); err != nil {
+	if _, err := w.cli.Put(ctx, prefix+tenant, string(b)); err != nil {
 		w.mu.Lock()
 		delete(w.published, tenant)
 		w.mu.Unlock()
-		w.logger.Warn("publishing an assignment", zap.String("tenant", tenant), zap.Error(err))
+		w.logger.Load().Warn("publishing an assignment", zap.String("tenant", tenant), zap.Error(err))
 	}
 }

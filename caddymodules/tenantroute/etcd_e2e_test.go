@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -134,4 +136,129 @@ func TestEtcdMembership(t *testing.T) {
 	if v := adminView(t, c); len(v.Nodes) != 4 || v.Membership != "etcd" || !strings.Contains(v.MembershipAge, "s") {
 		t.Fatalf("view without etcd: %+v", v)
 	}
+}
+
+// The etcd membership watch is pooled with the handler's state: reloads
+// (the CLI and POST /load) keep one watch on etcd, the membership it found
+// and the connections counted; etcd is still consulted after them; the
+// watch stops when the last config using the name goes.
+func TestEtcdWatchSurvivesReload(t *testing.T) {
+	_, etcdURL := e2e.StartEtcd(t)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{etcdURL}, DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ctx := context.Background()
+	var addrs []string
+	for i := 1; i <= 4; i++ {
+		name := fmt.Sprintf("node-%d", i)
+		s := e2e.StartSlapd(t, name, ldif(name))
+		addrs = append(addrs, s.Addr)
+		if i <= 3 {
+			if _, err := cli.Put(ctx, "/edgesteer/ldap/nodes/"+name, s.Addr); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	front := e2e.Addr(t)
+	config := func(dial string) string {
+		return fmt.Sprintf(`{
+	layer4 {
+		%s {
+			route {
+				tenant_route {
+					name ldap
+					nodes %s
+					dial_timeout %s
+					etcd %s {
+						prefix /edgesteer/ldap/nodes/
+					}
+				}
+			}
+		}
+	}
+}
+`, front, addrs[3], dial, etcdURL) // addrs[3]: the starting set, until etcd answers
+	}
+	// watchers is etcd's own count of open watches.
+	watchers := func() float64 {
+		resp, err := http.Get(etcdURL + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		for _, line := range strings.Split(string(body), "\n") {
+			if v, ok := strings.CutPrefix(line, "etcd_debugging_mvcc_watcher_total "); ok {
+				var n float64
+				fmt.Sscan(v, &n)
+				return n
+			}
+		}
+		t.Fatal("etcd reports no watcher count")
+		return 0
+	}
+	waitWatchers := func(n float64) {
+		t.Helper()
+		deadline := time.Now().Add(15 * time.Second)
+		for watchers() != n {
+			if time.Now().After(deadline) {
+				t.Fatalf("etcd has %v watchers, want %v", watchers(), n)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	etcdMembers := func(v viewT) bool {
+		return v.Membership == "etcd" && v.MembershipError == "" && slices.Equal(v.Nodes, sortedCopy(addrs[:3]))
+	}
+	c := e2e.StartCaddy(t, "caddyfile", config("3s"))
+	c.WaitTCP(t, front)
+	waitView(t, c, "the members registered in etcd", etcdMembers)
+	waitWatchers(1)
+	_, held := hold(t, front, "acme", 4)
+	defer func() {
+		for _, conn := range held {
+			conn.Close()
+		}
+	}()
+
+	for i, how := range []string{"caddy reload", "POST /load", "caddy reload"} {
+		loader(c, how)(t, config(fmt.Sprintf("%ds", 4+i)))
+		// Straight after the reload: still the members from etcd, not the
+		// starting set, and the held connections counted.
+		v := adminView(t, c)
+		if !etcdMembers(v) || v.Tenants["acme"].Connections != 4 {
+			t.Fatalf("after %s: %+v", how, v)
+		}
+		waitWatchers(1)
+		for j, conn := range held {
+			if _, err := searchOn(conn); err != nil {
+				t.Fatalf("after %s: held connection %d: %v", how, j, err)
+			}
+		}
+	}
+	// etcd is still consulted: node-4 registers, the router sees it.
+	if _, err := cli.Put(ctx, "/edgesteer/ldap/nodes/node-4", addrs[3]); err != nil {
+		t.Fatal(err)
+	}
+	waitView(t, c, "node-4 from etcd after the reloads", func(v viewT) bool { return len(v.Nodes) == 4 })
+	if n, _ := c.Metric(t, `caddy_edgesteer_tenant_route_membership_changes_total{handler="ldap"}`); n != 2 {
+		t.Fatalf("membership changes %v, want 2 (the first load from etcd and node-4)", n)
+	}
+
+	// A config without tenant_route: the watch stops.
+	loader(c, "POST /load")(t, fmt.Sprintf("{\n\tlayer4 {\n\t\t%s {\n\t\t\troute {\n\t\t\t\tproxy %s\n\t\t\t}\n\t\t}\n\t}\n}\n", front, addrs[0]))
+	waitWatchers(0)
+	var views []viewT
+	c.AdminJSON(t, "/tenant_route/", &views)
+	if len(views) != 0 {
+		t.Fatalf("views with no tenant_route configured: %+v", views)
+	}
+}
+
+func sortedCopy(s []string) []string {
+	s = slices.Clone(s)
+	slices.Sort(s)
+	return s
 }

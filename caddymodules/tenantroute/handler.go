@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -34,7 +35,10 @@ func init() {
 // different tenant never reaches the first tenant's node; the connection
 // is closed (logged and counted) instead.
 type TenantRoute struct {
-	// Name labels metrics and the admin API. Default "ldap".
+	// Name keys the state that outlives a config reload (live connection
+	// counts, run-time partition overrides, the etcd watch) and labels
+	// metrics and the admin API. Default: "tenant_route-" and 8 hex digits
+	// of a hash of the node list (or of the etcd endpoints and prefix).
 	Name string `json:"name,omitempty"`
 	// Nodes are the static members (host:port); with Etcd they are only
 	// the starting set.
@@ -63,11 +67,14 @@ type TenantRoute struct {
 	// MaxMessageLength bounds a client message (default 65536).
 	MaxMessageLength int `json:"max_message_length,omitempty"`
 
-	placer    *placement.Placer
-	rule      *ldapwire.TenantRule
-	logger    *zap.Logger
-	connected tenants
-	etcd      *etcdWatcher
+	rule   *ldapwire.TenantRule
+	logger *zap.Logger
+	state  *state
+	placer *placement.Placer // state's
+	gen    any               // the config load that provisioned this handler
+	// released is set by Cleanup; state stays set for connections still
+	// relaying, which keep counting in it.
+	released atomic.Bool
 }
 
 // CaddyModule returns the Caddy module information.
@@ -78,12 +85,10 @@ func (*TenantRoute) CaddyModule() caddy.ModuleInfo {
 	}
 }
 
-// Provision validates the configuration and sets up placement.
+// Provision validates the configuration, then adopts the process state of
+// its name (state.go) and applies its settings to it.
 func (t *TenantRoute) Provision(ctx caddy.Context) error {
 	t.logger = ctx.Logger()
-	if t.Name == "" {
-		t.Name = "ldap"
-	}
 	if err := registerMetrics(ctx); err != nil {
 		return err
 	}
@@ -95,21 +100,20 @@ func (t *TenantRoute) Provision(ctx caddy.Context) error {
 			return fmt.Errorf("tenant_route: node %q: want host:port", n)
 		}
 	}
+	if t.Etcd != nil && (len(t.Etcd.Endpoints) == 0 || t.Etcd.Prefix == "") {
+		return errors.New("tenant_route: etcd membership needs endpoints and a prefix")
+	}
 	if t.Partitions == 0 {
 		t.Partitions = 2
 	}
-	p, err := placement.New(t.Partitions)
-	if err != nil {
-		return fmt.Errorf("tenant_route: partitions %d: %v", t.Partitions, err)
+	if t.Partitions < 1 {
+		return fmt.Errorf("tenant_route: partitions %d: must be at least 1", t.Partitions)
 	}
 	for tenant, k := range t.TenantPartitions {
 		if k < 1 {
 			return fmt.Errorf("tenant_route: tenant_partitions %s %d: must be at least 1", tenant, k)
 		}
-		p.SetPartitions(tenant, k)
 	}
-	p.SetNodes(t.Nodes)
-	t.placer = p
 	if t.Tenant != "" && (!strings.Contains(t.Tenant, "{") || t.TenantRDN != "" || t.TenantRegexp != "") {
 		return fmt.Errorf("tenant_route: tenant %q: want a placeholder such as {l4.tls.server_name}, "+
 			"instead of tenant_rdn or tenant_regexp", t.Tenant)
@@ -118,6 +122,7 @@ func (t *TenantRoute) Provision(ctx caddy.Context) error {
 	if rdn == "" && t.TenantRegexp == "" {
 		rdn = "o"
 	}
+	var err error
 	if t.rule, err = ldapwire.NewTenantRule(rdn, t.TenantRegexp); err != nil {
 		return fmt.Errorf("tenant_route: %v", err)
 	}
@@ -133,20 +138,24 @@ func (t *TenantRoute) Provision(ctx caddy.Context) error {
 	if t.MaxMessageLength == 0 {
 		t.MaxMessageLength = ldapwire.DefaultMaxLength
 	}
-	if t.Etcd != nil {
-		if t.etcd, err = startEtcd(t.Etcd, p, t.logger, t.Name); err != nil {
-			return err
-		}
+	if t.Name == "" {
+		t.Name = defaultName(t)
 	}
-	registry.Add(t)
+	if reg := ctx.GetMetricsRegistry(); reg != nil {
+		t.gen = reg // one per config load
+	}
+	if t.state, err = adopt(t); err != nil {
+		return err
+	}
+	t.placer = t.state.placer
 	return nil
 }
 
-// Cleanup stops watching etcd and unregisters the handler.
+// Cleanup lets go of the name's state: the old generation's Cleanup runs
+// after the new one adopted it, so only the last user stops the etcd watch.
 func (t *TenantRoute) Cleanup() error {
-	registry.Remove(t)
-	if t.etcd != nil {
-		t.etcd.stop()
+	if t.state != nil && !t.released.Swap(true) {
+		t.state.release(t)
 	}
 	return nil
 }
@@ -188,13 +197,13 @@ func (t *TenantRoute) Handle(cx *layer4.Connection, _ layer4.Handler) error {
 		return err
 	}
 	defer up.Close()
-	t.placer.Acquire(node)
-	defer t.placer.Release(node)
-	t.connected.add(tenant, 1)
-	defer t.connected.add(tenant, -1)
+	defer t.placer.Release(node) // the reservation made by the pick
+	st := t.state
+	st.connected.add(tenant, 1)
+	defer st.connected.add(tenant, -1)
 	routed.WithLabelValues(t.Name, node).Inc()
-	if t.etcd != nil {
-		t.etcd.publish(tenant, t.placer.Place(tenant))
+	if w := st.watcher.Load(); w != nil {
+		w.publish(tenant, t.placer.Place(tenant))
 	}
 	repl := cx.Replacer()
 	repl.Set("l4.tenant_route.tenant", tenant)
@@ -230,24 +239,20 @@ func (t *TenantRoute) Handle(cx *layer4.Connection, _ layer4.Handler) error {
 	return err
 }
 
-// dial connects to the tenant's node, marking nodes that fail down.
+// dial connects to one of the tenant's nodes; placement.Connect reserves
+// the node as it picks it and moves past nodes that fail.
 func (t *TenantRoute) dial(tenant string) (string, net.Conn, error) {
-	var lastErr error
-	for range max(1, len(t.placer.Nodes())) {
-		node, ok := t.placer.Pick(tenant, time.Now())
-		if !ok {
-			break
-		}
-		conn, err := net.DialTimeout("tcp", node, time.Duration(t.DialTimeout))
-		if err == nil {
-			return node, conn, nil
-		}
-		lastErr = err
-		t.placer.MarkDown(node, time.Now().Add(time.Duration(t.CoolOff)))
-		dialFailures.WithLabelValues(t.Name, node).Inc()
-		t.logger.Warn("node unreachable: cooling off", zap.String("node", node), zap.Error(err))
+	timeout := time.Duration(t.DialTimeout)
+	node, conn, err := placement.Connect(t.placer, tenant, time.Duration(t.CoolOff),
+		func(node string) (net.Conn, error) { return net.DialTimeout("tcp", node, timeout) },
+		func(node string, err error) {
+			dialFailures.WithLabelValues(t.Name, node).Inc()
+			t.logger.Warn("node unreachable: cooling off", zap.String("node", node), zap.Error(err))
+		})
+	if err != nil {
+		return "", nil, fmt.Errorf("tenant_route: no reachable node for tenant %s: %v", tenant, err)
 	}
-	return "", nil, fmt.Errorf("tenant_route: no reachable node for tenant %s: %v", tenant, lastErr)
+	return node, conn, nil
 }
 
 // UnmarshalCaddyfile reads

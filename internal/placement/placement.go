@@ -5,12 +5,16 @@
 // tenants whose top k it enters or leaves, about k/N of them. Among a
 // tenant's nodes a new connection goes to the one with the fewest live
 // connections, ties broken by rendezvous order, which answers the seed's
-// open "hot node" problem. A node that cannot be dialled is marked down for
+// open "hot node" problem; the node is reserved in the same atomic step as
+// it is picked, so a burst of simultaneous connections spreads as evenly as
+// a sequence (Reserve, Connect). A node that cannot be dialled is marked down for
 // a cool-off and skipped. It knows nothing of Caddy or LDAP.
 package placement
 
 import (
 	"errors"
+	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -58,26 +62,66 @@ func Rank(tenant string, nodes []string) []string {
 }
 
 // Placer holds the live nodes, each tenant's partition count, and the
-// connections routed to each node.
+// connections routed to each node. It is process state: a config reload
+// hands the same Placer to the next generation, which applies its own
+// settings with Configure and SetNodes; live counts and run-time overrides
+// carry over (see those methods for what resets).
 type Placer struct {
+	mu       sync.RWMutex
 	defaultK int
-
-	mu        sync.RWMutex
-	nodes     []string
-	overrides map[string]int
-	down      map[string]time.Time // node → end of its cool-off
-	conns     map[string]*atomic.Int64
+	nodes    []string             // sorted
+	configK  map[string]int       // per-tenant counts from the config
+	runtimeK map[string]int       // per-tenant counts set at run time; win over configK
+	down     map[string]time.Time // node → end of its cool-off
+	conns    map[string]*atomic.Int64
 }
 
 // New returns a placer with partition count k per tenant by default.
 func New(k int) (*Placer, error) {
-	if k < 1 {
-		return nil, errors.New("partitions must be at least 1")
-	}
-	return &Placer{defaultK: k, overrides: map[string]int{}, down: map[string]time.Time{}, conns: map[string]*atomic.Int64{}}, nil
+	p := &Placer{configK: map[string]int{}, runtimeK: map[string]int{}, down: map[string]time.Time{}, conns: map[string]*atomic.Int64{}}
+	return p, p.Configure(k, nil)
 }
 
-// SetNodes replaces the live node set (a membership change).
+// Configure applies a config generation's partition counts: k for every
+// tenant, tenantK for some. Live counts, cool-offs and run-time overrides
+// are kept, except that a tenant whose configured count changed (set,
+// changed or removed) loses its run-time override: the edited config is
+// the newer word on that tenant.
+func (p *Placer) Configure(k int, tenantK map[string]int) error {
+	if k < 1 {
+		return errors.New("partitions must be at least 1")
+	}
+	for tenant, tk := range tenantK {
+		if tk < 1 {
+			return fmt.Errorf("partitions of %s must be at least 1", tenant)
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for tenant := range p.runtimeK {
+		if old, now := p.configK[tenant], tenantK[tenant]; old != now {
+			delete(p.runtimeK, tenant)
+		}
+	}
+	p.defaultK = k
+	p.configK = maps.Clone(tenantK)
+	if p.configK == nil {
+		p.configK = map[string]int{}
+	}
+	return nil
+}
+
+// DefaultPartitions returns the partition count of tenants without their own.
+func (p *Placer) DefaultPartitions() int {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return p.defaultK
+}
+
+// SetNodes replaces the live node set (a membership change, or a reload
+// that edits the list). A removed node is no longer placed or picked and
+// its cool-off is forgotten; its open connections stay counted (listed by
+// Conns) until they are released, then it is forgotten entirely.
 func (p *Placer) SetNodes(nodes []string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -89,6 +133,22 @@ func (p *Placer) SetNodes(nodes []string) {
 			p.conns[n] = new(atomic.Int64)
 		}
 	}
+	for n, c := range p.conns {
+		if !p.member(n) && c.Load() <= 0 {
+			delete(p.conns, n)
+		}
+	}
+	for n := range p.down {
+		if !p.member(n) {
+			delete(p.down, n)
+		}
+	}
+}
+
+// member reports whether node is in the live set; p.mu must be held.
+func (p *Placer) member(node string) bool {
+	_, ok := slices.BinarySearch(p.nodes, node)
+	return ok
 }
 
 // Nodes returns the live nodes.
@@ -98,7 +158,9 @@ func (p *Placer) Nodes() []string {
 	return slices.Clone(p.nodes)
 }
 
-// SetPartitions sets tenant's partition count (0: back to the default).
+// SetPartitions sets tenant's partition count at run time, over the
+// config's (0: back to the config's count). It lasts across reloads until
+// cleared, or until a reload changes that tenant's configured count.
 func (p *Placer) SetPartitions(tenant string, k int) error {
 	if k < 0 {
 		return errors.New("partitions must not be negative")
@@ -106,9 +168,9 @@ func (p *Placer) SetPartitions(tenant string, k int) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if k == 0 {
-		delete(p.overrides, tenant)
+		delete(p.runtimeK, tenant)
 	} else {
-		p.overrides[tenant] = k
+		p.runtimeK[tenant] = k
 	}
 	return nil
 }
@@ -121,21 +183,30 @@ func (p *Placer) Partitions(tenant string) int {
 }
 
 func (p *Placer) partitions(tenant string) int {
-	if k, ok := p.overrides[tenant]; ok {
+	if k, ok := p.runtimeK[tenant]; ok {
+		return k
+	}
+	if k, ok := p.configK[tenant]; ok {
 		return k
 	}
 	return p.defaultK
 }
 
-// Overrides returns the tenants with their own partition count.
+// Overrides returns the tenants with their own partition count, from the
+// config or set at run time (run-time ones win).
 func (p *Placer) Overrides() map[string]int {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
-	out := make(map[string]int, len(p.overrides))
-	for t, k := range p.overrides {
-		out[t] = k
-	}
+	out := maps.Clone(p.configK)
+	maps.Copy(out, p.runtimeK)
 	return out
+}
+
+// RuntimeOverrides returns the counts set at run time.
+func (p *Placer) RuntimeOverrides() map[string]int {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return maps.Clone(p.runtimeK)
 }
 
 // Place returns tenant's nodes: the top k live nodes by rendezvous weight.
@@ -146,53 +217,88 @@ func (p *Placer) Place(tenant string) []string {
 	return ranked[:min(p.partitions(tenant), len(ranked))]
 }
 
-// Pick chooses the node for a new connection of tenant at now: among the
-// tenant's nodes not cooling off, the one with the fewest connections, ties
-// by rendezvous order. If all of them are down it falls through to the
-// next nodes in rendezvous order. ok is false with no usable node.
-func (p *Placer) Pick(tenant string, now time.Time) (node string, ok bool) {
+// Reserve chooses the node for a new connection of tenant at now and
+// counts the connection on it in the same step: among the tenant's nodes
+// not cooling off, the one with the fewest connections, ties by rendezvous
+// order; if all of them are down, the next node in rendezvous order. The
+// count is taken with a compare-and-swap against the count the choice was
+// made on, and the choice is made again if another connection got there
+// first, so connections arriving together spread as if they came one by
+// one. The caller must Release the node when the connection ends or cannot
+// be made. ok is false with no usable node.
+func (p *Placer) Reserve(tenant string, now time.Time) (node string, ok bool) {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	ranked := Rank(tenant, p.nodes)
 	k := min(p.partitions(tenant), len(ranked))
-	best, bestConns := "", int64(0)
-	for i, n := range ranked {
-		if i >= k && best != "" {
-			break // a node among the tenant's own was usable
+	for {
+		best, bestConns := "", int64(0)
+		for i, n := range ranked {
+			if i >= k && best != "" {
+				break // a node among the tenant's own was usable
+			}
+			if until, down := p.down[n]; down && now.Before(until) {
+				continue
+			}
+			c := p.conns[n].Load()
+			if best == "" || (i < k && c < bestConns) {
+				best, bestConns = n, c
+			}
+			if i >= k {
+				break // first usable node past the tenant's own
+			}
 		}
-		if until, down := p.down[n]; down && now.Before(until) {
-			continue
+		if best == "" {
+			return "", false
 		}
-		c := p.conns[n].Load()
-		if best == "" || (i < k && c < bestConns) {
-			best, bestConns = n, c
-		}
-		if i >= k {
-			break // first usable node past the tenant's own
+		if p.conns[best].CompareAndSwap(bestConns, bestConns+1) {
+			return best, true
 		}
 	}
-	return best, best != ""
 }
 
-// Acquire counts a connection routed to node; Release uncounts it.
-func (p *Placer) Acquire(node string) { p.counter(node).Add(1) }
-
-// Release uncounts a connection.
-func (p *Placer) Release(node string) { p.counter(node).Add(-1) }
-
-func (p *Placer) counter(node string) *atomic.Int64 {
+// Release uncounts a connection. The last connection to a node that has
+// left the set forgets the node.
+func (p *Placer) Release(node string) {
 	p.mu.RLock()
 	c := p.conns[node]
 	p.mu.RUnlock()
-	if c != nil {
-		return c
+	if c == nil || c.Add(-1) > 0 {
+		return
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.conns[node] == nil {
-		p.conns[node] = new(atomic.Int64)
+	if c := p.conns[node]; c != nil && c.Load() <= 0 && !p.member(node) {
+		delete(p.conns, node)
 	}
-	return p.conns[node]
+}
+
+// Connect reserves a node for tenant and dials it. A node whose dial
+// fails is released, cools off for coolOff (skipped until then), is
+// reported to failed, and the next choice is dialled, up to one try per
+// node. On success the caller owns the reservation and must Release node
+// when the connection ends.
+func Connect[C any](p *Placer, tenant string, coolOff time.Duration, dial func(node string) (C, error),
+	failed func(node string, err error)) (node string, conn C, err error) {
+	err = errors.New("no node")
+	for range max(1, len(p.Nodes())) {
+		n, ok := p.Reserve(tenant, time.Now())
+		if !ok {
+			break
+		}
+		c, derr := dial(n)
+		if derr == nil {
+			return n, c, nil
+		}
+		p.Release(n)
+		p.MarkDown(n, time.Now().Add(coolOff))
+		if failed != nil {
+			failed(n, derr)
+		}
+		err = derr
+	}
+	var zero C
+	return "", zero, err
 }
 
 // Conns returns the connections counted per node.

@@ -1,8 +1,10 @@
 package placement
 
 import (
+	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 )
@@ -87,11 +89,10 @@ func TestLeastConnectionsAmongReplicas(t *testing.T) {
 	p.SetNodes(nodes(6))
 	own := p.Place("acme")
 	for range 300 {
-		n, ok := p.Pick("acme", time.Now())
+		n, ok := p.Reserve("acme", time.Now())
 		if !ok || !slices.Contains(own, n) {
 			t.Fatalf("picked %s, tenant nodes %v", n, own)
 		}
-		p.Acquire(n)
 	}
 	conns := p.Conns()
 	maxC := int64(0)
@@ -104,7 +105,7 @@ func TestLeastConnectionsAmongReplicas(t *testing.T) {
 	// Ties go by rendezvous order: with equal counts, the top-ranked node.
 	q, _ := New(3)
 	q.SetNodes(nodes(6))
-	if n, _ := q.Pick("acme", time.Now()); n != own[0] {
+	if n, _ := q.Reserve("acme", time.Now()); n != own[0] {
 		t.Fatalf("tie went to %s, want %s", n, own[0])
 	}
 }
@@ -115,20 +116,20 @@ func TestDownNodesAreSkipped(t *testing.T) {
 	own := Rank("acme", p.Nodes())
 	now := time.Now()
 	p.MarkDown(own[0], now.Add(time.Minute))
-	if n, _ := p.Pick("acme", now); n != own[1] {
+	if n, _ := p.Reserve("acme", now); n != own[1] {
 		t.Fatalf("with %s down picked %s, want %s", own[0], n, own[1])
 	}
 	p.MarkDown(own[1], now.Add(time.Minute))
-	if n, _ := p.Pick("acme", now); n != own[2] {
+	if n, _ := p.Reserve("acme", now); n != own[2] {
 		t.Fatalf("with both down picked %s, want the next in rank %s", n, own[2])
 	}
-	if n, _ := p.Pick("acme", now.Add(2*time.Minute)); n != own[0] {
+	if n, _ := p.Reserve("acme", now.Add(2*time.Minute)); n != own[0] {
 		t.Fatalf("after the cool-off picked %s", n)
 	}
 	for _, n := range own {
 		p.MarkDown(n, now.Add(time.Minute))
 	}
-	if _, ok := p.Pick("acme", now); ok {
+	if _, ok := p.Reserve("acme", now); ok {
 		t.Fatal("picked a node with all down")
 	}
 }
@@ -150,5 +151,179 @@ func TestPartitionOverrides(t *testing.T) {
 	}
 	if _, err := New(0); err == nil {
 		t.Fatal("k=0 accepted")
+	}
+}
+
+// A reload hands the placer to the next config generation: it applies the
+// new settings and keeps the live counts and run-time overrides, except a
+// run-time override of a tenant whose configured count the reload changed.
+func TestReconfigureKeepsProcessState(t *testing.T) {
+	p, _ := New(1)
+	p.Configure(1, map[string]int{"big": 2, "edited": 2})
+	all := nodes(4)
+	p.SetNodes(all)
+	own := Rank("acme", all)
+	for range 6 {
+		p.Reserve("acme", time.Now())
+	}
+	if c := p.Conns()[own[0]]; c != 6 {
+		t.Fatalf("k=1: %d connections on %s", c, own[0])
+	}
+	p.SetPartitions("globex", 3)
+	p.SetPartitions("big", 4)
+	p.SetPartitions("edited", 4)
+
+	// The next generation: k 2, "edited" changed in the config.
+	if err := p.Configure(2, map[string]int{"big": 2, "edited": 3}); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.RuntimeOverrides(); len(got) != 2 || got["globex"] != 3 || got["big"] != 4 {
+		t.Fatalf("run-time overrides after the reload: %v", got)
+	}
+	if p.Partitions("edited") != 3 || p.Partitions("acme") != 2 || p.Partitions("big") != 4 {
+		t.Fatalf("partitions edited %d acme %d big %d", p.Partitions("edited"), p.Partitions("acme"), p.Partitions("big"))
+	}
+	// The 6 live connections still count: the next 6 go to the other node.
+	for range 6 {
+		n, _ := p.Reserve("acme", time.Now())
+		if n != own[1] {
+			t.Fatalf("after the reload picked %s, want the less loaded %s (counts %v)", n, own[1], p.Conns())
+		}
+	}
+	if err := p.Configure(0, nil); err == nil {
+		t.Fatal("k=0 accepted")
+	}
+	if err := p.Configure(2, map[string]int{"x": 0}); err == nil {
+		t.Fatal("tenant k=0 accepted")
+	}
+}
+
+// A node removed while it holds connections: not picked, its count listed
+// until the last one is released, then forgotten; re-added, it counts again.
+func TestRemovedNodeCountedUntilReleased(t *testing.T) {
+	p, _ := New(2)
+	all := nodes(3)
+	p.SetNodes(all)
+	own := Rank("acme", all)
+	p.acquire(own[0])
+	p.acquire(own[0])
+	p.MarkDown(own[0], time.Now().Add(time.Hour))
+	p.SetNodes(own[1:])
+	if c, ok := p.Conns()[own[0]]; !ok || c != 2 {
+		t.Fatalf("removed node's live count: %v", p.Conns())
+	}
+	for range 4 {
+		if n, _ := p.Reserve("acme", time.Now()); n == own[0] {
+			t.Fatal("picked a removed node")
+		}
+	}
+	p.Release(own[0])
+	if p.Conns()[own[0]] != 1 {
+		t.Fatalf("after one release: %v", p.Conns())
+	}
+	p.Release(own[0])
+	if _, ok := p.Conns()[own[0]]; ok {
+		t.Fatalf("removed node still listed with no connections: %v", p.Conns())
+	}
+	// Re-added: its cool-off was forgotten with it, and it is picked.
+	p.SetNodes(all)
+	if n, _ := p.Reserve("acme", time.Now()); n != own[0] {
+		t.Fatalf("re-added node not picked: %s", n)
+	}
+	// A member's zero count stays listed.
+	p.acquire(own[1])
+	p.Release(own[1])
+	if _, ok := p.Conns()[own[1]]; !ok {
+		t.Fatal("a member's counter was dropped")
+	}
+}
+
+// acquire counts a connection on node without choosing it.
+func (p *Placer) acquire(node string) {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	p.conns[node].Add(1)
+}
+
+// A burst: connections of one tenant whose picks all happen before any of
+// their dials completes. Each pick reserves its node, so they spread as if
+// they came one at a time (and a failed dial gives its reservation back).
+func TestConnectBurstSpreads(t *testing.T) {
+	for _, k := range []int{2, 3} {
+		t.Run(fmt.Sprint("k=", k), func(t *testing.T) {
+			const n = 120
+			p, _ := New(k)
+			p.SetNodes(nodes(5))
+			own := p.Place("acme")
+			var picked sync.WaitGroup
+			picked.Add(n)
+			dial := func(node string) (string, error) {
+				picked.Done()
+				picked.Wait() // every connection has picked before any dial ends
+				return node, nil
+			}
+			var done sync.WaitGroup
+			for range n {
+				done.Add(1)
+				go func() {
+					defer done.Done()
+					if _, _, err := Connect(p, "acme", time.Minute, dial, nil); err != nil {
+						t.Error(err)
+					}
+				}()
+			}
+			done.Wait()
+			conns := p.Conns()
+			for _, node := range own {
+				if ratio := float64(conns[node]) / (n / float64(k)); ratio > 1.1 {
+					t.Fatalf("burst of %d with k=%d: %v, max/mean %.2f", n, k, conns, ratio)
+				}
+			}
+		})
+	}
+}
+
+// A node that cannot be dialled is released, cools off and is reported;
+// the next choice is dialled.
+func TestConnectFailsOver(t *testing.T) {
+	p, _ := New(2)
+	p.SetNodes(nodes(4))
+	own := p.Place("acme")
+	var failed []string
+	node, conn, err := Connect(p, "acme", time.Minute, func(n string) (string, error) {
+		if n == own[0] {
+			return "", errors.New("refused")
+		}
+		return "conn to " + n, nil
+	}, func(n string, err error) { failed = append(failed, n) })
+	if err != nil || node != own[1] || conn != "conn to "+own[1] || !slices.Equal(failed, own[:1]) {
+		t.Fatalf("got %s %q %v, failed %v", node, conn, err, failed)
+	}
+	if c := p.Conns(); c[own[0]] != 0 || c[own[1]] != 1 {
+		t.Fatalf("counts %v: the failed dial kept its reservation", c)
+	}
+	// Every node refuses: one try each, then the last error.
+	tries := 0
+	_, _, err = Connect(p, "globex", time.Minute, func(string) (string, error) { tries++; return "", errors.New("down") }, nil)
+	if err == nil || tries != 3 { // own[0] of acme is still cooling off
+		t.Fatalf("all refusing: %v after %d tries", err, tries)
+	}
+}
+
+// Reserve then Release, as each routed connection does.
+func BenchmarkReserveRelease(b *testing.B) {
+	for _, n := range []int{4, 64} {
+		b.Run(fmt.Sprint(n, " nodes"), func(b *testing.B) {
+			p, _ := New(3)
+			p.SetNodes(nodes(n))
+			now := time.Now()
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					node, _ := p.Reserve("acme", now)
+					p.Release(node)
+				}
+			})
+		})
 	}
 }

@@ -1,0 +1,196 @@
+package tenantroute
+
+import (
+	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/caddyserver/caddy/v2"
+	"go.uber.org/zap"
+
+	"github.com/edgesteer/edgesteer/internal/placement"
+)
+
+// states keeps each tenant_route name's process state across config
+// reloads. Caddy provisions the new config before it cleans up the old
+// one, so during a reload the state is referenced by both generations and
+// the old one's Cleanup only drops a reference; the state goes (and its
+// etcd watch stops) when no loaded config uses the name any more.
+var states = caddy.NewUsagePool()
+
+// state is what outlives a config generation for one name: the placer
+// (node set, live connection counts, run-time partition overrides,
+// cool-offs), the tenants connected now, and the etcd membership watch.
+// Connections routed by any generation count here, so an old generation's
+// connections that are still relaying keep counting after a reload.
+type state struct {
+	name      string
+	placer    *placement.Placer
+	connected tenants
+	watcher   atomic.Pointer[etcdWatcher] // nil with static membership
+
+	mu sync.Mutex
+	// gens are the handlers using this name, in provisioning order; the
+	// last one's settings are in force. Usually one, two during a reload;
+	// if a new config fails to load, its handlers leave and the settings
+	// of the one still running are applied again.
+	gens []*TenantRoute
+	// etcdKey identifies the running watch's settings ("" with none).
+	etcdKey string
+}
+
+func newState(name string) *state {
+	p, _ := placement.New(1) // Configure sets the real count
+	return &state{name: name, placer: p}
+}
+
+// Destruct stops the etcd watch once no config uses the name.
+func (s *state) Destruct() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if w := s.watcher.Swap(nil); w != nil {
+		w.stop()
+	}
+	s.etcdKey = ""
+	return nil
+}
+
+// adopt looks up (or makes) the state of t.Name and applies t's settings.
+func adopt(t *TenantRoute) (*state, error) {
+	v, _, err := states.LoadOrNew(t.Name, func() (caddy.Destructor, error) { return newState(t.Name), nil })
+	if err != nil {
+		return nil, err
+	}
+	s := v.(*state)
+	if err := s.attach(t); err != nil {
+		states.Delete(t.Name)
+		return nil, err
+	}
+	return s, nil
+}
+
+// release undoes adopt, at Cleanup.
+func (s *state) release(t *TenantRoute) {
+	s.detach(t)
+	states.Delete(s.name)
+}
+
+func (s *state) attach(t *TenantRoute) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, g := range s.gens {
+		// Two handlers of one config sharing a name must agree on what they
+		// share; across generations a difference is the reload's change.
+		if g.gen != nil && g.gen == t.gen && !sameShared(g, t) {
+			return fmt.Errorf("tenant_route: name %q: two handlers in this config share it with different nodes, "+
+				"etcd or partitions; give each its own name", t.Name)
+		}
+	}
+	s.gens = append(s.gens, t)
+	if err := s.apply(t); err != nil {
+		s.gens = s.gens[:len(s.gens)-1]
+		if len(s.gens) > 0 {
+			s.apply(s.gens[len(s.gens)-1])
+		}
+		return err
+	}
+	return nil
+}
+
+func (s *state) detach(t *TenantRoute) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	i := slices.Index(s.gens, t)
+	if i < 0 {
+		return
+	}
+	s.gens = slices.Delete(s.gens, i, i+1)
+	if i == len(s.gens) && i > 0 {
+		// The newest handler left first: its config failed to load.
+		if err := s.apply(s.gens[i-1]); err != nil {
+			s.gens[i-1].logger.Error("restoring the running config's membership", zap.Error(err))
+		}
+	}
+}
+
+// apply puts t's settings in force; s.mu is held. Live counts and run-time
+// overrides stay (placement.Placer.Configure says which override resets);
+// with unchanged etcd settings the watch and the members it found stay,
+// otherwise the members are t's nodes (the starting set, with etcd).
+func (s *state) apply(t *TenantRoute) error {
+	if err := s.placer.Configure(t.Partitions, t.TenantPartitions); err != nil {
+		return fmt.Errorf("tenant_route: %v", err)
+	}
+	key := etcdKey(t.Etcd)
+	if key != "" && key == s.etcdKey {
+		w := s.watcher.Load()
+		w.logger.Store(t.logger)
+		w.cfg.Store(t.Etcd) // an assignment_prefix change needs no new watch
+		return nil
+	}
+	if w := s.watcher.Swap(nil); w != nil {
+		w.stop()
+	}
+	s.etcdKey = ""
+	s.placer.SetNodes(t.Nodes)
+	if t.Etcd == nil {
+		return nil
+	}
+	w, err := startEtcd(t.Etcd, s.placer, t.logger, s.name)
+	if err != nil {
+		return err
+	}
+	s.watcher.Store(w)
+	s.etcdKey = key
+	return nil
+}
+
+// etcdKey is what a new etcd watch is needed for: the endpoints and prefix.
+func etcdKey(e *EtcdMembership) string {
+	if e == nil {
+		return ""
+	}
+	b, _ := json.Marshal([]any{e.Endpoints, e.Prefix})
+	return string(b)
+}
+
+func sameShared(a, b *TenantRoute) bool {
+	return a.Partitions == b.Partitions && maps.Equal(a.TenantPartitions, b.TenantPartitions) &&
+		slices.Equal(sortedSet(a.Nodes), sortedSet(b.Nodes)) && etcdKey(a.Etcd) == etcdKey(b.Etcd)
+}
+
+func sortedSet(s []string) []string {
+	s = slices.Clone(s)
+	slices.Sort(s)
+	return slices.Compact(s)
+}
+
+// defaultName names a handler without a name after its membership source:
+// its node list, or its etcd endpoints and prefix. Handlers with different
+// members never share state by accident; a reload that edits the static
+// node list of an unnamed handler starts it afresh.
+func defaultName(t *TenantRoute) string {
+	h := sha256.New()
+	json.NewEncoder(h).Encode([]any{sortedSet(t.Nodes), etcdKey(t.Etcd)})
+	return "tenant_route-" + hex.EncodeToString(h.Sum(nil))[:8]
+}
+
+// liveStates lists the states in use, ordered by name.
+func liveStates() []*state {
+	var out []*state
+	states.Range(func(_, v any) bool {
+		out = append(out, v.(*state))
+		return true
+	})
+	slices.SortFunc(out, func(a, b *state) int { return cmp.Compare(a.name, b.name) })
+	return out
+}
+
+// Interface guard
+var _ caddy.Destructor = (*state)(nil)
