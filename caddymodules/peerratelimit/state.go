@@ -85,7 +85,16 @@ func acquire(ctx caddy.Context, kind, name, fp string, g ratelimit.Generation) (
 	if g.Dynamic != nil {
 		sh.startSampling()
 	}
+	sh.publishLevel()
 	return l, nil
+}
+
+// publishLevel sets the throttle gauge after a generation came or went:
+// a new table may have lowered the level (ratelimit.Dynamic.Continue).
+func (sh *shared) publishLevel() {
+	if st, ok := sh.store.Controller(); ok {
+		theMetrics.throttle.WithLabelValues(sh.name).Set(float64(st.Throttle))
+	}
 }
 
 // release detaches the module's generation and drops its reference.
@@ -96,6 +105,7 @@ func (l *lease) release() error {
 	l.released = true
 	l.at.Detach()
 	sh := l.sh
+	sh.publishLevel()
 	sh.mu.Lock()
 	if c := sh.claims[l.genID]; c.n > 1 {
 		sh.claims[l.genID] = claim{c.fingerprint, c.n - 1}
