@@ -91,14 +91,15 @@ func (p *Profile) Keys() int {
 // overallLimit names the overall limit among a profile's tables.
 const overallLimit = "overall"
 
-// tables calls f with each limit's name and its table, letting f replace
-// the table (a Store hands out the ones it keeps across configurations).
-func (p *Profile) tables(f func(limit string, t *Table) *Table) {
+// tables calls f with each limit's name, rule and table, letting f
+// replace the table (a Store hands out the ones it keeps across
+// configurations).
+func (p *Profile) tables(f func(limit string, r *Rule, t *Table) *Table) {
 	if p.overall != nil {
-		p.overall = f(overallLimit, p.overall)
+		p.overall = f(overallLimit, p.Overall, p.overall)
 	}
 	for name, m := range p.messages {
-		m.table = f(name, m.table)
+		m.table = f(name, m.rule, m.table)
 		p.messages[name] = m
 	}
 }

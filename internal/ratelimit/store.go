@@ -18,18 +18,28 @@ import (
 // the newest remaining one's settings apply again, so a failed load changes
 // nothing. Rules belong to their generation: a changed rate or burst takes
 // effect through the new generation's rules over the same buckets (a
-// bucket's theoretical arrival time is absolute, so it means the same under
-// any rule; see Bucket.Allow).
+// key's debt is rescaled so that the admissions it has outstanding stay the
+// same; see Table.Rescale).
 type Store struct {
+	// Clock returns the time in unix nanoseconds (default: the wall
+	// clock; tests set their own).
+	Clock func() int64
+
 	mu     sync.Mutex
 	gens   []*Attachment // oldest first
-	tables map[tableKey]*Table
+	tables map[tableKey]*storedTable
 	ctl    *Dynamic // the controller in force, owned by an attached generation; nil if none
 	active *Attachment
 	newest atomic.Pointer[Attachment]
 }
 
 type tableKey struct{ profile, limit string }
+
+// storedTable is a table and the rule its buckets' debts were run up under.
+type storedTable struct {
+	*Table
+	rule *Rule
+}
 
 // Generation is what one configuration brings to a store.
 type Generation struct {
@@ -50,10 +60,14 @@ type Attachment struct {
 }
 
 // NewStore returns an empty store.
-func NewStore() *Store { return &Store{tables: map[tableKey]*Table{}} }
+func NewStore() *Store {
+	return &Store{tables: map[tableKey]*storedTable{}, Clock: func() int64 { return time.Now().UnixNano() }}
+}
 
 // Attach adds a generation: its profiles take over the store's tables of
-// the same (profile, limit) names, bounded by their new max keys; its
+// the same (profile, limit) names, bounded by their new max keys, with
+// each key's outstanding admissions kept under a changed rate (see
+// Table.Rescale: debts scale by old rate / new rate); its
 // controller continues the current one's level and reversal timing (see
 // Dynamic.Continue); and its throttled rules get the current level at once.
 // The generation's profiles must not be in use yet.
@@ -61,12 +75,12 @@ func (s *Store) Attach(g Generation) *Attachment {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, p := range g.Profiles {
-		p.tables(func(limit string, own *Table) *Table {
+		p.tables(func(limit string, r *Rule, own *Table) *Table {
 			k := tableKey{p.Name, limit}
 			if t := s.tables[k]; t != nil {
-				return t
+				return t.Table
 			}
-			s.tables[k] = own
+			s.tables[k] = &storedTable{Table: own, rule: r}
 			return own
 		})
 	}
@@ -91,12 +105,16 @@ func (a *Attachment) Detach() (empty bool) {
 
 // reconcile applies the newest settings of every part of the state.
 func (s *Store) reconcile() {
-	sizes := map[tableKey]int{}
+	type setting struct {
+		size int
+		rule *Rule
+	}
+	newest := map[tableKey]setting{}
 	var active *Attachment
 	for _, a := range s.gens {
 		for _, p := range a.gen.Profiles {
-			p.tables(func(limit string, t *Table) *Table {
-				sizes[tableKey{p.Name, limit}] = p.maxKeys
+			p.tables(func(limit string, r *Rule, t *Table) *Table {
+				newest[tableKey{p.Name, limit}] = setting{p.maxKeys, r}
 				return t
 			})
 		}
@@ -104,12 +122,18 @@ func (s *Store) reconcile() {
 			active = a
 		}
 	}
+	now := s.Clock()
 	for k, t := range s.tables {
-		if n, used := sizes[k]; used {
-			t.SetSize(n)
-		} else {
+		set, used := newest[k]
+		if !used {
 			delete(s.tables, k)
+			continue
 		}
+		t.SetSize(set.size)
+		if t.rule.Rate != set.rule.Rate {
+			t.Rescale(t.rule.Rate/set.rule.Rate, now)
+		}
+		t.rule = set.rule
 	}
 	switch {
 	case active == nil:
@@ -200,7 +224,7 @@ func (s *Store) Sweep(idleBefore, now int64) {
 	s.mu.Lock()
 	tables := make([]*Table, 0, len(s.tables))
 	for _, t := range s.tables {
-		tables = append(tables, t)
+		tables = append(tables, t.Table)
 	}
 	s.mu.Unlock()
 	for _, t := range tables {

@@ -61,7 +61,8 @@ func TestStoreNoFreshBurstAcrossGenerations(t *testing.T) {
 }
 
 // A lowered or raised rate applies at once to the adopted buckets: the
-// debt (tat − now) is kept, the new tolerance decides.
+// admissions a key has outstanding are kept (its debt scales by old rate /
+// new rate), the new tolerance decides.
 func TestStoreChangedRateCarriesDebt(t *testing.T) {
 	t0 := int64(time.Hour)
 	for _, c := range []struct {
@@ -70,17 +71,19 @@ func TestStoreChangedRateCarriesDebt(t *testing.T) {
 		oldBurst, newBurst    int
 		firstAdmitted, inTenS int64 // ms after t0; count over 10 s from t0
 	}{
-		// 100/s burst 10 used up: tat = t0+100 ms. Under 10/s burst 1
-		// (tolerance 0) the next admission is at t0+100 ms, then every
-		// 100 ms: 99 in 10 s.
-		{"lowered", 100, 10, 10, 1, 100, 99},
-		// 10/s burst 1 used up: tat = t0+100 ms. Under 100/s burst 10
-		// (tolerance 90 ms) the next is at t0+10 ms, then 100/s: 10 s ×
-		// 100 less the 10 ms of debt = 999.
-		{"raised", 10, 100, 1, 10, 10, 999},
+		// 100/s burst 10 used up: 10 outstanding, a debt of 100 ms. At
+		// 10/s that is 1 s; burst 1 (tolerance 0): the next admission at
+		// t0+1 s, then every 100 ms: 90 in 10 s.
+		{"lowered", 100, 10, 10, 1, 1000, 90},
+		// 10/s burst 1 used up: 1 outstanding, 100 ms. At 100/s that is
+		// 10 ms, within burst 10's tolerance of 90 ms: 9 more at once
+		// (a fresh bucket would give 10), then one every 10 ms from
+		// t0+10 ms: 9 + 999 in 10 s.
+		{"raised", 10, 100, 1, 10, 0, 1008},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			s := NewStore()
+			s.Clock = func() int64 { return t0 }
 			old := NewProfile("p", mustRule(t, "overall", c.oldRate, c.oldBurst), nil, 100)
 			g1 := s.Attach(Generation{Profiles: []*Profile{old}})
 			for admitted(old, "peer", t0, t0+1, 1) == 1 {

@@ -78,6 +78,25 @@ func (t *Table) Bucket(key string, now int64) *Bucket {
 	return &e.Bucket
 }
 
+// Rescale multiplies every bucket's debt at now (tat − now, where
+// positive) by factor: a reload that changes a rate from r to r' keeps the
+// number of admissions each key has outstanding with factor r/r'.
+func (t *Table) Rescale(factor float64, now int64) {
+	for i := range t.shards {
+		s := &t.shards[i]
+		s.mu.Lock()
+		for _, e := range s.m {
+			for {
+				old := e.tat.Load()
+				if old <= now || e.tat.CompareAndSwap(old, now+int64(float64(old-now)*factor)) {
+					break
+				}
+			}
+		}
+		s.mu.Unlock()
+	}
+}
+
 // Len returns the number of buckets.
 func (t *Table) Len() int {
 	n := 0
