@@ -156,3 +156,39 @@ func TestReloadDiameterKeepsBucketsAndMovesConnections(t *testing.T) {
 		t.Fatalf("after raising the limit, the old connection: %+v", a)
 	}
 }
+
+// caddy-l4's matching_timeout, as the READMEs describe it: a peer that
+// sends an incomplete first message is closed unanswered once the
+// timeout passes, with caddy-l4's warning; a whole CER in time is served.
+func TestDiameterMatchingTimeout(t *testing.T) {
+	pcrf, _ := diamServer(t)
+	front := e2e.Addr(t)
+	c := e2e.StartCaddy(t, "caddyfile", fmt.Sprintf(`{
+	layer4 {
+		%s {
+			matching_timeout 1s
+			@pgw diameter {
+				origin_host pgw*.example
+			}
+			route @pgw {
+				proxy %s
+			}
+		}
+	}
+}`, front, pcrf))
+	c.WaitTCP(t, front)
+	conn, err := net.Dial("tcp", front)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	cer := request(diameter.CmdCapabilitiesExchange, 0, 0, 1, "")
+	conn.Write(cer[:30]) // the header and part of the body
+	conn.SetReadDeadline(time.Now().Add(20 * time.Second))
+	n, err := conn.Read(make([]byte, 64))
+	if n != 0 || err == nil || strings.Contains(err.Error(), "timeout") {
+		t.Fatalf("incomplete first message: read %d bytes, err %v; want the connection closed unanswered", n, err)
+	}
+	c.WaitLog(t, "aborted matching according to timeout", 5*time.Second)
+	dialDiameter(t, front) // a whole CER is answered
+}
