@@ -8,16 +8,11 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
-
-	"github.com/edgesteer/edgesteer/caddymodules/internal/live"
 )
 
 func init() {
 	caddy.RegisterModule(Admin{})
 }
-
-// registry holds the live handlers, for the admin API.
-var registry live.Set[*runtime]
 
 // Admin is the admin API endpoint GET /peer_rate_limit/: every live
 // peer_rate_limit handler's profiles with configured and effective limits,
@@ -67,7 +62,10 @@ type DynamicView struct {
 	LoadPercent     float64   `json:"load_percent"`
 	SampledAt       time.Time `json:"sampled_at,omitzero"`
 	ThrottlePercent int       `json:"throttle_percent"`
-	LastError       string    `json:"last_error,omitempty"`
+	// ReversalSince is when the load went below the reversal threshold:
+	// the hold in progress ends at ReversalSince + reversal_hold.
+	ReversalSince time.Time `json:"reversal_since,omitzero"`
+	LastError     string    `json:"last_error,omitempty"`
 }
 
 func serveAdmin(w http.ResponseWriter, r *http.Request) error {
@@ -75,9 +73,13 @@ func serveAdmin(w http.ResponseWriter, r *http.Request) error {
 		return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed}
 	}
 	views := []HandlerView{}
-	for _, rt := range registry.List(func(rt *runtime) string { return rt.name }) {
-		v := HandlerView{Name: rt.name, Kind: rt.kind}
-		for _, e := range rt.engines {
+	for _, sh := range registry.List(func(sh *shared) string { return sh.name + "\x00" + sh.kind }) {
+		g := sh.newest()
+		if g == nil {
+			continue
+		}
+		v := HandlerView{Name: sh.name, Kind: sh.kind}
+		for _, e := range g.engines {
 			pv := ProfileView{Name: e.Name, Keys: e.Keys()}
 			for _, rule := range e.Rules() {
 				pv.Limits = append(pv.Limits, RuleView{Name: rule.Name, Rate: rule.Rate, Burst: rule.Burst,
@@ -86,10 +88,10 @@ func serveAdmin(w http.ResponseWriter, r *http.Request) error {
 			slices.SortFunc(pv.Limits, func(a, b RuleView) int { return strings.Compare(a.Name, b.Name) })
 			v.Profiles = append(v.Profiles, pv)
 		}
-		if rt.dynamic != nil {
-			load, at, throttle, lastErr := rt.dynamic.state()
-			v.Dynamic = &DynamicView{Source: rt.dynamic.src.String(), LoadPercent: load, SampledAt: at,
-				ThrottlePercent: throttle, LastError: lastErr}
+		if active, _ := sh.store.Active().(*generation); active != nil && active.dynamic != nil {
+			st, _ := sh.store.Controller()
+			v.Dynamic = &DynamicView{Source: active.dynamic.src.String(), LoadPercent: st.Load, SampledAt: st.SampledAt,
+				ThrottlePercent: st.Throttle, ReversalSince: st.ReversalSince, LastError: active.dynamic.lastError()}
 		}
 		views = append(views, v)
 	}

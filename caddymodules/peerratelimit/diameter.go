@@ -118,7 +118,8 @@ func (c *diameterConn) admit(in diameter.Info, msg []byte) bool {
 	if !in.Request || in.Base() {
 		return true
 	}
-	p := c.h.profileFor(c.cx)
+	h := c.h.current()
+	p := h.profileFor(c.cx)
 	if p == nil {
 		return true
 	}
@@ -138,7 +139,7 @@ func (c *diameterConn) admit(in diameter.Info, msg []byte) bool {
 	case admitted:
 		return true
 	case rejected:
-		m := c.h.Diameter
+		m := h.Diameter
 		ans, err := diameter.Refusal(in, m.ResultCode, m.OriginHost, m.OriginRealm, m.ErrorMessage)
 		if err == nil {
 			err = c.out.inject(ans)
@@ -148,6 +149,22 @@ func (c *diameterConn) admit(in diameter.Info, msg []byte) bool {
 		}
 	}
 	return false
+}
+
+// current returns the newest provisioned Diameter-mode handler of h's name:
+// a connection outlives config reloads, and from its next message on it
+// follows the limits of the config in force (the buckets are the same).
+// If the name has gone from the config, the connection keeps h's limits.
+func (h *L4Handler) current() *L4Handler {
+	if h.lease == nil {
+		return h
+	}
+	if g := h.lease.sh.newest(); g != nil {
+		if nh, ok := g.handler.(*L4Handler); ok && nh.Diameter != nil {
+			return nh
+		}
+	}
+	return h
 }
 
 // Write passes the upstream's bytes on, tracking message boundaries.

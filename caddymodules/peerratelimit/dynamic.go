@@ -45,24 +45,20 @@ type Threshold struct {
 	Throttle int     `json:"throttle"`
 }
 
-// dynamicRunner samples the source and applies the controller's throttle
-// to its rules.
-type dynamicRunner struct {
+// dynamicSettings is how one generation samples its load: the source and
+// the interval, and the logger to report to.
+type dynamicSettings struct {
 	src    loadsource.Source
-	ctl    *ratelimit.Dynamic
-	rules  []*ratelimit.Rule
 	every  time.Duration
 	logger *zap.Logger
-	name   string
 
-	mu       sync.Mutex
-	lastErr  string
-	lastRead time.Time
-	cancel   context.CancelFunc
-	done     chan struct{}
+	mu      sync.Mutex
+	lastErr string
 }
 
-func (c *DynamicConfig) build(rules []*ratelimit.Rule, logger *zap.Logger, name string) (*dynamicRunner, error) {
+// build validates the config and returns the sampling settings and the
+// controller (the engine's, holding the table and the reversal rule).
+func (c *DynamicConfig) build(rules []*ratelimit.Rule, logger *zap.Logger) (*dynamicSettings, *ratelimit.Dynamic, error) {
 	bad := func(opt string, v any, why string) error {
 		return fmt.Errorf("peer_rate_limit: dynamic %s %v: %s", opt, v, why)
 	}
@@ -71,18 +67,18 @@ func (c *DynamicConfig) build(rules []*ratelimit.Rule, logger *zap.Logger, name 
 	case "prometheus":
 		p, err := loadsource.NewPrometheus(c.URL, c.Metric, c.Labels)
 		if err != nil {
-			return nil, fmt.Errorf("peer_rate_limit: dynamic source prometheus: %v", err)
+			return nil, nil, fmt.Errorf("peer_rate_limit: dynamic source prometheus: %v", err)
 		}
 		src = p
 	case "procstat":
 		src = &loadsource.ProcStat{}
 	case "file":
 		if c.Path == "" {
-			return nil, bad("path", `""`, "the file source needs a path")
+			return nil, nil, bad("path", `""`, "the file source needs a path")
 		}
 		src = &loadsource.File{Path: c.Path}
 	default:
-		return nil, bad("source", strconv.Quote(c.Source), "want prometheus, procstat or file")
+		return nil, nil, bad("source", strconv.Quote(c.Source), "want prometheus, procstat or file")
 	}
 	table := make([]ratelimit.Step, len(c.Thresholds))
 	for i, t := range c.Thresholds {
@@ -104,86 +100,88 @@ func (c *DynamicConfig) build(rules []*ratelimit.Rule, logger *zap.Logger, name 
 	}
 	ctl, err := ratelimit.NewDynamic(table, reversal, hold, step)
 	if err != nil {
-		return nil, fmt.Errorf("peer_rate_limit: dynamic: %v", err)
+		return nil, nil, fmt.Errorf("peer_rate_limit: dynamic: %v", err)
 	}
 	if c.Interval < 0 {
-		return nil, bad("interval", time.Duration(c.Interval), "must be positive")
+		return nil, nil, bad("interval", time.Duration(c.Interval), "must be positive")
 	}
 	every := time.Duration(c.Interval)
 	if every == 0 {
 		every = 5 * time.Second
 	}
 	if len(rules) == 0 {
-		return nil, fmt.Errorf("peer_rate_limit: dynamic is configured but no message limit is marked dynamic")
+		return nil, nil, fmt.Errorf("peer_rate_limit: dynamic is configured but no message limit is marked dynamic")
 	}
-	return &dynamicRunner{src: src, ctl: ctl, rules: rules, every: every, logger: logger, name: name}, nil
+	return &dynamicSettings{src: src, every: every, logger: logger}, ctl, nil
 }
 
-func (r *dynamicRunner) start() {
-	ctx, cancel := context.WithCancel(context.Background())
-	r.cancel, r.done = cancel, make(chan struct{})
-	go func() {
-		defer close(r.done)
-		tick := time.NewTicker(r.every)
-		defer tick.Stop()
-		for {
-			r.sample(ctx, time.Now())
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
+// sampleLoop samples the load with the settings of the generation in
+// force (the newest with dynamic throttling: a reload's new source and
+// interval apply from the next sample) and feeds the store's controller.
+// The schedule runs on across reloads, so a reversal hold in progress
+// is neither restarted nor cut short.
+func (sh *shared) sampleLoop() {
+	defer sh.wg.Done()
+	var tick *time.Ticker
+	for {
+		every := time.Second // while no generation has dynamic throttling
+		if g, _ := sh.store.Active().(*generation); g != nil && g.dynamic != nil {
+			sh.sample(g.dynamic, time.Now())
+			every = g.dynamic.every
 		}
-	}()
-}
-
-func (r *dynamicRunner) stop() {
-	if r.cancel != nil {
-		r.cancel()
-		<-r.done
+		if tick == nil {
+			tick = time.NewTicker(every)
+			defer tick.Stop()
+		} else {
+			tick.Reset(every)
+		}
+		select {
+		case <-sh.ctx.Done():
+			return
+		case <-tick.C:
+		}
 	}
 }
 
 // sample reads the load once; when the source cannot be read the throttle
 // stays where it was.
-func (r *dynamicRunner) sample(ctx context.Context, now time.Time) {
-	rctx, cancel := context.WithTimeout(ctx, r.every)
-	load, err := r.src.Read(rctx)
+func (sh *shared) sample(ds *dynamicSettings, now time.Time) {
+	rctx, cancel := context.WithTimeout(sh.ctx, ds.every)
+	load, err := ds.src.Read(rctx)
 	cancel()
-	if ctx.Err() != nil {
+	if sh.ctx.Err() != nil {
 		return
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	ds.mu.Lock()
+	defer ds.mu.Unlock()
 	if err != nil {
-		theMetrics.sourceErrors.WithLabelValues(r.name).Inc()
-		if err.Error() != r.lastErr {
-			r.logger.Warn("load source unreadable: keeping the last throttle level",
-				zap.String("source", r.src.String()), zap.Int("throttle_percent", r.ctl.Throttle()), zap.Error(err))
+		theMetrics.sourceErrors.WithLabelValues(sh.name).Inc()
+		if err.Error() != ds.lastErr {
+			st, _ := sh.store.Controller()
+			ds.logger.Warn("load source unreadable: keeping the last throttle level",
+				zap.String("source", ds.src.String()), zap.Int("throttle_percent", st.Throttle), zap.Error(err))
 		}
-		r.lastErr = err.Error()
+		ds.lastErr = err.Error()
 		return
 	}
-	r.lastErr, r.lastRead = "", now
-	before := r.ctl.Throttle()
-	pct := r.ctl.Sample(load, now)
-	for _, rule := range r.rules {
-		rule.SetThrottle(pct)
+	ds.lastErr = ""
+	before, pct, ok := sh.store.Sample(load, now)
+	if !ok {
+		return
 	}
-	theMetrics.load.WithLabelValues(r.name).Set(load)
-	theMetrics.throttle.WithLabelValues(r.name).Set(float64(pct))
+	theMetrics.load.WithLabelValues(sh.name).Set(load)
+	theMetrics.throttle.WithLabelValues(sh.name).Set(float64(pct))
 	if pct != before {
-		r.logger.Info("dynamic throttle changed", zap.Float64("load_percent", load),
+		ds.logger.Info("dynamic throttle changed", zap.Float64("load_percent", load),
 			zap.Int("from_percent", before), zap.Int("to_percent", pct))
 	}
 }
 
-// state returns the controller's view, for the admin API.
-func (r *dynamicRunner) state() (load float64, at time.Time, throttle int, lastErr string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	load, at = r.ctl.Last()
-	return load, at, r.ctl.Throttle(), r.lastErr
+// lastError returns the last read error of the settings' source, or "".
+func (ds *dynamicSettings) lastError() string {
+	ds.mu.Lock()
+	defer ds.mu.Unlock()
+	return ds.lastErr
 }
 
 // unmarshalDynamic reads

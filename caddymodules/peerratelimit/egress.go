@@ -30,7 +30,8 @@ func init() {
 // Placeholders: {http.peer_rate_limit.egress.verdict}, {…profile} (the
 // group), {…message_type}, {…limit}.
 type EgressTransport struct {
-	// Name labels metrics and the admin API. Default "egress".
+	// Name labels metrics and the admin API and keys the state kept across
+	// reloads, as for the handlers. Default: "http-egress-<config hash>".
 	Name string `json:"name,omitempty"`
 	// Groups are profiles whose key is the group: every upstream listed in
 	// a group shares its limits.
@@ -42,7 +43,7 @@ type EgressTransport struct {
 	inner    http.RoundTripper
 	byAddr   map[string]*httpProfile // upstream host:port → its group
 	profiles []*httpProfile
-	runtime  *runtime
+	lease    *lease
 }
 
 // EgressGroup is an upstream group and its limits.
@@ -62,8 +63,13 @@ func (EgressTransport) CaddyModule() caddy.ModuleInfo {
 
 // Provision loads the wrapped transport and the groups.
 func (t *EgressTransport) Provision(ctx caddy.Context) error {
+	fp := fingerprint(t)
 	if t.Name == "" {
-		t.Name = "egress"
+		name, err := defaultName("http-egress", t)
+		if err != nil {
+			return err
+		}
+		t.Name = name
 	}
 	if t.TransportRaw == nil {
 		t.TransportRaw = caddyconfig.JSONModuleObject(struct{}{}, "protocol", "http", nil)
@@ -107,14 +113,14 @@ func (t *EgressTransport) Provision(ctx caddy.Context) error {
 			t.byAddr[u] = profiles[i]
 		}
 	}
-	t.runtime, err = newRuntime(t.Name, "http-egress", engines, t.Dynamic, dynamicRules, ctx.Logger())
+	t.lease, err = provisionState(ctx, "http-egress", t.Name, fp, engines, t.Dynamic, dynamicRules, t)
 	return err
 }
 
-// Cleanup stops dynamic throttling and the wrapped transport.
+// Cleanup lets go of the shared state and cleans up the wrapped transport.
 func (t *EgressTransport) Cleanup() error {
-	if t.runtime != nil {
-		t.runtime.stop()
+	if t.lease != nil {
+		t.lease.release()
 	}
 	if c, ok := t.inner.(caddy.CleanerUpper); ok {
 		return c.Cleanup()

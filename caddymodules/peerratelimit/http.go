@@ -27,7 +27,7 @@ func init() {
 // Placeholders: {http.peer_rate_limit.verdict} (admitted, rejected,
 // dropped), {…profile}, {…message_type}, {…limit} (the limit that refused).
 type HTTPHandler struct {
-	limiter // name (default "http"), profiles, dynamic
+	limiter // name (default "http-<config hash>"), profiles, dynamic
 
 	profiles []*httpProfile
 }
@@ -40,10 +40,16 @@ func (HTTPHandler) CaddyModule() caddy.ModuleInfo {
 	}
 }
 
-// Provision builds the profiles and starts dynamic throttling.
+// Provision builds the profiles and adopts the state kept under the
+// handler's name (see limiter.Name).
 func (h *HTTPHandler) Provision(ctx caddy.Context) error {
+	fp := fingerprint(h)
 	if h.Name == "" {
-		h.Name = "http"
+		name, err := defaultName("http", h)
+		if err != nil {
+			return err
+		}
+		h.Name = name
 	}
 	if err := registerMetrics(ctx); err != nil {
 		return err
@@ -56,12 +62,8 @@ func (h *HTTPHandler) Provision(ctx caddy.Context) error {
 		return err
 	}
 	h.profiles = profiles
-	rt, err := newRuntime(h.Name, "http", engines, h.Dynamic, dynamicRules, ctx.Logger())
-	if err != nil {
-		return err
-	}
-	h.runtime = rt
-	return nil
+	h.lease, err = provisionState(ctx, "http", h.Name, fp, engines, h.Dynamic, dynamicRules, h)
+	return err
 }
 
 // ServeHTTP applies the first profile that covers the client.

@@ -21,7 +21,7 @@ func init() {
 //
 // Placeholders: {l4.peer_rate_limit.verdict}, {…profile}, {…limit}.
 type L4Handler struct {
-	limiter // name (default "layer4"), profiles, dynamic
+	limiter // name (default "layer4-<config hash>"), profiles, dynamic
 
 	// Diameter, if set, limits Diameter requests by message type instead
 	// of connections (see DiameterMode).
@@ -38,10 +38,16 @@ func (L4Handler) CaddyModule() caddy.ModuleInfo {
 	}
 }
 
-// Provision builds the profiles and starts dynamic throttling.
+// Provision builds the profiles and adopts the state kept under the
+// handler's name (see limiter.Name).
 func (h *L4Handler) Provision(ctx caddy.Context) error {
+	fp := fingerprint(h)
 	if h.Name == "" {
-		h.Name = "layer4"
+		name, err := defaultName("layer4", h)
+		if err != nil {
+			return err
+		}
+		h.Name = name
 	}
 	if h.Diameter != nil {
 		if err := h.Diameter.validate(); err != nil {
@@ -63,7 +69,7 @@ func (h *L4Handler) Provision(ctx caddy.Context) error {
 		return err
 	}
 	h.profiles = profiles
-	h.runtime, err = newRuntime(h.Name, "layer4", engines, h.Dynamic, dynamicRules, ctx.Logger())
+	h.lease, err = provisionState(ctx, "layer4", h.Name, fp, engines, h.Dynamic, dynamicRules, h)
 	return err
 }
 

@@ -1,11 +1,13 @@
 package peerratelimit
 
 import (
-	"time"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
 
+	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
-
-	"go.uber.org/zap"
 
 	"github.com/edgesteer/edgesteer/internal/ratelimit"
 )
@@ -13,20 +15,49 @@ import (
 // limiter is the configuration and run-time state that the HTTP and layer4
 // handlers share (embedded, so its fields are theirs in JSON).
 type limiter struct {
-	// Name labels metrics and the admin API.
+	// Name labels metrics and the admin API, and keys the state kept across
+	// config reloads (buckets, dynamic throttle level): a handler in the
+	// next config with the same name adopts it. Default: the kind and a hash
+	// of the handler's whole config (e.g. "http-5f1c2a9e"), so unnamed
+	// handlers keep their state only through reloads that leave them
+	// unchanged, and two different handlers never share it.
 	Name     string          `json:"name,omitempty"`
 	Profiles []ProfileConfig `json:"profiles"`
 	Dynamic  *DynamicConfig  `json:"dynamic,omitempty"`
 
-	runtime *runtime
+	lease *lease
 }
 
-// Cleanup stops dynamic throttling.
+// Cleanup lets go of the shared state; the last generation to let go
+// stops its dynamic throttling and sweeper.
 func (l *limiter) Cleanup() error {
-	if l.runtime != nil {
-		l.runtime.stop()
+	if l.lease != nil {
+		// The lease stays set (release is idempotent): connections
+		// accepted before a reload still read it (L4Handler.current).
+		return l.lease.release()
 	}
 	return nil
+}
+
+// defaultName returns the name of an unnamed module of kind: the kind and
+// a hash of cfg, the module's config as given (before Provision fills in
+// defaults).
+func defaultName(kind string, cfg any) (string, error) {
+	b, err := json.Marshal(cfg)
+	if err != nil {
+		return "", fmt.Errorf("peer_rate_limit: hashing the config for a default name: %v", err)
+	}
+	sum := sha256.Sum256(b)
+	return kind + "-" + hex.EncodeToString(sum[:4]), nil
+}
+
+// fingerprint identifies a module's config, to tell a handler repeated for
+// several listeners (same config, same name) from two handlers that share
+// a name by mistake.
+func fingerprint(cfg any) string {
+	b, _ := json.Marshal(cfg)
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
 }
 
 // unmarshalCaddyfile reads the handler block: name, profile (with
@@ -70,53 +101,30 @@ func (l *limiter) unmarshalCaddyfile(d *caddyfile.Dispenser, opt messageOption, 
 	return nil
 }
 
-// runtime is what the HTTP and layer4 handlers share while provisioned:
-// the profiles' engines, dynamic throttling, the sweeper, and the admin
-// registration.
-type runtime struct {
-	name    string
+// generation is one provisioned module's part in its shared state: what
+// the admin view, the sampler and long-lived Diameter connections read
+// from the newest generation.
+type generation struct {
 	kind    string
 	engines []*ratelimit.Profile
-	dynamic *dynamicRunner
-	done    chan struct{}
+	dynamic *dynamicSettings // nil: no dynamic throttling
+	handler any              // the module instance (*L4Handler for Diameter connections)
 }
 
-func newRuntime(name, kind string, engines []*ratelimit.Profile, dc *DynamicConfig, dynamicRules []*ratelimit.Rule, logger *zap.Logger) (*runtime, error) {
-	rt := &runtime{name: name, kind: kind, engines: engines, done: make(chan struct{})}
+// provisionState attaches a provisioned module to the state kept under
+// (kind, name): it builds the dynamic controller from dc, if any, and
+// adopts the buckets and controller state of earlier generations.
+func provisionState(ctx caddy.Context, kind, name, fp string, engines []*ratelimit.Profile, dc *DynamicConfig, throttled []*ratelimit.Rule, handler any) (*lease, error) {
+	g := &generation{kind: kind, engines: engines, handler: handler}
+	var ctl *ratelimit.Dynamic
 	if dc != nil {
-		dr, err := dc.build(dynamicRules, logger, name)
+		ds, c, err := dc.build(throttled, ctx.Logger())
 		if err != nil {
 			return nil, err
 		}
-		rt.dynamic = dr
-		dr.start()
+		g.dynamic, ctl = ds, c
 	}
-	go rt.sweep()
-	registry.Add(rt)
-	return rt, nil
-}
-
-// sweep drops refilled buckets idle for a minute, so tables keyed by
-// client-controlled peers shrink back after a flood.
-func (rt *runtime) sweep() {
-	tick := time.NewTicker(time.Minute)
-	defer tick.Stop()
-	for {
-		select {
-		case <-rt.done:
-			return
-		case now := <-tick.C:
-			for _, e := range rt.engines {
-				e.Sweep(now.Add(-time.Minute).UnixNano(), now.UnixNano())
-			}
-		}
-	}
-}
-
-func (rt *runtime) stop() {
-	registry.Remove(rt)
-	close(rt.done)
-	if rt.dynamic != nil {
-		rt.dynamic.stop()
-	}
+	return acquire(ctx, kind, name, fp, ratelimit.Generation{
+		Profiles: engines, Dynamic: ctl, Throttled: throttled, Payload: g,
+	})
 }

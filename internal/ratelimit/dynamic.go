@@ -103,6 +103,24 @@ func (d *Dynamic) level(load float64) (int, bool) {
 	return 0, false
 }
 
+// Continue makes d, a controller built from a new configuration, go on
+// where prev left off: its level, the start of the time below the
+// reversal threshold (so a hold in progress is not restarted), and the
+// last sample. A level above d's highest table throttle is lowered to it:
+// the new table says the backend is never to be throttled more. The new
+// table, reversal threshold, hold and step apply from the next sample.
+func (d *Dynamic) Continue(prev *Dynamic) {
+	d.throttle = min(prev.throttle, d.table[len(d.table)-1].Throttle)
+	d.belowSince, d.lastLoad, d.lastSampled = prev.belowSince, prev.lastLoad, prev.lastSampled
+	if d.throttle == 0 {
+		d.belowSince = time.Time{}
+	}
+}
+
+// ReversalSince returns when the load went below the reversal threshold
+// (the start of the hold in progress), or zero.
+func (d *Dynamic) ReversalSince() time.Time { return d.belowSince }
+
 // Throttle returns the current throttle in percent.
 func (d *Dynamic) Throttle() int { return d.throttle }
 

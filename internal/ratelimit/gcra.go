@@ -77,6 +77,13 @@ type Bucket struct {
 }
 
 // Allow admits one event at now under rule r, or refuses it.
+//
+// The bucket's state is an absolute time, not a count under some rule: the
+// peer's debt is tat − now, whatever rule ran it up. So a bucket may go on
+// under a changed rule (a dynamic throttle, or a reload that changes the
+// rate or burst) with nothing converted: the debt is kept, and the new rule
+// admits again once the debt is at most its tolerance, (burst − 1) × its
+// interval, then at its rate.
 func (b *Bucket) Allow(r *Rule, now int64) bool {
 	interval, tolerance := r.interval.Load(), r.tolerance.Load()
 	if interval == never {

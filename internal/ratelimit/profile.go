@@ -10,6 +10,7 @@ type Profile struct {
 	Overall  *Rule // nil: no overall limit
 	overall  *Table
 	messages map[string]limited
+	maxKeys  int
 }
 
 type limited struct {
@@ -19,7 +20,7 @@ type limited struct {
 
 // NewProfile returns a profile whose tables hold at most maxKeys keys each.
 func NewProfile(name string, overall *Rule, messages []*Rule, maxKeys int) *Profile {
-	p := &Profile{Name: name, Overall: overall, messages: map[string]limited{}}
+	p := &Profile{Name: name, Overall: overall, messages: map[string]limited{}, maxKeys: maxKeys}
 	if overall != nil {
 		p.overall = NewTable(maxKeys)
 	}
@@ -85,4 +86,20 @@ func (p *Profile) Keys() int {
 		n += m.table.Len()
 	}
 	return n
+}
+
+// overallLimit names the overall limit among a profile's tables.
+const overallLimit = "overall"
+
+// tables calls f with each limit's name, rule and table, letting f
+// replace the table (a Store hands out the ones it keeps across
+// configurations).
+func (p *Profile) tables(f func(limit string, r *Rule, t *Table) *Table) {
+	if p.overall != nil {
+		p.overall = f(overallLimit, p.Overall, p.overall)
+	}
+	for name, m := range p.messages {
+		m.table = f(name, m.rule, m.table)
+		p.messages[name] = m
+	}
 }

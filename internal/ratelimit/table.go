@@ -43,6 +43,23 @@ func NewTable(size int) *Table {
 	return t
 }
 
+// SetSize changes the bound to size buckets (at least 64), as a reload
+// that changes max_peers does: a lowered bound evicts at once (the least
+// recently used of sampled entries, as when full), a raised one only lets
+// the table grow.
+func (t *Table) SetSize(size int) {
+	per := max(1, size/shardCount)
+	for i := range t.shards {
+		s := &t.shards[i]
+		s.mu.Lock()
+		s.cap = per
+		for len(s.m) > per {
+			bounded.EvictOldest(s.m, func(e *entry) int64 { return e.seen })
+		}
+		s.mu.Unlock()
+	}
+}
+
 // Bucket returns key's bucket, creating it if needed.
 func (t *Table) Bucket(key string, now int64) *Bucket {
 	h := maphash.String(t.seed, key)
@@ -59,6 +76,25 @@ func (t *Table) Bucket(key string, now int64) *Bucket {
 	e.seen = now
 	s.mu.Unlock()
 	return &e.Bucket
+}
+
+// Rescale multiplies every bucket's debt at now (tat − now, where
+// positive) by factor: a reload that changes a rate from r to r' keeps the
+// number of admissions each key has outstanding with factor r/r'.
+func (t *Table) Rescale(factor float64, now int64) {
+	for i := range t.shards {
+		s := &t.shards[i]
+		s.mu.Lock()
+		for _, e := range s.m {
+			for {
+				old := e.tat.Load()
+				if old <= now || e.tat.CompareAndSwap(old, now+int64(float64(old-now)*factor)) {
+					break
+				}
+			}
+		}
+		s.mu.Unlock()
+	}
 }
 
 // Len returns the number of buckets.

@@ -1,0 +1,176 @@
+package peerratelimit
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/edgesteer/edgesteer/caddymodules/internal/live"
+	"github.com/edgesteer/edgesteer/internal/ratelimit"
+)
+
+// states keeps each named limiter's state across config generations, the
+// way Caddy keeps listeners: a new generation's Provision takes a reference
+// (adopting the state) before the old generation's Cleanup drops its own,
+// and the last reference stops the state's goroutines (shared.Destruct).
+var states = caddy.NewUsagePool()
+
+// registry holds the live states, for the admin API.
+var registry live.Set[*shared]
+
+// shared is the process state of one (kind, name): the engine's store, the
+// dynamic sampler and the sweeper. Its goroutines live as long as some
+// generation holds it, not as long as any one generation.
+type shared struct {
+	kind, name string
+	store      *ratelimit.Store
+
+	// ctx is the goroutines' context: it belongs to no config generation
+	// (each of those ends at its reload), only to this value, and Destruct
+	// cancels it.
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu       sync.Mutex
+	sampling bool
+	// claims counts the modules holding the state per config generation
+	// (identified by its context's Done channel) with their config
+	// fingerprint: one generation may hold it several times only with
+	// the same config (a handler repeated for several listeners).
+	claims map[<-chan struct{}]claim
+}
+
+type claim struct {
+	fingerprint string
+	n           int
+}
+
+// lease is one module's hold on a shared state.
+type lease struct {
+	key      string
+	sh       *shared
+	at       *ratelimit.Attachment
+	genID    <-chan struct{}
+	released bool
+}
+
+func stateKey(kind, name string) string { return kind + "/" + name }
+
+// acquire attaches g to the state of (kind, name), creating it if needed.
+func acquire(ctx caddy.Context, kind, name, fp string, g ratelimit.Generation) (*lease, error) {
+	key := stateKey(kind, name)
+	v, _, err := states.LoadOrNew(key, func() (caddy.Destructor, error) {
+		return newShared(kind, name), nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	sh := v.(*shared)
+	genID := ctx.Done()
+	sh.mu.Lock()
+	c := sh.claims[genID]
+	if c.n > 0 && c.fingerprint != fp {
+		sh.mu.Unlock()
+		states.Delete(key)
+		return nil, fmt.Errorf("peer_rate_limit: name %q is given to two different %s handlers in this config: the name keys the state kept across reloads, give each its own", name, kind)
+	}
+	sh.claims[genID] = claim{fp, c.n + 1}
+	sh.mu.Unlock()
+	l := &lease{key: key, sh: sh, at: sh.store.Attach(g), genID: genID}
+	if g.Dynamic != nil {
+		sh.startSampling()
+	}
+	sh.publishLevel()
+	return l, nil
+}
+
+// publishLevel sets the throttle gauge after a generation came or went:
+// a new table may have lowered the level (ratelimit.Dynamic.Continue).
+func (sh *shared) publishLevel() {
+	if st, ok := sh.store.Controller(); ok {
+		theMetrics.throttle.WithLabelValues(sh.name).Set(float64(st.Throttle))
+	}
+}
+
+// release detaches the module's generation and drops its reference.
+func (l *lease) release() error {
+	if l.released {
+		return nil
+	}
+	l.released = true
+	l.at.Detach()
+	sh := l.sh
+	sh.publishLevel()
+	sh.mu.Lock()
+	if c := sh.claims[l.genID]; c.n > 1 {
+		sh.claims[l.genID] = claim{c.fingerprint, c.n - 1}
+	} else {
+		delete(sh.claims, l.genID)
+	}
+	sh.mu.Unlock()
+	_, err := states.Delete(l.key)
+	return err
+}
+
+func newShared(kind, name string) *shared {
+	ctx, cancel := context.WithCancel(context.Background())
+	sh := &shared{kind: kind, name: name, store: ratelimit.NewStore(), ctx: ctx, cancel: cancel,
+		claims: map[<-chan struct{}]claim{}}
+	sh.wg.Add(1)
+	go sh.sweep()
+	registry.Add(sh)
+	return sh
+}
+
+// Destruct stops the goroutines once no generation holds the state, and
+// drops its metric series (its counters would restart from zero anyway).
+func (sh *shared) Destruct() error {
+	registry.Remove(sh)
+	sh.cancel()
+	sh.wg.Wait()
+	labels := prometheus.Labels{"handler": sh.name}
+	theMetrics.decisions.DeletePartialMatch(labels)
+	theMetrics.throttle.Delete(labels)
+	theMetrics.load.Delete(labels)
+	theMetrics.sourceErrors.Delete(labels)
+	return nil
+}
+
+// sweep drops refilled buckets idle for a minute, so tables keyed by
+// client-controlled peers shrink back after a flood.
+func (sh *shared) sweep() {
+	defer sh.wg.Done()
+	tick := time.NewTicker(time.Minute)
+	defer tick.Stop()
+	for {
+		select {
+		case <-sh.ctx.Done():
+			return
+		case now := <-tick.C:
+			sh.store.Sweep(now.Add(-time.Minute).UnixNano(), now.UnixNano())
+		}
+	}
+}
+
+// startSampling starts the dynamic sampler, once.
+func (sh *shared) startSampling() {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.sampling {
+		return
+	}
+	sh.sampling = true
+	sh.wg.Add(1)
+	go sh.sampleLoop()
+}
+
+// newest returns the newest generation holding the state, or nil.
+func (sh *shared) newest() *generation {
+	g, _ := sh.store.Newest().(*generation)
+	return g
+}
