@@ -29,17 +29,22 @@ type OGS struct {
 
 	names      []string // served names, FQDN, lower case
 	diagnostic string   // TXT name of the selection results
-	sel        *ogs.Selector
-	ips        []net.IP // per gateway, the address answered
 	ttl        uint32
 	records    int // 0: all
 	srv        bool
 	v4Prefix   int
 	v6Prefix   int
-	cacheFile  string
 	resolv     *ogs.ResolvConf // location from resolver config, when set
 	networks   *ogs.Networks
 	lastWarn   atomic.Int64 // unix ns of the last resolver-config warning
+
+	// Process state, adopted across reloads (setup.go).
+	cfg    ogs.Config // this configuration's selector settings
+	state  string     // the name the state is kept under
+	lease  *ogs.Lease
+	sel    *ogs.Selector
+	mark   uint64 // states.Mark() when a reload began
+	marked bool
 }
 
 // Name implements plugin.Handler.
@@ -152,13 +157,13 @@ func (o *OGS) location(state request.Request) (string, *dns.EDNS0_SUBNET) {
 }
 
 func (o *OGS) answer(qname string, qtype uint16, res *ogs.Result) []dns.RR {
-	gws := o.sel.Config().Gateways
+	gws := res.Gateways
 	var out []dns.RR
 	for pos, i := range res.Order {
 		if o.records > 0 && len(out) >= o.records {
 			break
 		}
-		ip := o.ips[i]
+		ip := gws[i].IP
 		hdr := dns.RR_Header{Name: qname, Class: dns.ClassINET, Ttl: o.ttl}
 		switch {
 		case qtype == dns.TypeA && ip.To4() != nil:
@@ -179,7 +184,7 @@ func (o *OGS) answer(qname string, qtype uint16, res *ogs.Result) []dns.RR {
 
 // results renders the seed's "OGS Selection Results" as one TXT record.
 func (o *OGS) results(qname, loc string, res *ogs.Result, src ogs.Source) dns.RR {
-	gws := o.sel.Config().Gateways
+	gws := res.Gateways
 	txt := []string{"OGS Selection Results", "location " + loc}
 	switch src {
 	case ogs.Cached:
@@ -204,31 +209,26 @@ func (o *OGS) results(qname, loc string, res *ogs.Result, src ogs.Source) dns.RR
 
 // logRun logs a probe run the way the seed's client does, then records its
 // metrics.
-func (o *OGS) logRun(loc string, rtts [][]time.Duration) {
-	gws := o.sel.Config().Gateways
-	best := make([]time.Duration, len(gws))
-	for i, rs := range rtts {
+func (o *OGS) logRun(run ogs.Run) {
+	gws := run.Gateways
+	for i, rs := range run.RTTs {
 		var ms []string
 		for _, r := range rs {
 			if r > 0 {
 				ms = append(ms, strconv.FormatInt(r.Milliseconds(), 10))
 				probes.WithLabelValues(gws[i].Name, "ok").Inc()
 				probeRTT.WithLabelValues(gws[i].Name).Observe(r.Seconds())
-				if best[i] == 0 || r < best[i] {
-					best[i] = r
-				}
 			} else {
 				ms = append(ms, "-")
 				probes.WithLabelValues(gws[i].Name, "failed").Inc()
 			}
 		}
-		log.Infof("OGS ping results for %s (location %s): (%s)", gws[i].Name, loc, strings.Join(ms, " "))
+		log.Infof("OGS ping results for %s (location %s): (%s)", gws[i].Name, run.Location, strings.Join(ms, " "))
 	}
 	runs.Inc()
-	order := ogs.Order(gws, best, false)
-	if best[order[0]] > 0 {
-		log.Infof("Selected '%s' as the optimal server for location %s.", gws[order[0]].Name, loc)
+	if run.Result != nil {
+		log.Infof("Selected '%s' as the optimal server for location %s.", run.Result.Gateways[run.Result.Order[0]].Name, run.Location)
 	} else {
-		log.Warningf("no gateway answered for location %s: keeping its previous selection", loc)
+		log.Warningf("no gateway answered for location %s: keeping its previous selection", run.Location)
 	}
 }

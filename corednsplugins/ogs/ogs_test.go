@@ -27,6 +27,11 @@ func newPlugin(t *testing.T, extra string) *OGS {
 	if err != nil {
 		t.Fatal(err)
 	}
+	o.state = t.Name() + extra
+	if err := o.start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { o.stop() })
 	o.Next = test.NextHandler(dns.RcodeSuccess, nil)
 	return o
 }

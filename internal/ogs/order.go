@@ -8,6 +8,7 @@
 package ogs
 
 import (
+	"net"
 	"slices"
 	"time"
 )
@@ -17,6 +18,7 @@ type Gateway struct {
 	Name    string   // e.g. "gw1.example.test"
 	Addr    string   // host:port probed, e.g. "192.0.2.10:443"
 	Backups []string // names of other gateways, tried after this one
+	IP      net.IP   // the address answers carry (Addr's host); optional
 }
 
 // Order returns gateway indices in selection order for the RTTs measured

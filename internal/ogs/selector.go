@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"time"
 
@@ -19,18 +20,35 @@ const (
 	DefaultMaxLocations = 100_000
 )
 
-// Config configures a Selector.
+// Config configures a Selector. A running Selector takes a new one through
+// Reconfigure (a reload).
 type Config struct {
-	Gateways       []Gateway
-	Prober         latency.Prober
+	Gateways []Gateway
+	Prober   latency.Prober
+	// ProbeID names the probe's kind and settings ("https / verify=false");
+	// a change of it makes every cached measurement stale (Reconfigure).
+	ProbeID        string
 	Probes         int           // per gateway per run
 	Deadline       time.Duration // a whole probe run, and the longest a query waits
 	CacheTTL       time.Duration // how long a location's result stands
 	Retry          time.Duration // after a run with no result, wait this long before the next
 	OmitUnmeasured bool
 	MaxLocations   int
+	// CacheFile, if set, keeps results across restarts (see Start).
+	CacheFile string
 	// OnRun, if set, is called after every probe run with its results.
-	OnRun func(location string, rtts [][]time.Duration)
+	OnRun func(Run)
+	// OnError, if set, gets background errors (saving the cache file).
+	OnError func(error)
+}
+
+// Run is one finished probe run, as reported to Config.OnRun.
+type Run struct {
+	Location string
+	Gateways []Gateway
+	RTTs     [][]time.Duration // per gateway, every probe (0: failed)
+	Result   *Result           // nil when no gateway answered
+	Previous bool              // the location still has an earlier result
 }
 
 // Validate checks the configuration, naming the bad option.
@@ -69,6 +87,28 @@ func (c *Config) Validate() error {
 	return nil
 }
 
+// FillDefaults sets every unset field to its default.
+func (c *Config) FillDefaults() {
+	if c.Prober == nil {
+		c.Prober = latency.TCPProber{}
+	}
+	if c.Probes == 0 {
+		c.Probes = DefaultProbes
+	}
+	if c.Deadline == 0 {
+		c.Deadline = DefaultDeadline
+	}
+	if c.CacheTTL == 0 {
+		c.CacheTTL = DefaultCacheTTL
+	}
+	if c.Retry == 0 {
+		c.Retry = DefaultRetry
+	}
+	if c.MaxLocations == 0 {
+		c.MaxLocations = DefaultMaxLocations
+	}
+}
+
 // Source says where an answer's order came from.
 type Source int
 
@@ -83,28 +123,42 @@ func (s Source) String() string {
 	return [...]string{"probed", "cache", "previous", "configured"}[s]
 }
 
-// Result is one location's selection.
+// Result is one location's selection. It is never modified once made, so
+// an answer being written may keep using it while a reload replaces it.
 type Result struct {
-	Order []int           // gateway indices, best first
-	RTTs  []time.Duration // lowest RTT per gateway (0: no successful probe)
-	At    time.Time       // when the probe run finished
+	Gateways []Gateway       // the configuration the indices below refer to
+	Order    []int           // gateway indices, best first
+	RTTs     []time.Duration // lowest RTT per gateway (0: no successful probe)
+	At       time.Time       // when the probe run finished
 }
 
 type entry struct {
 	res      *Result // nil until a run has produced one
+	epoch    uint64  // the measurement epoch res belongs to
 	flight   chan struct{}
 	retryAt  time.Time // no new run before this, after a run with no result
 	lastUsed time.Time
 }
 
-// Selector answers "which gateways, in which order" per location.
+// Selector answers "which gateways, in which order" per location. It is
+// process state: one Selector outlives configuration reloads (see Pool and
+// Reconfigure), so its probe runs and cached results are never lost or
+// repeated because of a reload.
 type Selector struct {
-	cfg Config
 	now func() time.Time
 
 	mu      sync.Mutex
+	cfg     Config
+	byName  map[string]int
+	epoch   uint64 // bumped when cached measurements stop being comparable
 	entries map[string]*entry
-	onStore func() // persistence hook
+
+	ctx     context.Context // ends at Close: probe runs and background work
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	saves   chan struct{}
+	started bool
+	closed  bool
 }
 
 // NewSelector returns a selector with defaults filled in.
@@ -112,35 +166,39 @@ func NewSelector(cfg Config) (*Selector, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if cfg.Prober == nil {
-		cfg.Prober = latency.TCPProber{}
-	}
-	if cfg.Probes == 0 {
-		cfg.Probes = DefaultProbes
-	}
-	if cfg.Deadline == 0 {
-		cfg.Deadline = DefaultDeadline
-	}
-	if cfg.CacheTTL == 0 {
-		cfg.CacheTTL = DefaultCacheTTL
-	}
-	if cfg.Retry == 0 {
-		cfg.Retry = DefaultRetry
-	}
-	if cfg.MaxLocations == 0 {
-		cfg.MaxLocations = DefaultMaxLocations
-	}
-	return &Selector{cfg: cfg, now: time.Now, entries: map[string]*entry{}}, nil
+	cfg.FillDefaults()
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Selector{now: time.Now, epoch: 1, entries: map[string]*entry{}, ctx: ctx, cancel: cancel, saves: make(chan struct{}, 1)}
+	s.setConfig(cfg)
+	return s, nil
 }
 
-// Config returns the configuration with defaults filled in.
-func (s *Selector) Config() Config { return s.cfg }
+// setConfig installs cfg; called with s.mu held (or before s is shared).
+func (s *Selector) setConfig(cfg Config) {
+	s.cfg = cfg
+	s.byName = make(map[string]int, len(cfg.Gateways))
+	for i, g := range cfg.Gateways {
+		s.byName[g.Name] = i
+	}
+}
+
+// Config returns the configuration in force, with defaults filled in.
+func (s *Selector) Config() Config {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cfg
+}
+
+// fresh reports whether e's result answers without a new run at now;
+// called with s.mu held.
+func (s *Selector) fresh(e *entry, now time.Time) bool {
+	return e.res != nil && e.epoch == s.epoch && now.Sub(e.res.At) < s.cfg.CacheTTL
+}
 
 // Select returns the order for location. A fresh cached result answers at
 // once. Otherwise one probe run starts for the location (never more than one
-// at a time) and the caller waits for it until the deadline, measured from
-// the run's start; past that it gets the previous selection, or the
-// configured order.
+// at a time) and the caller waits for it until the deadline; past that it
+// gets the previous selection, or the configured order.
 func (s *Selector) Select(ctx context.Context, location string) (*Result, Source) {
 	now := s.now()
 	s.mu.Lock()
@@ -151,28 +209,30 @@ func (s *Selector) Select(ctx context.Context, location string) (*Result, Source
 		s.entries[location] = e
 	}
 	e.lastUsed = now
-	if e.res != nil && now.Sub(e.res.At) < s.cfg.CacheTTL {
+	if s.fresh(e, now) {
 		res := e.res
 		s.mu.Unlock()
 		return res, Cached
 	}
 	flight := e.flight
-	if flight == nil && !now.Before(e.retryAt) {
+	if flight == nil && !now.Before(e.retryAt) && !s.closed {
 		flight = make(chan struct{})
 		e.flight = flight
-		go s.run(location, e, flight)
+		s.wg.Add(1)
+		go s.run(location, e, flight, s.cfg, s.epoch)
 	}
+	deadline := s.cfg.Deadline
 	s.mu.Unlock()
 
 	if flight != nil {
-		timer := time.NewTimer(s.cfg.Deadline)
+		timer := time.NewTimer(deadline)
 		defer timer.Stop()
 		select {
 		case <-flight:
 			s.mu.Lock()
-			res := e.res
+			fresh, res := s.fresh(e, s.now()), e.res
 			s.mu.Unlock()
-			if res != nil && s.now().Sub(res.At) < s.cfg.CacheTTL {
+			if fresh {
 				return res, Probed
 			}
 		case <-timer.C:
@@ -187,27 +247,32 @@ func (s *Selector) Select(ctx context.Context, location string) (*Result, Source
 	return s.configured(), Configured
 }
 
+// configured is the configured order; called with s.mu held.
 func (s *Selector) configured() *Result {
-	r := &Result{Order: make([]int, len(s.cfg.Gateways)), RTTs: make([]time.Duration, len(s.cfg.Gateways))}
+	n := len(s.cfg.Gateways)
+	r := &Result{Gateways: s.cfg.Gateways, Order: make([]int, n), RTTs: make([]time.Duration, n)}
 	for i := range r.Order {
 		r.Order[i] = i
 	}
 	return r
 }
 
-// run probes every gateway in parallel, bounded by the deadline, and stores
-// the result unless nothing answered.
-func (s *Selector) run(location string, e *entry, done chan struct{}) {
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Deadline)
+// run probes every gateway of cfg in parallel, bounded by the deadline, and
+// stores the result unless nothing answered. cfg and epoch are those in
+// force when the run started; a reload during the run maps its result onto
+// the new configuration by gateway name (see Reconfigure).
+func (s *Selector) run(location string, e *entry, done chan struct{}, cfg Config, epoch uint64) {
+	defer s.wg.Done()
+	ctx, cancel := context.WithTimeout(s.ctx, cfg.Deadline)
 	defer cancel()
-	all := make([][]time.Duration, len(s.cfg.Gateways))
-	best := make([]time.Duration, len(s.cfg.Gateways))
+	all := make([][]time.Duration, len(cfg.Gateways))
+	best := make([]time.Duration, len(cfg.Gateways))
 	var wg sync.WaitGroup
-	for i, g := range s.cfg.Gateways {
+	for i, g := range cfg.Gateways {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r := latency.Measure(ctx, s.cfg.Prober, g.Addr, s.cfg.Probes, s.cfg.Deadline)
+			r := latency.Measure(ctx, cfg.Prober, g.Addr, cfg.Probes, cfg.Deadline)
 			all[i] = r.RTTs
 			if r.OK > 0 {
 				best[i] = r.Best
@@ -215,46 +280,59 @@ func (s *Selector) run(location string, e *entry, done chan struct{}) {
 		}()
 	}
 	wg.Wait()
-	if s.cfg.OnRun != nil {
-		s.cfg.OnRun(location, all)
-	}
 	any := false
 	for _, b := range best {
 		any = any || b > 0
 	}
 	s.mu.Lock()
+	var res *Result
 	if any {
-		e.res = &Result{Order: Order(s.cfg.Gateways, best, s.cfg.OmitUnmeasured), RTTs: best, At: s.now()}
-	} else {
-		e.retryAt = s.now().Add(s.cfg.Retry)
+		res = &Result{Gateways: cfg.Gateways, Order: Order(cfg.Gateways, best, cfg.OmitUnmeasured), RTTs: best, At: s.now()}
+		if !sameGateways(cfg.Gateways, s.cfg.Gateways) || cfg.OmitUnmeasured != s.cfg.OmitUnmeasured {
+			res = s.remap(res)
+		}
+	}
+	switch {
+	case res != nil:
+		e.res, e.epoch = res, epoch
+	case !any:
+		e.retryAt = s.now().Add(cfg.Retry)
 	}
 	e.flight = nil
-	store := s.onStore
+	previous := e.res != nil
+	onRun := s.cfg.OnRun
 	s.mu.Unlock()
 	close(done)
-	if any && store != nil {
-		store()
+	if onRun != nil {
+		onRun(Run{Location: location, Gateways: cfg.Gateways, RTTs: all, Result: res, Previous: previous})
+	}
+	if res != nil {
+		s.requestSave()
 	}
 }
 
-// evictIfFull drops the least recently used location; called with s.mu held.
-// It scans the table, so eviction costs O(n), but only once per new location
+// evictIfFull makes room for one more location; called with s.mu held.
+func (s *Selector) evictIfFull() { s.evictTo(s.cfg.MaxLocations - 1) }
+
+// evictTo drops least recently used locations until at most n remain
+// (locations with a probe run in flight stay); called with s.mu held. It
+// scans the table, so eviction costs O(n), but only once per new location
 // beyond the bound, and a probe run costs far more.
-func (s *Selector) evictIfFull() {
-	if len(s.entries) < s.cfg.MaxLocations {
-		return
-	}
-	var victim string
-	var oldest time.Time
-	for loc, e := range s.entries {
-		if e.flight != nil {
-			continue
+func (s *Selector) evictTo(n int) {
+	for len(s.entries) > n {
+		var victim string
+		var oldest time.Time
+		for loc, e := range s.entries {
+			if e.flight != nil {
+				continue
+			}
+			if victim == "" || e.lastUsed.Before(oldest) {
+				victim, oldest = loc, e.lastUsed
+			}
 		}
-		if victim == "" || e.lastUsed.Before(oldest) {
-			victim, oldest = loc, e.lastUsed
+		if victim == "" {
+			return
 		}
-	}
-	if victim != "" {
 		delete(s.entries, victim)
 	}
 }
@@ -278,4 +356,33 @@ func (s *Selector) Len() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.entries)
+}
+
+// Start begins the background work: saving new results to the cache file
+// and watching it for deletion. Call it once, after Load.
+func (s *Selector) Start() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.started {
+		return
+	}
+	s.started = true
+	s.wg.Add(1)
+	// Whether the file is there now: deleting it later forgets every location.
+	_, err := os.Stat(s.cfg.CacheFile)
+	go s.persist(time.Second, s.cfg.CacheFile, s.cfg.CacheFile != "" && err == nil)
+}
+
+// Close stops probe runs and background work, waits for them, and saves the
+// cache file. The Selector answers no more probe runs afterwards.
+func (s *Selector) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	s.cancel()
+	s.wg.Wait()
+	if path := s.Config().CacheFile; path != "" {
+		return s.Save(path)
+	}
+	return nil
 }

@@ -126,7 +126,7 @@ func TestSaveLoadAndForget(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A restart: a new selector loads the file and answers from it.
-	s2 := newSel(t, Config{Gateways: seedGateways(), Prober: p})
+	s2 := newSel(t, Config{Gateways: seedGateways(), Prober: p, CacheFile: path, OnError: func(err error) { t.Error(err) }})
 	if n, err := s2.Load(path); err != nil || n != 1 {
 		t.Fatalf("loaded %d: %v", n, err)
 	}
@@ -142,10 +142,9 @@ func TestSaveLoadAndForget(t *testing.T) {
 		t.Fatalf("loaded %d expired entries", n)
 	}
 
-	// Persist: deleting the file forgets every location.
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	s2.Persist(ctx, path, 10*ms, func(err error) { t.Error(err) })
+	// The background loop: deleting the file forgets every location.
+	s2.Start()
+	defer s2.Close()
 	os.Remove(path)
 	deadline := time.Now().Add(5 * time.Second)
 	for s2.Len() != 0 {
