@@ -61,12 +61,12 @@ func startCountingGateway(t *testing.T, ip string, delay time.Duration) *countin
 // keeps the pid and the Corefile's path to itself): SIGUSR1 and rewriting
 // the Corefile reload it.
 type reloadable struct {
-	cmd     *exec.Cmd
-	path    string
-	addr    string
-	mu      sync.Mutex
-	out     bytes.Buffer
-	done    chan struct{}
+	cmd  *exec.Cmd
+	path string
+	addr string
+	mu   sync.Mutex
+	out  bytes.Buffer
+	done chan struct{}
 }
 
 func (r *reloadable) Write(p []byte) (int, error) {
@@ -278,52 +278,66 @@ func TestReloadKeepsLocations(t *testing.T) {
 }
 
 // A probe run in flight when a reload happens is neither lost nor repeated:
-// a query waiting on it is answered by it, and a query reaching the new
-// configuration meanwhile waits for the same run.
+// the query waiting on it is answered by it, and a query arriving once the
+// new configuration has adopted the state waits for the same run. (CoreDNS
+// stops the old server, which closes its copy of the sockets and then waits
+// for its queries in flight, only after the new one serves; so the reload
+// completes only once the run has, and a query on the old server waiting
+// longer than CoreDNS's 5 s grace loses its answer: the run here is 2.4 s.)
 func TestReloadDuringProbeRun(t *testing.T) {
-	slow := startCountingGateway(t, "127.0.0.11", 700*ms)
+	slow := startCountingGateway(t, "127.0.0.11", 1200*ms)
 	fast := startCountingGateway(t, "127.0.0.12", 5*ms)
-	cf := fmt.Sprintf("vpn.example.test {\n\tbind 127.0.0.1\n\togs {\n\t\tgateway gw1 %s\n\t\tgateway gw2 %s\n\t\tprobe http /\n\t\tprobes 2\n\t}\n}\n", slow.Addr, fast.Addr)
+	cf := fmt.Sprintf("vpn.example.test {\n\tbind 127.0.0.1\n\togs {\n\t\tgateway gw1 %s\n\t\tgateway gw2 %s\n\t\tprobe http /\n\t\tprobes 2\n\t\tdeadline 20s\n\t}\n}\n", slow.Addr, fast.Addr)
 	d := startReloadable(t, cf)
 
 	answers := make(chan []string, 2)
-	query := func() {
+	query := func(which string) {
 		resp, err := exchange(d.addr, "vpn.example.test", dns.TypeA, "10.7.0.0/24")
 		if err != nil {
-			t.Error(err)
+			t.Errorf("%s query: %v", which, err)
 			answers <- nil
 			return
 		}
 		ips, _ := aRecords(resp)
 		answers <- ips
 	}
-	go query()
+	go query("first")
 	d.waitFor(t, "the first probe at the slow gateway", func() bool { return slow.Conns() >= 1 })
-	d.reload(t, "", true)
-	if slow.Conns() >= 2 {
-		t.Skip("the probe run finished before the reload completed; nothing to check")
+	d.cmd.Process.Signal(syscall.SIGUSR1)
+	d.waitFor(t, "the new configuration", func() bool { return strings.Contains(d.logs(), "adopted from the previous configuration") })
+	if len(answers) > 0 {
+		t.Fatal("the probe run (2.4 s) finished before the new configuration started")
 	}
-	go query()
+	go query("second")
 	for range 2 {
 		if ips := <-answers; !slices.Equal(ips, []string{"127.0.0.12", "127.0.0.11"}) {
 			t.Fatalf("answer %v, want the probed order", ips)
 		}
 	}
+	d.waitFor(t, "completed reload", func() bool { return strings.Contains(d.logs(), "Reloading complete") })
 	if s, f := slow.Conns(), fast.Conns(); s != 2 || f != 2 {
 		t.Fatalf("probe connections slow %d fast %d, want one run of 2 each", s, f)
 	}
+	if n := strings.Count(d.logs(), "Selected 'gw2'"); n != 1 {
+		t.Fatalf("%d probe runs logged, want 1", n)
+	}
 }
 
-// Two ogs blocks may not share a state name.
+// Two ogs blocks may not share a state name, nor a cache file.
 func TestStateNameSharedFails(t *testing.T) {
-	cf := "a.example.test {\n\togs {\n\t\tgateway a 127.0.0.1:1\n\t\tstate x\n\t}\n}\nb.example.test {\n\togs {\n\t\tgateway a 127.0.0.1:1\n\t\tstate x\n\t}\n}\n"
-	path := filepath.Join(t.TempDir(), "Corefile")
-	os.WriteFile(path, []byte(cf), 0o644)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, e2e.Bin(t, "coredns"), "-conf", path, "-dns.port", fmt.Sprint(e2e.FreePort(t)))
-	out, err := cmd.CombinedOutput()
-	if err == nil || !strings.Contains(string(out), `state "x": already used`) {
-		t.Fatalf("err %v:\n%s", err, out)
+	for _, tc := range []struct{ opt, want string }{
+		{"state x", `state "x": already used`},
+		{"cache_file " + filepath.Join(t.TempDir(), "ogs.json"), "already used by another ogs block"},
+	} {
+		cf := fmt.Sprintf("a.example.test {\n\togs {\n\t\tgateway a 127.0.0.1:1\n\t\t%[1]s\n\t}\n}\nb.example.test {\n\togs {\n\t\tgateway a 127.0.0.1:1\n\t\t%[1]s\n\t}\n}\n", tc.opt)
+		path := filepath.Join(t.TempDir(), "Corefile")
+		os.WriteFile(path, []byte(cf), 0o644)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		cmd := exec.CommandContext(ctx, e2e.Bin(t, "coredns"), "-conf", path, "-dns.port", fmt.Sprint(e2e.FreePort(t)))
+		out, err := cmd.CombinedOutput()
+		cancel()
+		if err == nil || !strings.Contains(string(out), tc.want) {
+			t.Errorf("%s: err %v:\n%s", tc.opt, err, out)
+		}
 	}
 }

@@ -29,8 +29,9 @@ func init() { plugin.Register(pluginName, setup) }
 // starts the new configuration before stopping the old, hands it over.
 var states = ogs.NewPool()
 
-// stateNames is the instance storage key of the state names in use by one
-// configuration: two ogs blocks sharing one would fight over its settings.
+// stateNames is the instance storage key of the state names (and cache
+// files) in use by one configuration: two ogs blocks sharing one would fight
+// over its settings (or overwrite each other's file).
 type stateNames struct{}
 
 func setup(c *caddy.Controller) error {
@@ -43,10 +44,16 @@ func setup(c *caddy.Controller) error {
 		used = map[string]bool{}
 		c.Set(stateNames{}, used)
 	}
-	if used[o.state] {
+	if used["state:"+o.state] {
 		return plugin.Error(pluginName, c.Errf("state %q: already used by another ogs block; give each its own", o.state))
 	}
-	used[o.state] = true
+	used["state:"+o.state] = true
+	if f := o.cfg.CacheFile; f != "" {
+		if used["file:"+f] {
+			return plugin.Error(pluginName, c.Errf("cache_file %s: already used by another ogs block; give each its own", f))
+		}
+		used["file:"+f] = true
+	}
 
 	// CoreDNS reload order: the old instance's OnRestart, the new instance's
 	// setup and OnStartup, then the old instance's OnShutdown; when the new
