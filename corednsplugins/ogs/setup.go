@@ -138,6 +138,9 @@ func (o *OGS) restartFailed() error {
 //		srv
 //		cache_file PATH
 //		state NAME
+//		recheck DURATION|off
+//		soa MNAME RNAME [MINIMUM]
+//		ns NAME [ADDRESS...]
 //		max_locations COUNT
 //		diagnostic NAME
 //		fallthrough [ZONES...]
@@ -146,6 +149,7 @@ func parse(c *caddy.Controller) (*OGS, error) {
 	o := &OGS{ttl: 30, v4Prefix: 24, v6Prefix: 56, state: strings.Join(c.ServerBlockKeys, " ")}
 	cfg := ogs.Config{}
 	probe, path, verify := "https", "/", false
+	minimum := int64(-1) // SOA MINIMUM: default the answers' TTL
 	seen := false
 	for c.Next() {
 		if seen {
@@ -176,6 +180,8 @@ func parse(c *caddy.Controller) (*OGS, error) {
 					return nil, bad("bad port %q", port)
 				}
 				g := ogs.Gateway{Name: args[0], Addr: args[1], IP: ip}
+				o.hasV4 = o.hasV4 || ip.To4() != nil
+				o.hasV6 = o.hasV6 || ip.To4() == nil
 				if len(args) > 3 {
 					g.Backups = args[3:]
 				}
@@ -267,6 +273,47 @@ func parse(c *caddy.Controller) (*OGS, error) {
 					return nil, bad("want one path")
 				}
 				cfg.CacheFile = args[0]
+			case "recheck":
+				if len(args) != 1 {
+					return nil, bad("want a duration or off")
+				}
+				if args[0] == "off" {
+					cfg.Recheck = -1
+					break
+				}
+				d, err := parseDuration(args[0])
+				if err != nil || d <= 0 {
+					return nil, bad("want a positive duration such as 1m, or off")
+				}
+				cfg.Recheck = d
+			case "soa":
+				if len(args) < 2 || len(args) > 3 {
+					return nil, bad("want soa MNAME RNAME [MINIMUM]")
+				}
+				o.soa.mname, o.soa.rname = dns.Fqdn(strings.ToLower(args[0])), dns.Fqdn(strings.ToLower(args[1]))
+				if len(args) == 3 {
+					n, err := strconv.ParseUint(args[2], 10, 32)
+					if err != nil {
+						return nil, bad("MINIMUM: want seconds")
+					}
+					minimum = int64(n)
+				}
+			case "ns":
+				if len(args) < 1 {
+					return nil, bad("want ns NAME [ADDRESS...]")
+				}
+				ns := nsConfig{name: dns.Fqdn(strings.ToLower(args[0]))}
+				if _, ok := dns.IsDomainName(ns.name); !ok {
+					return nil, bad("%q is not a domain name", args[0])
+				}
+				for _, a := range args[1:] {
+					ip := net.ParseIP(a)
+					if ip == nil {
+						return nil, bad("%q is not an IP address", a)
+					}
+					ns.addrs = append(ns.addrs, ip)
+				}
+				o.ns = append(o.ns, ns)
 			case "state":
 				if len(args) != 1 {
 					return nil, bad("want one name")
@@ -303,12 +350,20 @@ func parse(c *caddy.Controller) (*OGS, error) {
 		cfg.ProbeID = fmt.Sprintf("%s verify=%t", probe, verify)
 	}
 	cfg.OnRun = o.logRun
+	cfg.OnRecheck = o.logRecheck
 	cfg.OnError = func(err error) { log.Error(err) }
 	if err := cfg.Validate(); err != nil {
 		return nil, c.Errf("ogs: %v", err)
 	}
 	cfg.FillDefaults()
 	o.cfg = cfg
+	o.soa.minimum = o.ttl
+	if minimum >= 0 {
+		o.soa.minimum = uint32(minimum)
+	}
+	// The serial changes with every configuration loaded (RFC 1982
+	// arithmetic wraps it), so a secondary sees a reload as a new version.
+	o.soa.serial = uint32(time.Now().Unix())
 	if o.diagnostic == "" {
 		o.diagnostic = "_ogs." + o.names[0]
 	}

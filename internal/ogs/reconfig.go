@@ -90,6 +90,12 @@ func (s *Selector) Reconfigure(cfg Config) (Change, error) {
 		}
 	}
 	ch.ProbeChanged = old.ProbeID != cfg.ProbeID
+	for _, name := range append(ch.Removed, ch.Readdressed...) {
+		if _, ok := s.dead[name]; ok {
+			delete(s.dead, name)
+			s.deadVer++
+		}
+	}
 	if ch.Invalidates() {
 		s.epoch++
 	}
@@ -129,17 +135,28 @@ func (s *Selector) remap(res *Result) *Result {
 	}
 	gws := s.cfg.Gateways
 	rtts := make([]time.Duration, len(gws))
+	var reasons []string
 	any := false
 	for i, g := range gws {
-		if j, ok := was[g.Name]; ok && res.Gateways[j].Addr == g.Addr && res.RTTs[j] > 0 {
+		j, ok := was[g.Name]
+		if !ok || res.Gateways[j].Addr != g.Addr {
+			continue
+		}
+		if res.RTTs[j] > 0 {
 			rtts[i] = res.RTTs[j]
 			any = true
+		}
+		if res.Reasons != nil {
+			if reasons == nil {
+				reasons = make([]string, len(gws))
+			}
+			reasons[i] = res.Reasons[j]
 		}
 	}
 	if !any {
 		return nil
 	}
-	return &Result{Gateways: gws, Order: Order(gws, rtts, s.cfg.OmitUnmeasured), RTTs: rtts, At: res.At}
+	return &Result{Gateways: gws, Order: Order(gws, rtts, s.cfg.OmitUnmeasured), RTTs: rtts, Reasons: reasons, At: res.At}
 }
 
 // sameGateways reports whether a and b list the same gateways, addresses and

@@ -48,7 +48,7 @@ func TestReconfigureRules(t *testing.T) {
 			if ch.Invalidates() != tc.expired || (tc.expired && ch.Expired != 1) {
 				t.Fatalf("change %+v, want expired=%v", ch, tc.expired)
 			}
-			res, src := s.Select(context.Background(), "loc")
+			res, src := pick(s.Select(context.Background(), "loc"))
 			if src != tc.wantSrc || !slices.Equal(names(res.Gateways, res.Order), tc.wantOrder) {
 				t.Fatalf("%v %v, want %v %v", src, names(res.Gateways, res.Order), tc.wantSrc, tc.wantOrder)
 			}
@@ -69,7 +69,7 @@ func TestReconfigureStaleIsPrevious(t *testing.T) {
 	if _, err := s.Reconfigure(cfg); err != nil {
 		t.Fatal(err)
 	}
-	res, src := s.Select(context.Background(), "loc")
+	res, src := pick(s.Select(context.Background(), "loc"))
 	if src != Previous || !slices.Equal(names(res.Gateways, res.Order), []string{"gw2", "gw1", "gw3", "gw4", "gw5"}) {
 		t.Fatalf("%v %v", src, names(res.Gateways, res.Order))
 	}
@@ -81,7 +81,7 @@ func TestReconfigureDuringRun(t *testing.T) {
 	p := &gatedProber{fakeProber: seedProber(), gate: make(chan struct{})}
 	s := newSel(t, Config{Gateways: seedGateways(), Prober: p, Deadline: 5 * time.Second})
 	got := make(chan *Result, 2)
-	go func() { res, _ := s.Select(context.Background(), "loc"); got <- res }()
+	go func() { res, _ := pick(s.Select(context.Background(), "loc")); got <- res }()
 	for p.waiting.Load() < 4 { // every gateway's first probe has started
 		time.Sleep(ms)
 	}
@@ -89,7 +89,7 @@ func TestReconfigureDuringRun(t *testing.T) {
 	if _, err := s.Reconfigure(cfg); err != nil {
 		t.Fatal(err)
 	}
-	go func() { res, _ := s.Select(context.Background(), "loc"); got <- res }()
+	go func() { res, _ := pick(s.Select(context.Background(), "loc")); got <- res }()
 	time.Sleep(20 * ms) // give the second query time to (wrongly) start a run
 	close(p.gate)
 	for range 2 {
@@ -151,7 +151,7 @@ func TestPoolAdoptsAndClosesOnLastRelease(t *testing.T) {
 	}
 	a.Release()
 	a.Release() // twice is harmless
-	if _, src := b.Selector().Select(context.Background(), "loc"); src != Cached || p.calls.Load() != calls {
+	if _, src := pick(b.Selector().Select(context.Background(), "loc")); src != Cached || p.calls.Load() != calls {
 		t.Fatalf("after the old lease went: %v", src)
 	}
 	// A failed reload rolls back the leases taken after the mark.

@@ -36,6 +36,11 @@ type Config struct {
 	MaxLocations   int
 	// CacheFile, if set, keeps results across restarts (see Start).
 	CacheFile string
+	// Recheck is how often each cached first choice is probed once in the
+	// background (see recheck.go); negative: never.
+	Recheck time.Duration
+	// OnRecheck, if set, is called after each re-check probe.
+	OnRecheck func(Recheck)
 	// OnRun, if set, is called after every probe run with its results.
 	OnRun func(Run)
 	// OnError, if set, gets background errors (saving the cache file).
@@ -47,8 +52,11 @@ type Run struct {
 	Location string
 	Gateways []Gateway
 	RTTs     [][]time.Duration // per gateway, every probe (0: failed)
+	Reasons  [][]string        // per gateway, every probe's failure reason ("": succeeded)
+	Errors   []error           // per gateway, its last failed probe's error (nil: none failed)
 	Result   *Result           // nil when no gateway answered
-	Previous bool              // the location still has an earlier result
+	Previous *Result           // without Result: the location's earlier result, if any
+	RetryAt  time.Time         // without Result: no new run before this
 }
 
 // Validate checks the configuration, naming the bad option.
@@ -107,6 +115,9 @@ func (c *Config) FillDefaults() {
 	if c.MaxLocations == 0 {
 		c.MaxLocations = DefaultMaxLocations
 	}
+	if c.Recheck == 0 {
+		c.Recheck = DefaultRecheck
+	}
 }
 
 // Source says where an answer's order came from.
@@ -115,12 +126,38 @@ type Source int
 const (
 	Probed     Source = iota // a probe run that finished within this query's wait
 	Cached                   // a location entry still inside its lifetime
-	Previous                 // the deadline passed: the location's previous selection
-	Configured               // the deadline passed and the location had none: config order
+	Previous                 // no fresh result (see Why): the location's previous selection
+	Configured               // no fresh result and none before: the configured order
 )
 
 func (s Source) String() string {
 	return [...]string{"probed", "cache", "previous", "configured"}[s]
+}
+
+// Why says why a Previous or Configured selection answered.
+type Why int
+
+const (
+	WhyNone      Why = iota
+	WhyDeadline      // the probe run was still going when the query's wait ended
+	WhyNoAnswer      // the probe run finished and no gateway answered
+	WhyRetryWait     // no gateway answered the last run; the next waits for Retry
+	WhyClosed        // the selector is shutting down
+)
+
+func (w Why) String() string {
+	return [...]string{"", "deadline", "no_answer", "retry_wait", "closed"}[w]
+}
+
+// Selection is one query's answer.
+type Selection struct {
+	*Result
+	Source Source
+	Why    Why
+	// Failed is the location's latest probe run in which no gateway
+	// answered, when that is later than its result (Reasons say why).
+	Failed  *Result
+	RetryAt time.Time // after a run in which no gateway answered: the next run's earliest start
 }
 
 // Result is one location's selection. It is never modified once made, so
@@ -129,15 +166,21 @@ type Result struct {
 	Gateways []Gateway       // the configuration the indices below refer to
 	Order    []int           // gateway indices, best first
 	RTTs     []time.Duration // lowest RTT per gateway (0: no successful probe)
+	Reasons  []string        // per gateway, why its last failed probe failed ("": none failed); may be nil
+	Dead     []string        // per gateway, the re-check's failure reason ("": not found dead); may be nil
 	At       time.Time       // when the probe run finished
 }
 
 type entry struct {
 	res      *Result // nil until a run has produced one
 	epoch    uint64  // the measurement epoch res belongs to
+	failed   *Result // the latest run in which no gateway answered, if later than res
 	flight   chan struct{}
 	retryAt  time.Time // no new run before this, after a run with no result
 	lastUsed time.Time
+	view     *Result // res as answered, given the re-check (recheck.go)
+	viewOf   *Result // the res view was derived from
+	viewVer  uint64  // the deadVer view was derived at
 }
 
 // Selector answers "which gateways, in which order" per location. It is
@@ -152,6 +195,8 @@ type Selector struct {
 	byName  map[string]int
 	epoch   uint64 // bumped when cached measurements stop being comparable
 	entries map[string]*entry
+	dead    map[string]string // gateway name → re-check failure reason
+	deadVer uint64            // bumped when dead changes
 
 	ctx     context.Context // ends at Close: probe runs and background work
 	cancel  context.CancelFunc
@@ -168,7 +213,7 @@ func NewSelector(cfg Config) (*Selector, error) {
 	}
 	cfg.FillDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &Selector{now: time.Now, epoch: 1, entries: map[string]*entry{}, ctx: ctx, cancel: cancel, saves: make(chan struct{}, 1)}
+	s := &Selector{now: time.Now, epoch: 1, entries: map[string]*entry{}, dead: map[string]string{}, ctx: ctx, cancel: cancel, saves: make(chan struct{}, 1)}
 	s.setConfig(cfg)
 	return s, nil
 }
@@ -197,9 +242,10 @@ func (s *Selector) fresh(e *entry, now time.Time) bool {
 
 // Select returns the order for location. A fresh cached result answers at
 // once. Otherwise one probe run starts for the location (never more than one
-// at a time) and the caller waits for it until the deadline; past that it
-// gets the previous selection, or the configured order.
-func (s *Selector) Select(ctx context.Context, location string) (*Result, Source) {
+// at a time, none within Retry of a run in which no gateway answered) and the
+// caller waits for it until the deadline; past that, or when no gateway
+// answered, it gets the previous selection, or the configured order.
+func (s *Selector) Select(ctx context.Context, location string) Selection {
 	now := s.now()
 	s.mu.Lock()
 	e := s.entries[location]
@@ -210,12 +256,19 @@ func (s *Selector) Select(ctx context.Context, location string) (*Result, Source
 	}
 	e.lastUsed = now
 	if s.fresh(e, now) {
-		res := e.res
+		res := s.answered(e)
 		s.mu.Unlock()
-		return res, Cached
+		return Selection{Result: res, Source: Cached}
 	}
 	flight := e.flight
-	if flight == nil && !now.Before(e.retryAt) && !s.closed {
+	why := WhyDeadline
+	switch {
+	case flight != nil:
+	case s.closed:
+		why = WhyClosed
+	case now.Before(e.retryAt):
+		why = WhyRetryWait
+	default:
 		flight = make(chan struct{})
 		e.flight = flight
 		s.wg.Add(1)
@@ -224,27 +277,29 @@ func (s *Selector) Select(ctx context.Context, location string) (*Result, Source
 	deadline := s.cfg.Deadline
 	s.mu.Unlock()
 
-	if flight != nil {
+	if why != WhyClosed && why != WhyRetryWait {
 		timer := time.NewTimer(deadline)
 		defer timer.Stop()
 		select {
 		case <-flight:
 			s.mu.Lock()
-			fresh, res := s.fresh(e, s.now()), e.res
+			fresh, res := s.fresh(e, s.now()), s.answered(e)
 			s.mu.Unlock()
 			if fresh {
-				return res, Probed
+				return Selection{Result: res, Source: Probed}
 			}
+			why = WhyNoAnswer
 		case <-timer.C:
 		case <-ctx.Done():
 		}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if e.res != nil {
-		return e.res, Previous
+	sel := Selection{Why: why, Failed: e.failed, RetryAt: e.retryAt, Result: s.answered(e), Source: Previous}
+	if sel.Result == nil {
+		sel.Result, sel.Source = s.configured(), Configured
 	}
-	return s.configured(), Configured
+	return sel
 }
 
 // configured is the configured order; called with s.mu held.
@@ -265,46 +320,64 @@ func (s *Selector) run(location string, e *entry, done chan struct{}, cfg Config
 	defer s.wg.Done()
 	ctx, cancel := context.WithTimeout(s.ctx, cfg.Deadline)
 	defer cancel()
-	all := make([][]time.Duration, len(cfg.Gateways))
-	best := make([]time.Duration, len(cfg.Gateways))
+	n := len(cfg.Gateways)
+	all := make([][]time.Duration, n)
+	why := make([][]string, n)
+	errs := make([]error, n)
+	best := make([]time.Duration, n)
 	var wg sync.WaitGroup
 	for i, g := range cfg.Gateways {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r := latency.Measure(ctx, cfg.Prober, g.Addr, cfg.Probes, cfg.Deadline)
-			all[i] = r.RTTs
-			if r.OK > 0 {
-				best[i] = r.Best
+			all[i] = make([]time.Duration, 0, cfg.Probes)
+			for range cfg.Probes {
+				r := latency.Measure(ctx, cfg.Prober, g.Addr, 1, cfg.Deadline)
+				all[i] = append(all[i], r.Best)
+				why[i] = append(why[i], Reason(r.Err))
+				if r.OK == 0 {
+					errs[i] = r.Err
+				} else if best[i] == 0 || r.Best < best[i] {
+					best[i] = r.Best
+				}
+				if ctx.Err() != nil {
+					break
+				}
 			}
 		}()
 	}
 	wg.Wait()
+	reasons := make([]string, n)
 	any := false
-	for _, b := range best {
-		any = any || b > 0
+	for i := range best {
+		any = any || best[i] > 0
+		reasons[i] = Reason(errs[i])
 	}
 	s.mu.Lock()
 	var res *Result
 	if any {
-		res = &Result{Gateways: cfg.Gateways, Order: Order(cfg.Gateways, best, cfg.OmitUnmeasured), RTTs: best, At: s.now()}
+		res = &Result{Gateways: cfg.Gateways, Order: Order(cfg.Gateways, best, cfg.OmitUnmeasured), RTTs: best, Reasons: reasons, At: s.now()}
 		if !sameGateways(cfg.Gateways, s.cfg.Gateways) || cfg.OmitUnmeasured != s.cfg.OmitUnmeasured {
 			res = s.remap(res)
 		}
 	}
 	switch {
 	case res != nil:
-		e.res, e.epoch = res, epoch
+		e.res, e.epoch, e.failed = res, epoch, nil
 	case !any:
 		e.retryAt = s.now().Add(cfg.Retry)
+		e.failed = &Result{Gateways: cfg.Gateways, RTTs: best, Reasons: reasons, At: s.now()}
 	}
 	e.flight = nil
-	previous := e.res != nil
+	run := Run{Location: location, Gateways: cfg.Gateways, RTTs: all, Reasons: why, Errors: errs, Result: res, RetryAt: e.retryAt}
+	if res == nil {
+		run.Previous = e.res
+	}
 	onRun := s.cfg.OnRun
 	s.mu.Unlock()
 	close(done)
 	if onRun != nil {
-		onRun(Run{Location: location, Gateways: cfg.Gateways, RTTs: all, Result: res, Previous: previous})
+		onRun(run)
 	}
 	if res != nil {
 		s.requestSave()
@@ -358,8 +431,8 @@ func (s *Selector) Len() int {
 	return len(s.entries)
 }
 
-// Start begins the background work: saving new results to the cache file
-// and watching it for deletion. Call it once, after Load.
+// Start begins the background work: saving new results to the cache file,
+// watching it for deletion, and re-checking first choices. Call it once, after Load.
 func (s *Selector) Start() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -367,7 +440,8 @@ func (s *Selector) Start() {
 		return
 	}
 	s.started = true
-	s.wg.Add(1)
+	s.wg.Add(2)
+	go s.recheck()
 	// Whether the file is there now: deleting it later forgets every location.
 	_, err := os.Stat(s.cfg.CacheFile)
 	go s.persist(time.Second, s.cfg.CacheFile, s.cfg.CacheFile != "" && err == nil)
