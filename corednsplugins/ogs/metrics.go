@@ -30,6 +30,14 @@ var (
 	}, []string{"server"})
 	fallbacks = promauto.NewCounterVec(prometheus.CounterOpts{
 		Namespace: plugin.Namespace, Subsystem: pluginName, Name: "fallbacks_total",
-		Help: "Queries answered past the probe deadline, by what answered: previous or configured.",
-	}, []string{"server", "kind"})
+		Help: "Queries answered without a fresh selection, by what answered (previous or configured) and why (deadline, no_answer, retry_wait, closed).",
+	}, []string{"server", "kind", "why"})
+	probeFailures = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace, Subsystem: pluginName, Name: "probe_failures_total",
+		Help: "Failed gateway probes (runs and re-checks) by gateway and reason.",
+	}, []string{"gateway", "reason"})
+	rechecks = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace, Subsystem: pluginName, Name: "rechecks_total",
+		Help: "Background re-check probes of cached first choices, by gateway and result (ok or failed).",
+	}, []string{"gateway", "result"})
 )

@@ -6,9 +6,7 @@ package ogs
 
 import (
 	"context"
-	"fmt"
 	"net"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -27,90 +25,150 @@ type OGS struct {
 	Next plugin.Handler
 	Fall fall.F
 
-	names      []string // served names, FQDN, lower case
+	names      []string // served names, FQDN, lower case: each a zone apex
 	diagnostic string   // TXT name of the selection results
-	sel        *ogs.Selector
-	ips        []net.IP // per gateway, the address answered
 	ttl        uint32
 	records    int // 0: all
 	srv        bool
 	v4Prefix   int
 	v6Prefix   int
-	cacheFile  string
+	hasV4      bool // some gateway has an IPv4 address
+	hasV6      bool
+	soa        soaConfig
+	ns         []nsConfig      // empty: ns.dns.ZONE at the local address
 	resolv     *ogs.ResolvConf // location from resolver config, when set
 	networks   *ogs.Networks
 	lastWarn   atomic.Int64 // unix ns of the last resolver-config warning
+
+	// Process state, adopted across reloads (setup.go).
+	cfg    ogs.Config // this configuration's selector settings
+	state  string     // the name the state is kept under
+	lease  *ogs.Lease
+	sel    *ogs.Selector
+	mark   uint64 // states.Mark() when a reload began
+	marked bool
 }
 
 // Name implements plugin.Handler.
 func (o *OGS) Name() string { return pluginName }
 
-// ServeDNS implements plugin.Handler.
+// ServeDNS implements plugin.Handler. Only A, AAAA and SRV at a served name,
+// and TXT at the diagnostic name, depend on the client's location: they
+// alone run the selection, and they alone echo ECS with a non-zero scope.
 func (o *OGS) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
 	state := request.Request{W: w, Req: r}
-	qname := strings.ToLower(state.Name())
+	qname, qtype := strings.ToLower(state.Name()), state.QType()
+	zone := o.zoneOf(qname)
 	diag := qname == o.diagnostic
-	if !diag && !o.serves(qname) {
-		// Below a served name we are authoritative: NXDOMAIN, unless
-		// fallthrough covers it. Anything else is not ours.
-		if o.below(qname) && !o.Fall.Through(qname) {
-			m := new(dns.Msg)
-			m.SetRcode(r, dns.RcodeNameError)
-			m.Authoritative = true
-			w.WriteMsg(m)
-			return dns.RcodeNameError, nil
-		}
+	if zone == "" && !diag {
 		return plugin.NextOrFailure(o.Name(), o.Next, ctx, w, r)
 	}
-	loc, ecs := o.location(state)
-	res, src := o.sel.Select(ctx, loc)
+	m := new(dns.Msg)
+	m.SetReply(r)
+	m.Authoritative = true
+	scoped := false // the answer depends on the location
+	switch {
+	case diag && qtype == dns.TypeTXT:
+		loc, _ := o.location(state)
+		m.Answer = []dns.RR{o.results(qname, loc, o.selectFor(ctx, loc))}
+		scoped = true
+	case qname == zone && o.selects(qtype):
+		loc, _ := o.location(state)
+		m.Answer = o.answer(qname, qtype, o.selectFor(ctx, loc).Result)
+		scoped = true
+	case qname == zone && qtype == dns.TypeSOA:
+		m.Answer = []dns.RR{o.soaRecord(zone)}
+	case qname == zone && qtype == dns.TypeNS:
+		m.Answer = o.nsRecords(zone)
+		m.Extra = o.glue(zone, state, "", dns.TypeA, dns.TypeAAAA)
+	case o.isNSName(zone, qname):
+		m.Answer = o.glue(zone, state, qname, qtype)
+	case qname == zone || diag:
+		// NODATA: the name exists, not with this type.
+	case o.Fall.Through(qname):
+		return plugin.NextOrFailure(o.Name(), o.Next, ctx, w, r)
+	default:
+		m.Rcode = dns.RcodeNameError
+	}
+	if len(m.Answer) == 0 && zone != "" {
+		// RFC 2308: negative answers carry the zone's SOA, so resolvers can
+		// cache them.
+		m.Ns = []dns.RR{o.soaRecord(zone)}
+	}
+	o.echoECS(state, m, scoped)
+	w.WriteMsg(m)
+	return m.Rcode, nil
+}
+
+// selectFor runs the selection for loc and counts it.
+func (o *OGS) selectFor(ctx context.Context, loc string) ogs.Selection {
+	sel := o.sel.Select(ctx, loc)
 	server := metrics.WithServer(ctx)
-	if src == ogs.Cached {
+	if sel.Source == ogs.Cached {
 		cacheHits.WithLabelValues(server).Inc()
 	} else {
 		cacheMisses.WithLabelValues(server).Inc()
 	}
-	if src == ogs.Previous || src == ogs.Configured {
-		fallbacks.WithLabelValues(server, src.String()).Inc()
+	if sel.Source == ogs.Previous || sel.Source == ogs.Configured {
+		fallbacks.WithLabelValues(server, sel.Source.String(), sel.Why.String()).Inc()
 	}
-
-	m := new(dns.Msg)
-	m.SetReply(r)
-	m.Authoritative = true
-	switch {
-	case diag && state.QType() == dns.TypeTXT:
-		m.Answer = []dns.RR{o.results(qname, loc, res, src)}
-	case diag:
-	default:
-		m.Answer = o.answer(qname, state.QType(), res)
-	}
-	if ecs != nil {
-		if opt := m.IsEdns0(); opt == nil {
-			m.SetEdns0(uint16(state.Size()), state.Do())
-		}
-		ecs.SourceScope = ecs.SourceNetmask
-		m.IsEdns0().Option = append(m.IsEdns0().Option, ecs)
-	}
-	w.WriteMsg(m)
-	return dns.RcodeSuccess, nil
+	return sel
 }
 
-func (o *OGS) serves(qname string) bool {
-	for _, n := range o.names {
-		if qname == n {
-			return true
-		}
+// selects reports whether a query of qtype at a served name is answered
+// from the selection: only types some gateway can answer, so a query that
+// could only get NODATA never starts a probe run.
+func (o *OGS) selects(qtype uint16) bool {
+	switch qtype {
+	case dns.TypeA:
+		return o.hasV4
+	case dns.TypeAAAA:
+		return o.hasV6
+	case dns.TypeSRV:
+		return o.srv
 	}
 	return false
 }
 
-func (o *OGS) below(qname string) bool {
+// zoneOf returns the served name qname is at or below, "" if none.
+func (o *OGS) zoneOf(qname string) string {
 	for _, n := range o.names {
 		if dns.IsSubDomain(n, qname) {
-			return true
+			return n
 		}
 	}
-	return false
+	return ""
+}
+
+// echoECS echoes the query's EDNS Client Subnet option (RFC 7871 §7.2.1):
+// with the source prefix as scope when the answer depends on the location,
+// else with scope 0.
+func (o *OGS) echoECS(state request.Request, m *dns.Msg, scoped bool) {
+	ecs := clientSubnet(state.Req)
+	if ecs == nil {
+		return
+	}
+	reply := *ecs
+	reply.SourceScope = 0
+	if scoped {
+		reply.SourceScope = ecs.SourceNetmask
+	}
+	if m.IsEdns0() == nil {
+		m.SetEdns0(uint16(state.Size()), state.Do())
+	}
+	opt := m.IsEdns0()
+	opt.Option = append(opt.Option, &reply)
+}
+
+func clientSubnet(r *dns.Msg) *dns.EDNS0_SUBNET {
+	if opt := r.IsEdns0(); opt != nil {
+		for _, e := range opt.Option {
+			if s, ok := e.(*dns.EDNS0_SUBNET); ok && s.Address != nil {
+				return s
+			}
+		}
+	}
+	return nil
 }
 
 // location names the client's network: the ECS subnet when the query
@@ -119,18 +177,13 @@ func (o *OGS) below(qname string) bool {
 // the client's own resolver); else the source address masked to the
 // configured prefix.
 func (o *OGS) location(state request.Request) (string, *dns.EDNS0_SUBNET) {
-	if opt := state.Req.IsEdns0(); opt != nil {
-		for _, e := range opt.Option {
-			if s, ok := e.(*dns.EDNS0_SUBNET); ok && s.Address != nil {
-				bits := 32
-				if s.Family == 2 {
-					bits = 128
-				}
-				prefix := net.IPNet{IP: s.Address.Mask(net.CIDRMask(int(s.SourceNetmask), bits)), Mask: net.CIDRMask(int(s.SourceNetmask), bits)}
-				reply := *s
-				return "ecs:" + prefix.String(), &reply
-			}
+	if s := clientSubnet(state.Req); s != nil {
+		bits := 32
+		if s.Family == 2 {
+			bits = 128
 		}
+		prefix := net.IPNet{IP: s.Address.Mask(net.CIDRMask(int(s.SourceNetmask), bits)), Mask: net.CIDRMask(int(s.SourceNetmask), bits)}
+		return "ecs:" + prefix.String(), s
 	}
 	if o.resolv != nil {
 		keys, err := o.resolv.Keys(time.Now())
@@ -149,86 +202,4 @@ func (o *OGS) location(state request.Request) (string, *dns.EDNS0_SUBNET) {
 		return "src:" + (&net.IPNet{IP: v4.Mask(net.CIDRMask(o.v4Prefix, 32)), Mask: net.CIDRMask(o.v4Prefix, 32)}).String(), nil
 	}
 	return "src:" + (&net.IPNet{IP: ip.Mask(net.CIDRMask(o.v6Prefix, 128)), Mask: net.CIDRMask(o.v6Prefix, 128)}).String(), nil
-}
-
-func (o *OGS) answer(qname string, qtype uint16, res *ogs.Result) []dns.RR {
-	gws := o.sel.Config().Gateways
-	var out []dns.RR
-	for pos, i := range res.Order {
-		if o.records > 0 && len(out) >= o.records {
-			break
-		}
-		ip := o.ips[i]
-		hdr := dns.RR_Header{Name: qname, Class: dns.ClassINET, Ttl: o.ttl}
-		switch {
-		case qtype == dns.TypeA && ip.To4() != nil:
-			hdr.Rrtype = dns.TypeA
-			out = append(out, &dns.A{Hdr: hdr, A: ip.To4()})
-		case qtype == dns.TypeAAAA && ip.To4() == nil:
-			hdr.Rrtype = dns.TypeAAAA
-			out = append(out, &dns.AAAA{Hdr: hdr, AAAA: ip})
-		case qtype == dns.TypeSRV && o.srv:
-			_, port, _ := net.SplitHostPort(gws[i].Addr)
-			p, _ := strconv.Atoi(port)
-			hdr.Rrtype = dns.TypeSRV
-			out = append(out, &dns.SRV{Hdr: hdr, Priority: uint16(pos), Weight: 0, Port: uint16(p), Target: dns.Fqdn(gws[i].Name)})
-		}
-	}
-	return out
-}
-
-// results renders the seed's "OGS Selection Results" as one TXT record.
-func (o *OGS) results(qname, loc string, res *ogs.Result, src ogs.Source) dns.RR {
-	gws := o.sel.Config().Gateways
-	txt := []string{"OGS Selection Results", "location " + loc}
-	switch src {
-	case ogs.Cached:
-		txt = append(txt, "Results obtained from OGS cache. No ping tests were performed.")
-	case ogs.Probed:
-		txt = append(txt, "OGS ping tests performed.")
-	default:
-		txt = append(txt, "No OGS result within the deadline: "+src.String()+" selection used.")
-	}
-	for _, i := range res.Order {
-		rtt := "-"
-		if res.RTTs[i] > 0 {
-			rtt = strconv.FormatInt(res.RTTs[i].Milliseconds(), 10)
-		}
-		txt = append(txt, fmt.Sprintf("%s %s RTT(ms) %s", gws[i].Name, gws[i].Addr, rtt))
-	}
-	if len(res.Order) > 0 {
-		txt = append(txt, fmt.Sprintf("Selected '%s' as the optimal server.", gws[res.Order[0]].Name))
-	}
-	return &dns.TXT{Hdr: dns.RR_Header{Name: qname, Rrtype: dns.TypeTXT, Class: dns.ClassINET, Ttl: 0}, Txt: txt}
-}
-
-// logRun logs a probe run the way the seed's client does, then records its
-// metrics.
-func (o *OGS) logRun(loc string, rtts [][]time.Duration) {
-	gws := o.sel.Config().Gateways
-	best := make([]time.Duration, len(gws))
-	for i, rs := range rtts {
-		var ms []string
-		for _, r := range rs {
-			if r > 0 {
-				ms = append(ms, strconv.FormatInt(r.Milliseconds(), 10))
-				probes.WithLabelValues(gws[i].Name, "ok").Inc()
-				probeRTT.WithLabelValues(gws[i].Name).Observe(r.Seconds())
-				if best[i] == 0 || r < best[i] {
-					best[i] = r
-				}
-			} else {
-				ms = append(ms, "-")
-				probes.WithLabelValues(gws[i].Name, "failed").Inc()
-			}
-		}
-		log.Infof("OGS ping results for %s (location %s): (%s)", gws[i].Name, loc, strings.Join(ms, " "))
-	}
-	runs.Inc()
-	order := ogs.Order(gws, best, false)
-	if best[order[0]] > 0 {
-		log.Infof("Selected '%s' as the optimal server for location %s.", gws[order[0]].Name, loc)
-	} else {
-		log.Warningf("no gateway answered for location %s: keeping its previous selection", loc)
-	}
 }

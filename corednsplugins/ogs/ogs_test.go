@@ -10,9 +10,15 @@ import (
 	"github.com/coredns/coredns/plugin/test"
 	"github.com/coredns/coredns/request"
 	"github.com/miekg/dns"
+
+	"github.com/edgesteer/edgesteer/internal/latency"
 )
 
-func newPlugin(t *testing.T, extra string) *OGS {
+func newPlugin(t *testing.T, extra string) *OGS { return newPluginWith(t, extra, nil) }
+
+// newPluginWith parses the test block plus extra and starts it, probing
+// with prober when not nil.
+func newPluginWith(t *testing.T, extra string, prober latency.Prober) *OGS {
 	t.Helper()
 	c := caddy.NewTestController("dns", `ogs vpn.example.test {
 		gateway gw1 192.0.2.1:1
@@ -27,6 +33,14 @@ func newPlugin(t *testing.T, extra string) *OGS {
 	if err != nil {
 		t.Fatal(err)
 	}
+	o.state = t.Name() + extra
+	if prober != nil {
+		o.cfg.Prober = prober
+	}
+	if err := o.start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { o.stop() })
 	o.Next = test.NextHandler(dns.RcodeSuccess, nil)
 	return o
 }
@@ -61,11 +75,11 @@ func TestAnswersByType(t *testing.T) {
 	if r := query(t, o, "vpn.example.test.", dns.TypeSRV, ""); len(r.Answer) != 3 || r.Answer[2].(*dns.SRV).Target != "gw6." || r.Answer[2].(*dns.SRV).Priority != 2 {
 		t.Fatalf("SRV: %v", r.Answer)
 	}
-	if r := query(t, o, "vpn.example.test.", dns.TypeMX, ""); len(r.Answer) != 0 || r.Rcode != dns.RcodeSuccess {
+	if r := query(t, o, "vpn.example.test.", dns.TypeMX, ""); len(r.Answer) != 0 || r.Rcode != dns.RcodeSuccess || len(r.Ns) != 1 {
 		t.Fatalf("MX: %v", r)
 	}
 	txt := query(t, o, "_ogs.vpn.example.test.", dns.TypeTXT, "").Answer[0].(*dns.TXT).Txt
-	if txt[0] != "OGS Selection Results" || txt[len(txt)-1] != "Selected 'gw1' as the optimal server." {
+	if txt[0] != "OGS Selection Results" || txt[len(txt)-1] != "No optimal server: configured order." {
 		t.Fatalf("TXT %q", txt)
 	}
 }

@@ -1,7 +1,6 @@
 package ogs
 
 import (
-	"context"
 	"crypto/tls"
 	"fmt"
 	"net"
@@ -25,35 +24,99 @@ var log = clog.NewWithPlugin(pluginName)
 
 func init() { plugin.Register(pluginName, setup) }
 
+// states holds each ogs block's process state (cached locations, probe runs
+// in flight, background work) by its state name, so that a reload, which
+// starts the new configuration before stopping the old, hands it over.
+var states = ogs.NewPool()
+
+// stateNames is the instance storage key of the state names (and cache
+// files) in use by one configuration: two ogs blocks sharing one would fight
+// over its settings (or overwrite each other's file).
+type stateNames struct{}
+
 func setup(c *caddy.Controller) error {
 	o, err := parse(c)
 	if err != nil {
 		return plugin.Error(pluginName, err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	c.OnStartup(func() error {
-		if o.cacheFile != "" {
-			n, err := o.sel.Load(o.cacheFile)
-			if err != nil {
-				log.Warningf("cache file: %v (starting empty)", err)
-			} else if n > 0 {
-				log.Infof("loaded %d location(s) from %s", n, o.cacheFile)
-			}
-			o.sel.Persist(ctx, o.cacheFile, time.Second, func(err error) { log.Errorf("saving %s: %v", o.cacheFile, err) })
+	used, _ := c.Get(stateNames{}).(map[string]bool)
+	if used == nil {
+		used = map[string]bool{}
+		c.Set(stateNames{}, used)
+	}
+	if used["state:"+o.state] {
+		return plugin.Error(pluginName, c.Errf("state %q: already used by another ogs block; give each its own", o.state))
+	}
+	used["state:"+o.state] = true
+	if f := o.cfg.CacheFile; f != "" {
+		if used["file:"+f] {
+			return plugin.Error(pluginName, c.Errf("cache_file %s: already used by another ogs block; give each its own", f))
 		}
+		used["file:"+f] = true
+	}
+
+	// CoreDNS reload order: the old instance's OnRestart, the new instance's
+	// setup and OnStartup, then the old instance's OnShutdown; when the new
+	// instance fails after its OnStartup, the old one's OnRestartFailed.
+	c.OnStartup(o.start)
+	c.OnShutdown(o.stop)
+	c.OnRestart(func() error {
+		o.mark, o.marked = states.Mark(), true
 		return nil
 	})
-	c.OnShutdown(func() error {
-		cancel()
-		if o.cacheFile != "" {
-			return o.sel.Save(o.cacheFile)
-		}
-		return nil
-	})
+	c.OnRestartFailed(o.restartFailed)
 	dnsserver.GetConfig(c).AddPlugin(func(next plugin.Handler) plugin.Handler {
 		o.Next = next
 		return o
 	})
+	return nil
+}
+
+// start takes this configuration's lease on its state: a new one (reading
+// the cache file), or the previous configuration's, with this one's settings
+// applied.
+func (o *OGS) start() error {
+	a, err := states.Acquire(o.state, o.cfg)
+	if err != nil {
+		return plugin.Error(pluginName, err)
+	}
+	o.lease, o.sel = a.Lease, a.Selector()
+	switch {
+	case a.Adopted:
+		log.Infof("state %q adopted from the previous configuration: %s", o.state, a.Change)
+	case a.LoadErr != nil:
+		log.Warningf("cache file: %v (starting empty)", a.LoadErr)
+	case a.Loaded > 0:
+		log.Infof("loaded %d location(s) from %s", a.Loaded, o.cfg.CacheFile)
+	}
+	return nil
+}
+
+// stop lets go of the state; the last holder stops its background work and
+// saves the cache file.
+func (o *OGS) stop() error {
+	if o.lease == nil {
+		return nil
+	}
+	if err := o.lease.Release(); err != nil {
+		return plugin.Error(pluginName, err)
+	}
+	return nil
+}
+
+// restartFailed undoes a reload that failed after the new configuration took
+// its leases: those are released, and this configuration's settings apply
+// again.
+func (o *OGS) restartFailed() error {
+	if o.marked {
+		states.ReleaseSince(o.mark)
+		o.marked = false
+	}
+	if o.sel != nil {
+		if _, err := o.sel.Reconfigure(o.cfg); err != nil {
+			return plugin.Error(pluginName, err)
+		}
+	}
 	return nil
 }
 
@@ -74,14 +137,19 @@ func setup(c *caddy.Controller) error {
 //		location resolv_conf [PATH]
 //		srv
 //		cache_file PATH
+//		state NAME
+//		recheck DURATION|off
+//		soa MNAME RNAME [MINIMUM]
+//		ns NAME [ADDRESS...]
 //		max_locations COUNT
 //		diagnostic NAME
 //		fallthrough [ZONES...]
 //	}
 func parse(c *caddy.Controller) (*OGS, error) {
-	o := &OGS{ttl: 30, v4Prefix: 24, v6Prefix: 56}
+	o := &OGS{ttl: 30, v4Prefix: 24, v6Prefix: 56, state: strings.Join(c.ServerBlockKeys, " ")}
 	cfg := ogs.Config{}
 	probe, path, verify := "https", "/", false
+	minimum := int64(-1) // SOA MINIMUM: default the answers' TTL
 	seen := false
 	for c.Next() {
 		if seen {
@@ -111,12 +179,13 @@ func parse(c *caddy.Controller) (*OGS, error) {
 				if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
 					return nil, bad("bad port %q", port)
 				}
-				g := ogs.Gateway{Name: args[0], Addr: args[1]}
+				g := ogs.Gateway{Name: args[0], Addr: args[1], IP: ip}
+				o.hasV4 = o.hasV4 || ip.To4() != nil
+				o.hasV6 = o.hasV6 || ip.To4() == nil
 				if len(args) > 3 {
 					g.Backups = args[3:]
 				}
 				cfg.Gateways = append(cfg.Gateways, g)
-				o.ips = append(o.ips, ip)
 			case "probe":
 				if len(args) < 1 || len(args) > 2 {
 					return nil, bad("want probe tcp|tls|http|https [PATH]")
@@ -203,7 +272,53 @@ func parse(c *caddy.Controller) (*OGS, error) {
 				if len(args) != 1 {
 					return nil, bad("want one path")
 				}
-				o.cacheFile = args[0]
+				cfg.CacheFile = args[0]
+			case "recheck":
+				if len(args) != 1 {
+					return nil, bad("want a duration or off")
+				}
+				if args[0] == "off" {
+					cfg.Recheck = -1
+					break
+				}
+				d, err := parseDuration(args[0])
+				if err != nil || d <= 0 {
+					return nil, bad("want a positive duration such as 1m, or off")
+				}
+				cfg.Recheck = d
+			case "soa":
+				if len(args) < 2 || len(args) > 3 {
+					return nil, bad("want soa MNAME RNAME [MINIMUM]")
+				}
+				o.soa.mname, o.soa.rname = dns.Fqdn(strings.ToLower(args[0])), dns.Fqdn(strings.ToLower(args[1]))
+				if len(args) == 3 {
+					n, err := strconv.ParseUint(args[2], 10, 32)
+					if err != nil {
+						return nil, bad("MINIMUM: want seconds")
+					}
+					minimum = int64(n)
+				}
+			case "ns":
+				if len(args) < 1 {
+					return nil, bad("want ns NAME [ADDRESS...]")
+				}
+				ns := nsConfig{name: dns.Fqdn(strings.ToLower(args[0]))}
+				if _, ok := dns.IsDomainName(ns.name); !ok {
+					return nil, bad("%q is not a domain name", args[0])
+				}
+				for _, a := range args[1:] {
+					ip := net.ParseIP(a)
+					if ip == nil {
+						return nil, bad("%q is not an IP address", a)
+					}
+					ns.addrs = append(ns.addrs, ip)
+				}
+				o.ns = append(o.ns, ns)
+			case "state":
+				if len(args) != 1 {
+					return nil, bad("want one name")
+				}
+				o.state = args[0]
 			case "diagnostic":
 				if len(args) != 1 {
 					return nil, bad("want one name")
@@ -230,12 +345,25 @@ func parse(c *caddy.Controller) (*OGS, error) {
 		// to the end of the exchange.
 		cfg.Prober = latency.NewHTTPProber(probe, path, "", tlsCfg, true)
 	}
+	cfg.ProbeID = fmt.Sprintf("%s %s verify=%t", probe, path, verify)
+	if probe == "tcp" || probe == "tls" {
+		cfg.ProbeID = fmt.Sprintf("%s verify=%t", probe, verify)
+	}
 	cfg.OnRun = o.logRun
-	sel, err := ogs.NewSelector(cfg)
-	if err != nil {
+	cfg.OnRecheck = o.logRecheck
+	cfg.OnError = func(err error) { log.Error(err) }
+	if err := cfg.Validate(); err != nil {
 		return nil, c.Errf("ogs: %v", err)
 	}
-	o.sel = sel
+	cfg.FillDefaults()
+	o.cfg = cfg
+	o.soa.minimum = o.ttl
+	if minimum >= 0 {
+		o.soa.minimum = uint32(minimum)
+	}
+	// The serial changes with every configuration loaded (RFC 1982
+	// arithmetic wraps it), so a secondary sees a reload as a new version.
+	o.soa.serial = uint32(time.Now().Unix())
 	if o.diagnostic == "" {
 		o.diagnostic = "_ogs." + o.names[0]
 	}

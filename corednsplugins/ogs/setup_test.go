@@ -1,6 +1,7 @@
 package ogs
 
 import (
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -24,6 +25,10 @@ func TestParseFull(t *testing.T) {
 		location resolv_conf /etc/resolv.conf
 		srv
 		cache_file /tmp/x.json
+		state blue
+		recheck off
+		soa ns1.example.test hostmaster.example.test 120
+		ns ns1.example.test 192.0.2.53
 		max_locations 10
 		diagnostic why.vpn.example.test
 		fallthrough example.test
@@ -32,15 +37,18 @@ func TestParseFull(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := o.sel.Config()
+	cfg := o.cfg
 	if len(cfg.Gateways) != 2 || cfg.Gateways[1].Backups[0] != "gw1" || cfg.Probes != 5 ||
 		cfg.Deadline != 3*time.Second || cfg.CacheTTL != 14*24*time.Hour || cfg.Retry != 30*time.Second ||
 		!cfg.OmitUnmeasured || cfg.MaxLocations != 10 {
 		t.Fatalf("config %+v", cfg)
 	}
 	if o.names[0] != "vpn.example.test." || o.ttl != 60 || o.records != 2 || o.v4Prefix != 16 || o.v6Prefix != 48 ||
-		!o.srv || o.cacheFile != "/tmp/x.json" || o.diagnostic != "why.vpn.example.test." || o.resolv == nil {
+		!o.srv || o.cfg.CacheFile != "/tmp/x.json" || o.state != "blue" || o.diagnostic != "why.vpn.example.test." || o.resolv == nil {
 		t.Fatalf("plugin %+v", o)
+	}
+	if cfg.Recheck >= 0 || o.soa.mname != "ns1.example.test." || o.soa.minimum != 120 || len(o.ns) != 1 || !o.ns[0].addrs[0].Equal(net.ParseIP("192.0.2.53")) {
+		t.Fatalf("recheck, soa, ns: %v %+v %+v", cfg.Recheck, o.soa, o.ns)
 	}
 	if !o.Fall.Through("a.example.test.") {
 		t.Fatal("fallthrough zones not set")
@@ -54,12 +62,12 @@ func TestParseDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := o.sel.Config()
-	if cfg.Probes != 3 || cfg.Deadline != 7*time.Second || cfg.CacheTTL != 14*24*time.Hour {
+	cfg := o.cfg
+	if cfg.Probes != 3 || cfg.Deadline != 7*time.Second || cfg.CacheTTL != 14*24*time.Hour || cfg.Recheck != time.Minute || o.soa.minimum != 30 {
 		t.Fatalf("seed defaults: %+v", cfg)
 	}
-	if o.names[0] != "vpn.example.test." || o.diagnostic != "_ogs.vpn.example.test." || o.ttl != 30 {
-		t.Fatalf("%v %v %v", o.names, o.diagnostic, o.ttl)
+	if o.names[0] != "vpn.example.test." || o.diagnostic != "_ogs.vpn.example.test." || o.ttl != 30 || o.state != "vpn.example.test:53" {
+		t.Fatalf("%v %v %v %q", o.names, o.diagnostic, o.ttl, o.state)
 	}
 }
 
@@ -78,6 +86,12 @@ func TestParseErrorsNameOption(t *testing.T) {
 		"gateway a 192.0.2.1:1\nlocation geoip":        "location geoip",
 		"gateway a 192.0.2.1:1\ncolour blue":           `unknown option "colour"`,
 		"probes 3":                                     "at least one gateway",
+		"gateway a 192.0.2.1:1\nstate":                 "state : want one name",
+		"gateway a 192.0.2.1:1\nrecheck soon":          "recheck soon",
+		"gateway a 192.0.2.1:1\nsoa a.test.":           "soa a.test.: want soa MNAME RNAME",
+		"gateway a 192.0.2.1:1\nsoa a b many":          "MINIMUM",
+		"gateway a 192.0.2.1:1\nns":                    "want ns NAME",
+		"gateway a 192.0.2.1:1\nns a.test 1.2.3":       `"1.2.3" is not an IP`,
 	} {
 		c := caddy.NewTestController("dns", "ogs vpn.example.test {\n"+body+"\n}")
 		_, err := parse(c)

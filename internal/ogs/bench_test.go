@@ -31,7 +31,7 @@ func BenchmarkProbeRun1000Gateways(b *testing.B) {
 	measured, runs := 0, 0
 	start := time.Now()
 	for i := 0; b.Loop(); i++ {
-		res, src := s.Select(context.Background(), fmt.Sprint("loc-", i))
+		res, src := pick(s.Select(context.Background(), fmt.Sprint("loc-", i)))
 		if src != Probed {
 			b.Fatalf("run %d: %v, want a finished probe run inside the deadline", i, src)
 		}

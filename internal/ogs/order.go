@@ -1,13 +1,14 @@
 // Package ogs is Optimal Gateway Selection as Cisco AnyConnect does it:
 // probe every gateway a few times, keep each gateway's lowest RTT, and order
-// the gateways as the optimal one, then its backup list, then the rest by
-// RTT. Results are cached per client location for a long time (14 days by
-// default), a probe run never outlasts its deadline (7 s), and when it
-// yields nothing the location keeps its previous selection. It knows
+// the gateways as the optimal one, then its backups that answered, then the
+// rest by RTT (see Order). Results are cached per client location for a long
+// time (14 days by default), a probe run never outlasts its deadline (7 s),
+// and when it yields nothing the location keeps its previous selection. It knows
 // nothing of CoreDNS: the ogs plugin adapts it.
 package ogs
 
 import (
+	"net"
 	"slices"
 	"time"
 )
@@ -17,13 +18,16 @@ type Gateway struct {
 	Name    string   // e.g. "gw1.example.test"
 	Addr    string   // host:port probed, e.g. "192.0.2.10:443"
 	Backups []string // names of other gateways, tried after this one
+	IP      net.IP   // the address answers carry (Addr's host); optional
 }
 
 // Order returns gateway indices in selection order for the RTTs measured
-// (rtts[i] <= 0: no successful probe). The optimal gateway (lowest RTT,
-// ties by config order) comes first, then its backup list, then the other
-// measured gateways by RTT, then those without a result (left out when
-// omitUnmeasured). With no result at all it returns the configured order.
+// (rtts[i] <= 0: no successful probe). One rule: the optimal gateway (lowest
+// RTT, ties by config order) first, then those of its backups that answered,
+// in backup-list order, then the other gateways that answered, by RTT, then
+// the gateways that did not answer (backups included), in config order, or
+// none of them when omitUnmeasured. With no gateway answered at all it
+// returns the configured order, all of them.
 func Order(gws []Gateway, rtts []time.Duration, omitUnmeasured bool) []int {
 	byName := make(map[string]int, len(gws))
 	for i, g := range gws {
@@ -62,7 +66,7 @@ func Order(gws []Gateway, rtts []time.Duration, omitUnmeasured bool) []int {
 	best := measured[0]
 	add(best)
 	for _, b := range gws[best].Backups {
-		if i, ok := byName[b]; ok {
+		if i, ok := byName[b]; ok && rtts[i] > 0 {
 			add(i)
 		}
 	}

@@ -43,3 +43,32 @@ func TestOrderUnmeasured(t *testing.T) {
 		t.Fatalf("nothing measured: %v", got)
 	}
 }
+
+// pick returns a Selection's order and source.
+func pick(s Selection) (*Result, Source) { return s.Result, s.Source }
+
+// One rule, every case: optimal, its backups that answered, the others that
+// answered by RTT, then those that did not (config order; omitted with omit).
+func TestOrderOneRule(t *testing.T) {
+	gws := []Gateway{{Name: "a", Backups: []string{"c", "b"}}, {Name: "b"}, {Name: "c", Backups: []string{"d"}}, {Name: "d"}}
+	for _, tc := range []struct {
+		name       string
+		rtts       []time.Duration // a b c d
+		last, omit []string
+	}{
+		{"all answered", []time.Duration{10, 40, 30, 20}, []string{"a", "c", "b", "d"}, []string{"a", "c", "b", "d"}},
+		{"dead backup", []time.Duration{10, 40, 0, 20}, []string{"a", "b", "d", "c"}, []string{"a", "b", "d"}},
+		{"all backups dead", []time.Duration{10, 0, 0, 20}, []string{"a", "d", "b", "c"}, []string{"a", "d"}},
+		{"dead optimal: the next best leads with its own backups", []time.Duration{0, 40, 20, 30}, []string{"c", "d", "b", "a"}, []string{"c", "d", "b"}},
+		{"only one answered", []time.Duration{0, 0, 0, 20}, []string{"d", "a", "b", "c"}, []string{"d"}},
+		{"all dead: configured order, even with omit", []time.Duration{0, 0, 0, 0}, []string{"a", "b", "c", "d"}, []string{"a", "b", "c", "d"}},
+		{"tie: config order", []time.Duration{0, 20, 0, 20}, []string{"b", "d", "a", "c"}, []string{"b", "d"}},
+	} {
+		if got := names(gws, Order(gws, tc.rtts, false)); !slices.Equal(got, tc.last) {
+			t.Errorf("%s, unmeasured last: %v, want %v", tc.name, got, tc.last)
+		}
+		if got := names(gws, Order(gws, tc.rtts, true)); !slices.Equal(got, tc.omit) {
+			t.Errorf("%s, unmeasured omit: %v, want %v", tc.name, got, tc.omit)
+		}
+	}
+}

@@ -52,7 +52,7 @@ func newSel(t *testing.T, cfg Config) *Selector {
 func TestSelectProbesOnceThenCaches(t *testing.T) {
 	p := seedProber()
 	s := newSel(t, Config{Gateways: seedGateways(), Prober: p})
-	res, src := s.Select(context.Background(), "loc")
+	res, src := pick(s.Select(context.Background(), "loc"))
 	if src != Probed || !slices.Equal(names(seedGateways(), res.Order), []string{"gw2", "gw1", "gw3", "gw4"}) {
 		t.Fatalf("%v %v", src, names(seedGateways(), res.Order))
 	}
@@ -62,11 +62,11 @@ func TestSelectProbesOnceThenCaches(t *testing.T) {
 	if res.RTTs[1] != 132*ms {
 		t.Fatalf("rtts %v", res.RTTs)
 	}
-	if _, src := s.Select(context.Background(), "loc"); src != Cached || p.calls.Load() != 12 {
+	if _, src := pick(s.Select(context.Background(), "loc")); src != Cached || p.calls.Load() != 12 {
 		t.Fatalf("second query: %v, %d probes", src, p.calls.Load())
 	}
 	// Another location gets its own run.
-	if _, src := s.Select(context.Background(), "other"); src != Probed || p.calls.Load() != 24 {
+	if _, src := pick(s.Select(context.Background(), "other")); src != Probed || p.calls.Load() != 24 {
 		t.Fatalf("other location: %v, %d probes", src, p.calls.Load())
 	}
 }
@@ -79,7 +79,7 @@ func TestConcurrentQueriesShareOneRun(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if res, _ := s.Select(context.Background(), "loc"); s.cfg.Gateways[res.Order[0]].Name != "gw2" {
+			if res, _ := pick(s.Select(context.Background(), "loc")); s.cfg.Gateways[res.Order[0]].Name != "gw2" {
 				t.Errorf("got %v", res.Order)
 			}
 		}()
@@ -97,13 +97,13 @@ func TestDeadlineFallsBack(t *testing.T) {
 	s := newSel(t, Config{Gateways: seedGateways(), Prober: p, Deadline: 100 * ms, CacheTTL: time.Hour, Retry: time.Minute})
 	s.now = func() time.Time { return now }
 	p.block.Store(true)
-	res, src := s.Select(context.Background(), "new")
+	res, src := pick(s.Select(context.Background(), "new"))
 	if src != Configured || !slices.Equal(res.Order, []int{0, 1, 2, 3}) {
 		t.Fatalf("no previous: %v %v", src, res.Order)
 	}
 	// Within the retry interval nothing is probed again.
 	calls := p.calls.Load()
-	if _, src := s.Select(context.Background(), "new"); src != Configured || p.calls.Load() != calls {
+	if _, src := pick(s.Select(context.Background(), "new")); src != Configured || p.calls.Load() != calls {
 		t.Fatalf("retry interval ignored: %v, %d probes", src, p.calls.Load()-calls)
 	}
 
@@ -111,7 +111,7 @@ func TestDeadlineFallsBack(t *testing.T) {
 	s.Select(context.Background(), "home")
 	now = now.Add(2 * time.Hour) // the entry expires
 	p.block.Store(true)
-	res, src = s.Select(context.Background(), "home")
+	res, src = pick(s.Select(context.Background(), "home"))
 	if src != Previous || s.cfg.Gateways[res.Order[0]].Name != "gw2" {
 		t.Fatalf("expired entry, gateways silent: %v %v", src, res.Order)
 	}
@@ -126,12 +126,12 @@ func TestSaveLoadAndForget(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A restart: a new selector loads the file and answers from it.
-	s2 := newSel(t, Config{Gateways: seedGateways(), Prober: p})
+	s2 := newSel(t, Config{Gateways: seedGateways(), Prober: p, CacheFile: path, OnError: func(err error) { t.Error(err) }})
 	if n, err := s2.Load(path); err != nil || n != 1 {
 		t.Fatalf("loaded %d: %v", n, err)
 	}
 	calls := p.calls.Load()
-	res, src := s2.Select(context.Background(), "10.1.2.0/24")
+	res, src := pick(s2.Select(context.Background(), "10.1.2.0/24"))
 	if src != Cached || p.calls.Load() != calls || s2.cfg.Gateways[res.Order[0]].Name != "gw2" {
 		t.Fatalf("after restart: %v, %d new probes", src, p.calls.Load()-calls)
 	}
@@ -142,10 +142,9 @@ func TestSaveLoadAndForget(t *testing.T) {
 		t.Fatalf("loaded %d expired entries", n)
 	}
 
-	// Persist: deleting the file forgets every location.
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	s2.Persist(ctx, path, 10*ms, func(err error) { t.Error(err) })
+	// The background loop: deleting the file forgets every location.
+	s2.Start()
+	defer s2.Close()
 	os.Remove(path)
 	deadline := time.Now().Add(5 * time.Second)
 	for s2.Len() != 0 {
@@ -154,7 +153,7 @@ func TestSaveLoadAndForget(t *testing.T) {
 		}
 		time.Sleep(5 * ms)
 	}
-	if _, src := s2.Select(context.Background(), "10.1.2.0/24"); src != Probed {
+	if _, src := pick(s2.Select(context.Background(), "10.1.2.0/24")); src != Probed {
 		t.Fatalf("after deletion: %v, want a new probe run", src)
 	}
 	for deadline := time.Now().Add(5 * time.Second); ; {

@@ -1,7 +1,6 @@
 package ogs
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,8 +11,14 @@ import (
 )
 
 // The cache file: what a restart keeps, and what deleting forces again.
+// Reloads do not go through it: a reloaded configuration adopts the
+// Selector itself (Pool).
 type fileData struct {
-	Version   int                  `json:"version"`
+	Version int `json:"version"`
+	// Probe and Gateways record what the RTTs measured, so that a restart
+	// with another probe or other gateways applies Reconfigure's rules.
+	Probe     string               `json:"probe,omitempty"`
+	Gateways  map[string]string    `json:"gateways,omitempty"` // name → address
 	Locations map[string]fileEntry `json:"locations"`
 }
 
@@ -22,18 +27,23 @@ type fileEntry struct {
 	RTTs map[string]float64 `json:"rtts_ms"` // by gateway name; absent: no result
 }
 
-// Save writes every location's result to path, atomically.
+// Save writes every location's current result to path, atomically. Stale
+// results (see Reconfigure) are left out.
 func (s *Selector) Save(path string) error {
-	d := fileData{Version: 1, Locations: map[string]fileEntry{}}
+	d := fileData{Version: 2, Gateways: map[string]string{}, Locations: map[string]fileEntry{}}
 	s.mu.Lock()
+	d.Probe = s.cfg.ProbeID
+	for _, g := range s.cfg.Gateways {
+		d.Gateways[g.Name] = g.Addr
+	}
 	for loc, e := range s.entries {
-		if e.res == nil {
+		if e.res == nil || e.epoch != s.epoch {
 			continue
 		}
 		fe := fileEntry{At: e.res.At, RTTs: map[string]float64{}}
 		for i, rtt := range e.res.RTTs {
 			if rtt > 0 {
-				fe.RTTs[s.cfg.Gateways[i].Name] = float64(rtt) / float64(time.Millisecond)
+				fe.RTTs[e.res.Gateways[i].Name] = float64(rtt) / float64(time.Millisecond)
 			}
 		}
 		d.Locations[loc] = fe
@@ -61,7 +71,10 @@ func (s *Selector) Save(path string) error {
 
 // Load reads path, if it exists, keeping the entries still inside their
 // lifetime. Orders are recomputed from the stored RTTs against the current
-// gateways, so a config change never resurrects a removed gateway.
+// gateways, so a config change never resurrects a removed gateway; when the
+// file was written with another probe, or lacks a gateway now configured
+// (or had it at another address), its results load stale, as Reconfigure
+// would leave them.
 func (s *Selector) Load(path string) (int, error) {
 	data, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -78,6 +91,17 @@ func (s *Selector) Load(path string) (int, error) {
 	n := 0
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	epoch := s.epoch
+	if d.Probe != "" && d.Probe != s.cfg.ProbeID {
+		epoch = 0
+	}
+	if d.Gateways != nil {
+		for _, g := range s.cfg.Gateways {
+			if d.Gateways[g.Name] != g.Addr {
+				epoch = 0
+			}
+		}
+	}
 	for loc, fe := range d.Locations {
 		if now.Sub(fe.At) >= s.cfg.CacheTTL || len(s.entries) >= s.cfg.MaxLocations {
 			continue
@@ -93,45 +117,59 @@ func (s *Selector) Load(path string) (int, error) {
 		if !any {
 			continue
 		}
-		s.entries[loc] = &entry{res: &Result{Order: Order(s.cfg.Gateways, rtts, s.cfg.OmitUnmeasured), RTTs: rtts, At: fe.At}, lastUsed: now}
+		res := &Result{Gateways: s.cfg.Gateways, Order: Order(s.cfg.Gateways, rtts, s.cfg.OmitUnmeasured), RTTs: rtts, At: fe.At}
+		s.entries[loc] = &entry{res: res, epoch: epoch, lastUsed: now}
 		n++
 	}
 	return n, nil
 }
 
-// Persist makes every new result be saved to path (errors go to onErr), and
-// watches path every interval: when the file, once present, is deleted,
-// every location is forgotten and will be probed again. It works in the
-// background until ctx ends.
-func (s *Selector) Persist(ctx context.Context, path string, interval time.Duration, onErr func(error)) {
-	saves := make(chan struct{}, 1)
-	s.mu.Lock()
-	s.onStore = func() {
-		select {
-		case saves <- struct{}{}:
-		default:
-		}
+// requestSave asks the background loop to write the cache file.
+func (s *Selector) requestSave() {
+	select {
+	case s.saves <- struct{}{}:
+	default:
 	}
-	s.mu.Unlock()
-	_, err := os.Stat(path)
-	go s.persist(ctx, path, interval, onErr, saves, err == nil)
 }
 
-func (s *Selector) persist(ctx context.Context, path string, interval time.Duration, onErr func(error), saves chan struct{}, present bool) {
+// persist saves new results to the configured cache file and watches it
+// every interval: when the file, once present, is deleted, every location is
+// forgotten and will be probed again. A reload may change the path; the loop
+// follows it. It runs until Close.
+func (s *Selector) persist(interval time.Duration, watched string, present bool) {
+	defer s.wg.Done()
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
+	follow := func() Config { // the path in force now, after any reload
+		cfg := s.Config()
+		if cfg.CacheFile != watched {
+			watched = cfg.CacheFile
+			_, err := os.Stat(watched)
+			present = watched != "" && err == nil
+		}
+		return cfg
+	}
 	for {
 		select {
-		case <-ctx.Done():
+		case <-s.ctx.Done():
 			return
-		case <-saves:
-			if err := s.Save(path); err != nil {
-				onErr(err)
+		case <-s.saves:
+			cfg := follow()
+			if watched == "" {
+				continue
+			}
+			if err := s.Save(watched); err != nil {
+				if cfg.OnError != nil {
+					cfg.OnError(fmt.Errorf("saving %s: %v", watched, err))
+				}
 			} else {
 				present = true
 			}
 		case <-tick.C:
-			_, err := os.Stat(path)
+			if follow(); watched == "" {
+				continue
+			}
+			_, err := os.Stat(watched)
 			switch {
 			case err == nil:
 				present = true
