@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -63,49 +62,6 @@ func loader(c *e2e.Caddy, how string) func(t *testing.T, caddyfile string) {
 	}
 }
 
-// inMigratingNetns runs the calling test again in a network namespace of
-// its own with net.ipv4.tcp_migrate_req = 1 and reports false, or reports
-// true when called in that run. On Linux each config generation listens on
-// its own SO_REUSEPORT socket and the old one is closed after the new one
-// starts: connections the kernel had queued on the old socket but Caddy had
-// not accepted yet are reset, unless the kernel migrates them to the new
-// socket (tcp_migrate_req, Linux 5.14+). The README tells operators to set
-// it; the namespace keeps the setting away from the rest of the machine.
-func inMigratingNetns(t *testing.T) bool {
-	t.Helper()
-	const marker = "EDGESTEER_TENANT_ROUTE_NETNS"
-	if os.Getenv(marker) != "" {
-		v, err := os.ReadFile("/proc/sys/net/ipv4/tcp_migrate_req")
-		if err != nil || strings.TrimSpace(string(v)) != "1" {
-			t.Fatalf("net.ipv4.tcp_migrate_req in the test's namespace: %q %v", v, err)
-		}
-		return true
-	}
-	ns := fmt.Sprintf("edgesteer-tr-%d", os.Getpid())
-	ip := func(args ...string) {
-		t.Helper()
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %v: %v\n%s", args, err, out)
-		}
-	}
-	ip("netns", "add", ns)
-	t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
-	ip("-n", ns, "link", "set", "lo", "up")
-	ip("netns", "exec", ns, "sysctl", "-qw", "net.ipv4.tcp_migrate_req=1")
-	cmd := exec.Command("ip", "netns", "exec", ns, os.Args[0], "-test.run", "^"+t.Name()+"$", "-test.count=1", "-test.v")
-	cmd.Env = append(os.Environ(), marker+"=1")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s in namespace %s: %v\n%s", t.Name(), ns, err, out)
-	}
-	for _, line := range strings.Split(string(out), "\n") {
-		if strings.Contains(line, "reload_e2e_test.go") {
-			t.Log(strings.TrimSpace(line))
-		}
-	}
-	return false
-}
-
 // searchOn runs a search on an open, bound connection and returns the node
 // that answered.
 func searchOn(conn *ldap.Conn) (string, error) {
@@ -143,7 +99,13 @@ func waitView(t *testing.T, c *e2e.Caddy, what string, ok func(v viewT) bool) vi
 // override survives; a changed k and a removed or added node are applied to
 // the adopted counts; new connections during reloads all succeed.
 func TestReloadKeepsState(t *testing.T) {
-	if !inMigratingNetns(t) {
+	// On Linux each config generation listens on its own SO_REUSEPORT
+	// socket and the old one is closed after the new one starts: connections
+	// the kernel had queued on the old socket but Caddy had not accepted yet
+	// are reset unless the kernel migrates them to the new socket
+	// (tcp_migrate_req, Linux 5.14+). The README tells operators to set it;
+	// the test sets it in a namespace of its own.
+	if !e2e.InNamespace(t, "net.ipv4.tcp_migrate_req=1") {
 		return
 	}
 	for _, how := range []string{"caddy reload", "POST /load"} {

@@ -82,19 +82,33 @@ func NewNamespace(t testing.TB) string {
 }
 
 // InNamespace runs the calling test again, alone, as a child test process
-// inside a fresh namespace (NewNamespace), and reports whether the caller is
-// that child: the parent returns false once the child has passed (its
-// output is shown when it fails), the child returns true and goes on with
-// the test. Everything the test does, its servers and its clients, then
-// shares that namespace and its fixed ports.
-func InNamespace(t *testing.T) bool {
+// inside a fresh namespace (NewNamespace) with the given sysctls set there
+// ("net.ipv4.tcp_migrate_req=1"), and reports whether the caller is that
+// child: the parent returns false once the child has passed (its output is
+// shown when it fails; its own log lines are logged), the child checks the
+// sysctls and returns true, and goes on with the test. Everything the test
+// does, its servers and its clients, then shares that namespace, its fixed
+// ports and its settings, and nothing of the machine's is changed.
+func InNamespace(t *testing.T, sysctls ...string) bool {
 	t.Helper()
 	const marker = "EDGESTEER_TEST_NAMESPACE"
 	if os.Getenv(marker) != "" {
+		for _, kv := range sysctls {
+			k, v, _ := strings.Cut(kv, "=")
+			got, err := os.ReadFile("/proc/sys/" + strings.ReplaceAll(k, ".", "/"))
+			if err != nil || strings.TrimSpace(string(got)) != v {
+				t.Fatalf("%s in the test's namespace: %q %v", kv, got, err)
+			}
+		}
 		return true
 	}
 	Bin(t, "caddy") // build once, here, so the child finds the binaries built
 	ns := NewNamespace(t)
+	for _, kv := range sysctls {
+		if out, err := exec.Command("ip", "netns", "exec", ns, "sysctl", "-qw", kv).CombinedOutput(); err != nil {
+			t.Fatalf("sysctl %s in %s: %v\n%s", kv, ns, err, out)
+		}
+	}
 	cmd := exec.Command("ip", "netns", "exec", ns, os.Args[0],
 		"-test.run", "^"+t.Name()+"$", "-test.count", "1", "-test.v", "-test.timeout", "15m")
 	cmd.Env = append(os.Environ(), marker+"="+ns)
@@ -104,6 +118,11 @@ func InNamespace(t *testing.T) bool {
 	}
 	if !strings.Contains(string(out), "--- PASS: "+t.Name()) {
 		t.Fatalf("%s in namespace %s did not run:\n%s", t.Name(), ns, out)
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.Contains(line, "_test.go:") {
+			t.Log(strings.TrimSpace(line))
+		}
 	}
 	return false
 }
