@@ -36,7 +36,8 @@ type Transport struct {
 	// Ports is the source port range, if no tier map is given.
 	Ports string `json:"ports,omitempty"`
 	TierMapSource
-	// LocalIP is the source address (default: chosen by the kernel).
+	// LocalIP is the source address (default, or 0.0.0.0 / ::: chosen by the
+	// kernel for the route).
 	LocalIP string `json:"local_ip,omitempty"`
 	// USIP uses the client's IP as the source address.
 	USIP bool `json:"usip,omitempty"`
@@ -86,7 +87,9 @@ func (t *Transport) Provision(ctx caddy.Context) error {
 		if t.USIP {
 			return fmt.Errorf("%s: local_ip and usip exclude each other", what)
 		}
-		t.dialer.LocalIP = ip
+		if !ip.IsUnspecified() { // 0.0.0.0 or ::, as an env default: the kernel picks
+			t.dialer.LocalIP = ip
+		}
 	}
 	t.dialer.Transparent = t.USIP
 	if t.HTTP == nil {
