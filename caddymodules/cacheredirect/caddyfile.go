@@ -34,6 +34,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //		bypass_cookie <name...>
 //		bypass_header <name> [<value glob>]
 //		cache_fail_duration <duration>
+//		cache_timeout <duration>
 //		node <name>
 //		# source ports toward the origin (http.reverse_proxy.transport.port_range):
 //		tier_map <file>
@@ -82,14 +83,18 @@ func (c *CacheRedirect) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 			continue
 		}
-		if opt == "client_ip_header" || opt == "cache_fail_duration" {
+		if opt == "client_ip_header" || opt == "cache_fail_duration" || opt == "cache_timeout" {
 			if !d.NextArg() {
 				return d.ArgErr()
 			}
+			dur := &c.CacheFailDuration
+			if opt == "cache_timeout" {
+				dur = &c.CacheTimeout
+			}
 			if opt == "client_ip_header" {
 				c.ClientIPHeader = d.Val()
-			} else if err := c.CacheFailDuration.UnmarshalJSON([]byte(strconv.Quote(d.Val()))); err != nil {
-				return d.Errf("cache_redirect: cache_fail_duration %q: %v", d.Val(), err)
+			} else if err := dur.UnmarshalJSON([]byte(strconv.Quote(d.Val()))); err != nil {
+				return d.Errf("cache_redirect: %s %q: %v", opt, d.Val(), err)
 			}
 			if d.NextArg() {
 				return d.ArgErr()

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 	"go.uber.org/zap"
@@ -27,6 +28,11 @@ import (
 func init() {
 	caddy.RegisterModule(&CacheRedirect{})
 }
+
+// defaultCacheTimeout is below varnish's own first_byte_timeout (60 s), so
+// a miss the cache is still fetching is not cut short by a stricter limit
+// of ours in ordinary cases.
+const defaultCacheTimeout = 30 * time.Second
 
 // CacheRedirect is a terminal handler: it proxies every request, to a
 // cache or to the origin.
@@ -57,6 +63,10 @@ type CacheRedirect struct {
 	// CacheFailDuration is how long a cache that failed is skipped (its
 	// URLs move to the other caches meanwhile; default 10s).
 	CacheFailDuration caddy.Duration `json:"cache_fail_duration,omitempty"`
+	// CacheTimeout bounds the wait for a cache's response headers (default
+	// 30s): a cache that accepts and then hangs fails the try, is skipped
+	// for CacheFailDuration, and a GET is retried on the next cache.
+	CacheTimeout caddy.Duration `json:"cache_timeout,omitempty"`
 	// OriginTransport sets the source ports (and USIP) of connections to the
 	// origin; without it they use Caddy's http transport as is.
 	OriginTransport *prmod.Transport `json:"origin_transport,omitempty"`
@@ -116,8 +126,17 @@ func (c *CacheRedirect) Provision(ctx caddy.Context) error {
 	if c.CacheFailDuration == 0 {
 		c.CacheFailDuration = caddy.Duration(10 * time.Second)
 	}
+	if c.CacheTimeout == 0 {
+		c.CacheTimeout = caddy.Duration(defaultCacheTimeout)
+	}
+	if c.CacheTimeout < 0 || c.CacheFailDuration < 0 {
+		return fmt.Errorf("cache_redirect: cache_timeout %v and cache_fail_duration %v must be positive",
+			time.Duration(c.CacheTimeout), time.Duration(c.CacheFailDuration))
+	}
 
 	cache := &reverseproxy.Handler{
+		TransportRaw: caddyconfig.JSONModuleObject(&reverseproxy.HTTPTransport{ResponseHeaderTimeout: c.CacheTimeout},
+			"protocol", "http", nil),
 		Upstreams: upstreams(c.Caches),
 		LoadBalancing: &reverseproxy.LoadBalancing{
 			SelectionPolicy: &reverseproxy.URIHashSelection{},

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -165,4 +167,110 @@ http://%s {
 	if !strings.Contains(string(body), `"client_ip":"192.0.2.7"`) || strings.Count(string(body), `"path"`) != 1 {
 		t.Fatalf("origin saw %s", body)
 	}
+}
+
+// A cache that accepts connections and never answers: requests that reach
+// it wait at most cache_timeout, are retried on the other cache and
+// succeed; it is then skipped for cache_fail_duration, so later requests
+// for its URLs go to the other cache at once and it sees no new connection.
+func TestHangingCache(t *testing.T) {
+	live := "127.0.0.31:" + strconv.Itoa(e2e.FreePort(t))
+	e2e.StartPeer(t, "cache-live", live, 0)
+	hung, accepted := hangingListener(t, "127.0.0.32:0")
+	origin := e2e.Addr(t)
+	e2e.StartPeer(t, "origin", origin, 0)
+	front := e2e.Addr(t)
+	c := e2e.StartCaddy(t, "caddyfile", fmt.Sprintf(`http://%s {
+	cache_redirect {
+		caches %s %s
+		origin %s
+		cache_timeout 1s
+		cache_fail_duration 1m
+	}
+}`, front, live, hung, origin))
+	c.WaitTCP(t, front)
+	round := func(from, n int, together bool) {
+		t.Helper()
+		peers := make([]string, n)
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				client := http.Client{Timeout: 20 * time.Second}
+				resp, err := client.Get(fmt.Sprintf("http://%s/obj/%d", front, from+i))
+				if err != nil {
+					errs[i] = err
+					return
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 {
+					errs[i] = fmt.Errorf("status %s", resp.Status)
+				}
+				peers[i] = resp.Header.Get("X-Peer")
+			}()
+			if !together {
+				close(start)
+				wg.Wait()
+				start = make(chan struct{})
+			}
+		}
+		if together {
+			close(start)
+		}
+		wg.Wait()
+		for i := range n {
+			if errs[i] != nil || peers[i] != "cache-live" {
+				t.Errorf("/obj/%d: %v, answered by %q, want cache-live", from+i, errs[i], peers[i])
+			}
+		}
+	}
+	round(0, 20, true) // a burst, some of it hashed to the hanging cache
+	first := accepted.Load()
+	if first == 0 {
+		t.Fatal("no request of 20 was hashed to the hanging cache: the test shows nothing")
+	}
+	round(20, 20, false)
+	if n := accepted.Load(); n != first {
+		t.Errorf("the hanging cache got %d more connections after it failed, want none during cache_fail_duration", n-first)
+	}
+}
+
+// hangingListener accepts connections, reads what they send and never
+// answers; it counts the connections.
+func hangingListener(t *testing.T, addr string) (string, *atomic.Int64) {
+	t.Helper()
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n atomic.Int64
+	var conns []net.Conn
+	var mu sync.Mutex
+	t.Cleanup(func() {
+		l.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+	})
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			n.Add(1)
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			go io.Copy(io.Discard, c)
+		}
+	}()
+	return l.Addr().String(), &n
 }
