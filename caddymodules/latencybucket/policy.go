@@ -27,6 +27,7 @@ type policy struct {
 	kind    string
 	key     stateKey
 	state   *pooledState
+	pooled  bool // holds a reference in states
 	lease   *pubsel.Lease
 	table   *sticky.Table // nil with sticky off
 	logger  *zap.Logger
@@ -72,7 +73,7 @@ func (p *policy) provision(ctx caddy.Context, c *Config, kind string, dials []st
 	if err != nil {
 		return fmt.Errorf("latency_bucket: %v", err)
 	}
-	p.key, p.state = key, v.(*pooledState)
+	p.key, p.state, p.pooled = key, v.(*pooledState), true
 	// The generation's context identifies it: two policies of one config
 	// sharing a name must agree on the settings.
 	if p.lease, err = p.state.Lease(ctx.Done(), s); err != nil {
@@ -97,17 +98,19 @@ func (p *policy) provision(ctx caddy.Context, c *Config, kind string, dials []st
 }
 
 // cleanup gives back this generation's lease and pool reference; the state
-// itself stops only when no generation holds it.
+// itself stops only when no generation holds it. Caddy cleans up the old
+// generation without waiting for its last requests and connections, so the
+// state stays reachable for their picks (from a stopped tracker, if it was
+// the last user).
 func (p *policy) cleanup() {
 	if p.lease != nil {
 		p.lease.Release()
-		p.lease = nil
 	}
-	if p.state != nil {
+	if p.pooled {
+		p.pooled = false
 		if _, err := states.Delete(p.key); err != nil {
 			p.logger.Error("releasing latency_bucket state", zap.String("policy", p.name), zap.Error(err))
 		}
-		p.state = nil
 	}
 }
 
