@@ -63,6 +63,15 @@ func (p *policy) provision(ctx caddy.Context, c *Config, kind string, dials []st
 	s := c.settings()
 	s.Tracker.OnRound = p.onRound
 	key := stateKey{kind, p.name}
+	// Metrics and the admin view label a state by name alone.
+	other := stateKey{"layer4", p.name}
+	if kind == "layer4" {
+		other.kind = "http"
+	}
+	if _, used := states.References(other); used {
+		article := map[string]string{"http": "an HTTP", "layer4": "a layer4"}[other.kind]
+		return fmt.Errorf("latency_bucket: name %q is already used by %s policy; give each its own name", p.name, article)
+	}
 	v, adopted, err := states.LoadOrNew(key, func() (caddy.Destructor, error) {
 		st, err := pubsel.NewState(s)
 		if err != nil {

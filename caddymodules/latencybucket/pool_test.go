@@ -106,3 +106,24 @@ func TestGenerationsShareThePooledState(t *testing.T) {
 	}
 	tracker.Stop() // returns at once: the probers are gone
 }
+
+// A name belongs to one kind: metrics and the admin view label states by
+// name alone.
+func TestNameUsedByBothKindsFails(t *testing.T) {
+	h, err := generation(t, Config{Name: "both-kinds"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Cleanup()
+	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
+	defer cancel()
+	l4 := &L4Policy{Config: Config{Name: "both-kinds"}}
+	err = l4.Provision(ctx)
+	l4.Cleanup()
+	if err == nil || !strings.Contains(err.Error(), `name "both-kinds" is already used by an HTTP policy`) {
+		t.Fatalf("layer4 policy named like an HTTP one: %v", err)
+	}
+	if _, ok := states.References(stateKey{"layer4", "both-kinds"}); ok {
+		t.Fatal("the refused policy left a state behind")
+	}
+}

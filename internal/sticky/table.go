@@ -1,25 +1,25 @@
 // Package sticky is a bounded affinity table: it remembers which target a
 // (user, app) pair was sent to, forgets pairs idle longer than a TTL, and
-// holds at most a fixed number of pairs, evicting the least recently used
-// one when a new pair arrives at a full table.
+// holds at most a fixed number of pairs, evicting one not used recently
+// when a new pair arrives at a full table.
 //
 // The bound is exact: a table of n entries holds n pairs before it evicts
-// any, whatever the spread of keys over its shards. Each shard keeps its
-// entries in use order (a doubly linked list threaded through a slice), so
-// its least recently used entry is known exactly; a table small enough to
-// need no sharding (up to 2·shardMin entries) has one shard and is an exact
-// LRU. A larger table evicts the least recently used entry of the shard,
-// among a few sampled, whose oldest entry was used longest ago: an entry
-// used within the last second is evicted only if every sampled shard's
-// oldest entry is that recent too, i.e. only when the whole table turns
-// over within a second.
+// any, whatever the spread of keys over its shards. Eviction is CLOCK
+// (second chance), the usual close approximation of least-recently-used: a
+// use marks an entry, and the eviction hand, sweeping a shard's entries in
+// turn, clears marks and takes the first unmarked entry — one not used
+// since the hand last passed it, never one in use in the meantime. A hit
+// writes nothing when its entry is already marked in the current second,
+// so it costs a map lookup, as a plain map would. A table below 4096
+// entries is one shard; a larger one has up to 64, and evicts from
+// whichever of a few sampled shards offers the candidate used longest ago.
 //
-// Keys are 64-bit hashes of the pair and values are 32-bit target ids with a
-// 32-bit last-use second, so an entry costs a fixed few dozen bytes whatever
-// the strings' length (BenchmarkStickyHit reports B/entry). Two pairs sharing
-// a hash (odds about n²/2⁶⁵ for n entries) would share a target, which
-// stickiness tolerates. Times are whole seconds: an entry's idle time is
-// known to within one second.
+// Keys are 64-bit hashes of the pair and values are 31-bit target ids with
+// a 32-bit last-use second, so an entry costs a fixed few dozen bytes
+// whatever the strings' length (BenchmarkStickyHit reports B/entry). Two
+// pairs sharing a hash (odds about n²/2⁶⁵ for n entries) would share a
+// target, which stickiness tolerates. Times are whole seconds: an entry's
+// idle time is known to within one second.
 package sticky
 
 import (
@@ -38,7 +38,10 @@ const (
 	// when there are fewer).
 	evictSamples  = 5
 	secondsPerSec = int64(time.Second)
-	none          = ^uint32(0) // null link
+	// MaxValue is the largest value a table stores; the top bit of an
+	// entry's value marks a recent use.
+	MaxValue = 1<<31 - 1
+	usedBit  = 1 << 31
 )
 
 // Table maps pair hashes to target ids. It is safe for concurrent use.
@@ -53,21 +56,22 @@ type Table struct {
 	shards []shard
 }
 
+// A shard's map holds the entries, so a hit reads one place; the clock
+// face (ring) only lists the keys in slot order for the eviction hand. A
+// slot is live while its key's entry names it.
 type shard struct {
 	mu    sync.Mutex
-	index map[uint64]uint32 // key → node
-	nodes []node
-	head  uint32 // most recently used
-	tail  uint32 // least recently used
-	free  uint32 // first free node, linked through next
-	_     [24]byte
+	index map[uint64]entry
+	ring  []uint64 // key per slot
+	free  []uint32 // slots of removed entries
+	hand  int
+	_     [16]byte
 }
 
-type node struct {
-	key        uint64
-	value      uint32
-	seen       uint32 // unix seconds of the last use
-	prev, next uint32
+type entry struct {
+	value uint32 // target | usedBit
+	seen  uint32 // unix seconds of the last use
+	slot  uint32 // place on the clock face
 }
 
 // New returns a table holding at most maxEntries pairs (at least 1), each
@@ -81,17 +85,15 @@ func New(maxEntries int, ttl time.Duration) *Table {
 	}
 	t := &Table{seed: maphash.MakeSeed(), shift: uint(64 - bits.TrailingZeros(uint(n))), shards: make([]shard, n)}
 	for i := range t.shards {
-		s := &t.shards[i]
-		s.index = make(map[uint64]uint32)
-		s.head, s.tail, s.free = none, none, none
+		t.shards[i].index = make(map[uint64]entry)
 	}
 	t.SetLimits(maxEntries, ttl)
 	return t
 }
 
 // SetLimits changes the bound and the idle TTL of a table in use, as a
-// reload does. Lowering the bound evicts least recently used entries down
-// to it at once; raising it takes effect for the next insertions.
+// reload does. Lowering the bound evicts entries down to it at once, in
+// eviction order; raising it takes effect for the next insertions.
 func (t *Table) SetLimits(maxEntries int, ttl time.Duration) {
 	var sec int64
 	if ttl > 0 {
@@ -132,28 +134,31 @@ func (t *Table) Get(key uint64, now int64) (uint32, bool) {
 	sec := seconds(now)
 	s := t.shard(key)
 	s.mu.Lock()
-	i, ok := s.index[key]
+	e, ok := s.index[key]
 	if !ok {
 		s.mu.Unlock()
 		return 0, false
 	}
-	n := &s.nodes[i]
-	if t.expired(n.seen, sec) {
-		s.remove(i)
+	if t.expired(e.seen, sec) {
+		s.remove(key, e)
 		s.mu.Unlock()
 		t.count.Add(-1)
 		return 0, false
 	}
-	n.seen = sec
-	v := n.value
-	s.touch(i)
+	if e.seen != sec || e.value&usedBit == 0 { // at most one write per entry per second
+		e.seen, e.value = sec, e.value|usedBit
+		s.index[key] = e
+	}
 	s.mu.Unlock()
-	return v, true
+	return e.value &^ usedBit, true
 }
 
-// Put sets key's target and marks it used. A new key at a full table first
-// evicts the least recently used entry (see the package comment).
+// Put sets key's target (at most MaxValue) and marks it used. A new key at
+// a full table first evicts an entry (see the package comment).
 func (t *Table) Put(key uint64, value uint32, now int64) {
+	if value > MaxValue {
+		panic("sticky: value out of range")
+	}
 	sec := seconds(now)
 	s := t.shard(key)
 	s.mu.Lock()
@@ -181,19 +186,18 @@ func (t *Table) Put(key uint64, value uint32, now int64) {
 
 // update sets an existing key's entry; s.mu is held.
 func (t *Table) update(s *shard, key uint64, value, sec uint32) bool {
-	i, ok := s.index[key]
+	e, ok := s.index[key]
 	if !ok {
 		return false
 	}
-	n := &s.nodes[i]
-	n.value, n.seen = value, sec
-	s.touch(i)
+	e.value, e.seen = value|usedBit, sec
+	s.index[key] = e
 	return true
 }
 
-// evictOne removes the least recently used entry of the sampled shard whose
-// least recently used entry is oldest. It reports false if the sampled
-// shards, then all shards, are empty.
+// evictOne removes the candidate of the sampled shard whose candidate (the
+// entry its hand would take next) was used longest ago. It reports false
+// if the sampled shards, then all shards, are empty.
 func (t *Table) evictOne() bool {
 	n := len(t.shards)
 	start := 0
@@ -212,9 +216,9 @@ func (t *Table) evictFrom(start, count int) bool {
 		i := (start + j) % len(t.shards)
 		s := &t.shards[i]
 		s.mu.Lock()
-		if s.tail != none {
-			if seen := s.nodes[s.tail].seen; best < 0 || seen < bestSeen {
-				best, bestSeen = i, seen
+		if _, e, ok := s.candidate(); ok {
+			if best < 0 || e.seen < bestSeen {
+				best, bestSeen = i, e.seen
 			}
 		}
 		s.mu.Unlock()
@@ -224,11 +228,13 @@ func (t *Table) evictFrom(start, count int) bool {
 	}
 	s := &t.shards[best]
 	s.mu.Lock()
-	if s.tail == none { // emptied meanwhile
+	key, e, ok := s.candidate() // the same one, unless it was used meanwhile
+	if !ok {                    // emptied meanwhile
 		s.mu.Unlock()
 		return t.evictFrom(start, count)
 	}
-	s.remove(s.tail)
+	s.remove(key, e)
+	s.hand++ // past the freed slot: an entry put there has a full turn ahead
 	s.mu.Unlock()
 	t.count.Add(-1)
 	return true
@@ -238,9 +244,9 @@ func (t *Table) evictFrom(start, count int) bool {
 func (t *Table) Delete(key uint64) {
 	s := t.shard(key)
 	s.mu.Lock()
-	i, ok := s.index[key]
+	e, ok := s.index[key]
 	if ok {
-		s.remove(i)
+		s.remove(key, e)
 	}
 	s.mu.Unlock()
 	if ok {
@@ -251,7 +257,7 @@ func (t *Table) Delete(key uint64) {
 // DeleteValue forgets every pair pointing at value (a target that is gone)
 // and returns how many it forgot.
 func (t *Table) DeleteValue(value uint32) int {
-	return t.removeIf(func(n *node) bool { return n.value == value })
+	return t.removeIf(func(e entry) bool { return e.value&^usedBit == value })
 }
 
 // Clear forgets every pair.
@@ -261,9 +267,8 @@ func (t *Table) Clear() {
 		s := &t.shards[i]
 		s.mu.Lock()
 		removed += len(s.index)
-		s.index = make(map[uint64]uint32)
-		s.nodes = nil
-		s.head, s.tail, s.free = none, none, none
+		s.index = make(map[uint64]entry)
+		s.ring, s.free, s.hand = nil, nil, 0
 		s.mu.Unlock()
 	}
 	t.count.Add(-int64(removed))
@@ -288,9 +293,9 @@ func (t *Table) Counts(now int64) map[uint32]int {
 	for i := range t.shards {
 		s := &t.shards[i]
 		s.mu.Lock()
-		for j := s.head; j != none; j = s.nodes[j].next {
-			if n := &s.nodes[j]; !t.expired(n.seen, sec) {
-				out[n.value]++
+		for _, e := range s.index {
+			if !t.expired(e.seen, sec) {
+				out[e.value&^usedBit]++
 			}
 		}
 		s.mu.Unlock()
@@ -300,38 +305,25 @@ func (t *Table) Counts(now int64) map[uint32]int {
 
 // Sweep removes every entry idle past the TTL and returns how many it
 // removed. Get expires entries too; Sweep, run periodically, frees the
-// memory of pairs that never come back. Entries are in use order, so it
-// looks only at the expired ones (and one more per shard).
+// memory of pairs that never come back.
 func (t *Table) Sweep(now int64) int {
 	if t.ttl.Load() == 0 {
 		return 0
 	}
-	sec, removed := seconds(now), 0
-	for i := range t.shards {
-		s := &t.shards[i]
-		s.mu.Lock()
-		for s.tail != none && t.expired(s.nodes[s.tail].seen, sec) {
-			s.remove(s.tail)
-			removed++
-		}
-		s.mu.Unlock()
-	}
-	t.count.Add(-int64(removed))
-	return removed
+	sec := seconds(now)
+	return t.removeIf(func(e entry) bool { return t.expired(e.seen, sec) })
 }
 
-func (t *Table) removeIf(match func(*node) bool) int {
+func (t *Table) removeIf(match func(entry) bool) int {
 	removed := 0
 	for i := range t.shards {
 		s := &t.shards[i]
 		s.mu.Lock()
-		for j := s.head; j != none; {
-			next := s.nodes[j].next
-			if match(&s.nodes[j]) {
-				s.remove(j)
+		for k, e := range s.index {
+			if match(e) {
+				s.remove(k, e)
 				removed++
 			}
-			j = next
 		}
 		s.mu.Unlock()
 	}
@@ -339,58 +331,48 @@ func (t *Table) removeIf(match func(*node) bool) int {
 	return removed
 }
 
-// insert adds a new key at the front; s.mu is held.
+// insert adds a new, not yet marked key; s.mu is held. It takes a free
+// slot (behind the hand, when eviction freed it) or grows the face.
 func (s *shard) insert(key uint64, value, sec uint32) {
-	i := s.free
-	if i != none {
-		s.free = s.nodes[i].next
+	var i uint32
+	if n := len(s.free); n > 0 {
+		i, s.free = s.free[n-1], s.free[:n-1]
+		s.ring[i] = key
 	} else {
-		i = uint32(len(s.nodes))
-		s.nodes = append(s.nodes, node{})
+		i = uint32(len(s.ring))
+		s.ring = append(s.ring, key)
 	}
-	s.nodes[i] = node{key: key, value: value, seen: sec, prev: none, next: s.head}
-	if s.head != none {
-		s.nodes[s.head].prev = i
-	} else {
-		s.tail = i
-	}
-	s.head = i
-	s.index[key] = i
+	s.index[key] = entry{value: value, seen: sec, slot: i}
 }
 
-// touch moves node i to the front; s.mu is held.
-func (s *shard) touch(i uint32) {
-	if s.head == i {
-		return
+// candidate moves the hand to the next unmarked entry, clearing marks on
+// the way (the second chance), and returns it; s.mu is held. Two turns at
+// most: the first clears every mark.
+func (s *shard) candidate() (uint64, entry, bool) {
+	if len(s.index) == 0 {
+		return 0, entry{}, false
 	}
-	s.unlink(i)
-	n := &s.nodes[i]
-	n.prev, n.next = none, s.head
-	s.nodes[s.head].prev = i
-	s.head = i
-	if s.tail == none {
-		s.tail = i
+	for range 2*len(s.ring) + 1 {
+		if s.hand >= len(s.ring) {
+			s.hand = 0
+		}
+		key := s.ring[s.hand]
+		e, ok := s.index[key]
+		switch {
+		case !ok || e.slot != uint32(s.hand): // a free slot
+		case e.value&usedBit != 0:
+			e.value &^= usedBit
+			s.index[key] = e
+		default:
+			return key, e, true
+		}
+		s.hand++
 	}
+	return 0, entry{}, false
 }
 
-// remove unlinks node i, forgets its key and frees it; s.mu is held.
-func (s *shard) remove(i uint32) {
-	s.unlink(i)
-	delete(s.index, s.nodes[i].key)
-	s.nodes[i] = node{next: s.free}
-	s.free = i
-}
-
-func (s *shard) unlink(i uint32) {
-	n := &s.nodes[i]
-	if n.prev != none {
-		s.nodes[n.prev].next = n.next
-	} else {
-		s.head = n.next
-	}
-	if n.next != none {
-		s.nodes[n.next].prev = n.prev
-	} else {
-		s.tail = n.prev
-	}
+// remove forgets key (whose entry is e) and frees its slot; s.mu is held.
+func (s *shard) remove(key uint64, e entry) {
+	delete(s.index, key)
+	s.free = append(s.free, e.slot)
 }

@@ -117,14 +117,18 @@ func TestFloodEvictsLeastRecentlyUsedSmall(t *testing.T) {
 	}
 }
 
-// A sharded table evicts close to LRU: pairs used after the others survive
-// a flood of new pairs almost as large as the number of idle pairs (an
-// eviction that ignored the shards' ages would take in-use pairs from the
-// shards whose idle pairs ran out first).
-func TestFloodEvictsLeastRecentlyUsedLarge(t *testing.T) {
+// A sharded table evicts across shards: after a flood of exactly as many
+// new pairs as there are idle ones, every pair in use is still there, even
+// though the flood and the idle pairs are spread unevenly over the shards
+// (evicting in the new pair's own shard, or in any one shard, would take
+// pairs in use from the shards whose idle pairs ran out first).
+func TestFloodEvictsAcrossShards(t *testing.T) {
 	sec := int64(time.Second)
-	const n = 100_000
+	const n = 12000
 	tb := New(n, time.Hour)
+	if tb.Shards() != 4 {
+		t.Fatalf("%d shards, want 4 (all compared by an eviction)", tb.Shards())
+	}
 	keys := make([]uint64, n)
 	for i := range keys {
 		keys[i] = tb.Key(strconv.Itoa(i), "app")
@@ -133,7 +137,7 @@ func TestFloodEvictsLeastRecentlyUsedLarge(t *testing.T) {
 	for _, k := range keys[:n/2] { // half of them in use later
 		tb.Get(k, 10*sec)
 	}
-	for i := range n / 2 * 95 / 100 { // 95 % of the idle pairs: shards run out of them unevenly
+	for i := range n / 2 {
 		tb.Put(tb.Key("flood", strconv.Itoa(i)), 2, 20*sec)
 	}
 	if tb.Len() != n {
@@ -142,6 +146,11 @@ func TestFloodEvictsLeastRecentlyUsedLarge(t *testing.T) {
 	for i, k := range keys[:n/2] {
 		if _, ok := tb.Get(k, 21*sec); !ok {
 			t.Fatalf("pair %d, in use, evicted while idle pairs remained", i)
+		}
+	}
+	for i, k := range keys[n/2:] {
+		if _, ok := tb.Get(k, 21*sec); ok {
+			t.Fatalf("idle pair %d survived the flood", n/2+i)
 		}
 	}
 }
