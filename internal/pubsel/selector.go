@@ -45,16 +45,16 @@ type Decision struct {
 }
 
 type view[U comparable] struct {
-	gen     uint64
+	gen uint64
 	// fallback: no member is measured, so the pick is the configured
 	// fallback over every member (random or least_conn, Caddy's own view
 	// of availability deciding) and is not pinned.
 	fallback bool
-	first   *U // identity of the pool the view was built from
-	size    int
-	groups  [][]member[U] // active members by bucket, lowest bucket first
-	byID    []int32       // target id → index in members, -1 if absent
-	members []member[U]
+	first    *U // identity of the pool the view was built from
+	size     int
+	groups   [][]member[U] // active members by bucket, lowest bucket first
+	byID     []int32       // target id → index in members, -1 if absent
+	members  []member[U]
 }
 
 type member[U comparable] struct {

@@ -10,8 +10,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -253,125 +251,6 @@ func (t *Tracker) fresh(addr string, id uint32) *Status {
 		Bucket: latency.Unmeasured, Label: "unmeasured", Active: true}
 }
 
-// remove drops a target no holder uses: its prober stops, its id is freed
-// for reuse once onRemove (called first) has forgotten it. t.mu is held.
-func (t *Tracker) remove(tg *target, onRemove func(id uint32)) {
-	if tg.cancel != nil {
-		tg.cancel()
-	}
-	delete(t.targets, tg.addr)
-	tg.removed.Store(true)
-	st := *tg.status.Load()
-	st.Active, st.Label = false, "removed"
-	tg.status.Store(&st)
-	if onRemove != nil {
-		onRemove(tg.id)
-	}
-	t.free = append(t.free, tg.id)
-	t.gen.Add(1)
-}
-
-// Holder is one user's claim on targets (a config generation's upstreams):
-// a target stays probed while any holder (or Ensure) has it.
-type Holder struct {
-	t        *Tracker
-	addrs    map[string]*target // under t.mu
-	released bool
-}
-
-// Hold returns a new holder with no targets.
-func (t *Tracker) Hold() *Holder { return &Holder{t: t, addrs: map[string]*target{}} }
-
-// Ensure registers addr as a target held by h and returns its id.
-func (h *Holder) Ensure(addr string) (uint32, error) {
-	t := h.t
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if h.released {
-		return 0, ErrReleased
-	}
-	if tg, ok := h.addrs[addr]; ok {
-		return tg.id, nil
-	}
-	tg, err := t.ensureLocked(addr)
-	if err != nil {
-		return 0, err
-	}
-	tg.refs++
-	h.addrs[addr] = tg
-	return tg.id, nil
-}
-
-// Release lets go of h's targets; those no other holder has are removed,
-// and onRemove (if set) is called with each one's id before it is reused.
-func (h *Holder) Release(onRemove func(id uint32)) {
-	t := h.t
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if h.released {
-		return
-	}
-	h.released = true
-	for _, tg := range h.addrs {
-		if tg.refs--; tg.refs == 0 && !tg.pinned {
-			t.remove(tg, onRemove)
-		}
-	}
-	h.addrs = nil
-}
-
-// Apply changes the settings of a tracker in use (a reload), keeping what
-// stays comparable:
-//   - a new ProbeID forgets every window (the old rounds measured something
-//     else) and probes every target at once;
-//   - a shorter Window drops the oldest rounds;
-//   - latency and bucket are derived again at once from the kept windows:
-//     a new BucketWidth or NoBuckets places each target afresh, without
-//     hysteresis (its old bucket meant another range); a new segment keeps
-//     the current bucket under the hysteresis rule;
-//   - Probes, Timeout, Interval and Prober apply from the next round, and a
-//     new Interval re-times the wait already under way.
-func (t *Tracker) Apply(cfg Config) error {
-	if err := cfg.Validate(); err != nil {
-		return err
-	}
-	cfg.setDefaults()
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	old := t.cfg.Load()
-	reprobe := cfg.ProbeID != old.ProbeID
-	rebucket := cfg.BucketWidth != old.BucketWidth || cfg.NoBuckets != old.NoBuckets
-	if reprobe {
-		t.epoch.Add(1)
-	}
-	t.cfg.Store(&cfg)
-	for _, tg := range t.targets {
-		tg.mu.Lock()
-		prev := tg.status.Load()
-		st := *prev
-		if reprobe {
-			tg.window = nil
-			st = *t.fresh(tg.addr, tg.id)
-		}
-		if len(tg.window) > cfg.Window {
-			tg.window = slices.Clone(tg.window[len(tg.window)-cfg.Window:])
-		}
-		from := prev.Bucket
-		if rebucket {
-			from = latency.Unmeasured
-		}
-		t.derive(&st, tg, &cfg, from, "")
-		tg.status.Store(&st)
-		tg.mu.Unlock()
-	}
-	t.gen.Add(1)
-	if reprobe || cfg.Interval != old.Interval {
-		wake := make(chan struct{})
-		close(*t.wake.Swap(&wake))
-	}
-	return nil
-}
-
 // Generation changes whenever a target is added or removed or changes
 // bucket or activity, so cached selection views know to rebuild.
 func (t *Tracker) Generation() uint64 { return t.gen.Load() }
@@ -527,14 +406,4 @@ func (t *Tracker) derive(st *Status, tg *target, cfg *Config, from int, label st
 		label = latency.Label(st.Bucket, cfg.BucketWidth)
 	}
 	st.Label = label
-}
-
-// sameSettings reports whether a and b configure a tracker alike (Prober
-// and OnRound are compared through ProbeID only).
-func sameSettings(a, b Config) bool {
-	a.setDefaults()
-	b.setDefaults()
-	return a.BucketWidth == b.BucketWidth && a.NoBuckets == b.NoBuckets && a.Hysteresis == b.Hysteresis &&
-		a.Probes == b.Probes && a.Interval == b.Interval && a.Timeout == b.Timeout && a.Window == b.Window &&
-		a.ProbeID == b.ProbeID && a.MaxTargets == b.MaxTargets && maps.Equal(a.Segments, b.Segments)
 }
