@@ -36,7 +36,7 @@ type PolicyView struct {
 	Name             string          `json:"name"`
 	Kind             string          `json:"kind"`
 	StateSince       time.Time       `json:"state_since"`
-	Generations      int             `json:"generations"`
+	Generations      int             `json:"generations"` // policies of loaded configs holding the state
 	BucketWidthMS    float64         `json:"bucket_width_ms"`
 	Latency          string          `json:"latency"`
 	ProbeWindow      int             `json:"probe_window"`
