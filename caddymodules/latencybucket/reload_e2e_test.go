@@ -375,6 +375,20 @@ func TestReloadAppliesSettingsToAdoptedState(t *testing.T) {
 	if now.StickyEntries != 60-per["publisher-4"] {
 		t.Errorf("sticky entries %d, want %d (publisher-4's %d pins gone)", now.StickyEntries, 60-per["publisher-4"], per["publisher-4"])
 	}
+	// The gauges read the adopted state (Caddy makes a new metrics
+	// registry per config load), once per policy name.
+	for series, want := range map[string]float64{
+		`caddy_edgesteer_latency_bucket_publisher_bucket{policy="settings",publisher="` + pubs[2] + `"}`: 1, // [8,16)
+		`caddy_edgesteer_latency_bucket_publisher_bucket{policy="settings",publisher="` + pubs[0] + `"}`: 0,
+		`caddy_edgesteer_latency_bucket_sticky_entries{policy="settings"}`:                               float64(60 - per["publisher-4"]),
+	} {
+		if v, ok := c.Metric(t, series); !ok || v != want {
+			t.Errorf("%s = %v (found %v), want %v", series, v, ok, want)
+		}
+	}
+	if _, ok := c.Metric(t, `caddy_edgesteer_latency_bucket_publisher_active{policy="settings",publisher="`+pubs[3]+`"}`); ok {
+		t.Error("the removed publisher-4 still has a gauge")
+	}
 	// Probed at once: a minute before the interval would come round.
 	waitView(t, c, "settings", "measured publisher-5", func(v latencybucket.PolicyView) bool {
 		p, ok := publisherView(v, pubs[4])
