@@ -52,6 +52,7 @@ func (t *Tracker) Apply(cfg Config) error {
 		tg.mu.Unlock()
 	}
 	t.gen.Add(1)
+	closeIdle(old.Prober)
 	if reprobe || cfg.Interval != old.Interval {
 		wake := make(chan struct{})
 		close(*t.wake.Swap(&wake))
@@ -67,4 +68,12 @@ func sameSettings(a, b Config) bool {
 	return a.BucketWidth == b.BucketWidth && a.NoBuckets == b.NoBuckets && a.Hysteresis == b.Hysteresis &&
 		a.Probes == b.Probes && a.Interval == b.Interval && a.Timeout == b.Timeout && a.Window == b.Window &&
 		a.ProbeID == b.ProbeID && a.MaxTargets == b.MaxTargets && maps.Equal(a.Segments, b.Segments)
+}
+
+// closeIdle closes the kept-alive connections of a prober being replaced
+// (HTTP probes reuse connections); rounds under way finish regardless.
+func closeIdle(old latency.Prober) {
+	if c, ok := old.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
 }

@@ -196,6 +196,7 @@ func (t *Tracker) Stop() {
 		cancel()
 	}
 	t.wg.Wait()
+	closeIdle(t.cfg.Load().Prober)
 }
 
 // ErrTooManyTargets is returned by Ensure past Config.MaxTargets.
