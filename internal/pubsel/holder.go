@@ -35,6 +35,12 @@ func (h *Holder) Ensure(addr string) (uint32, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if h.released {
+		// A released holder's config may still serve its last requests
+		// (Caddy cleans up without waiting for them): it finds the targets
+		// others hold, but holds nothing new.
+		if tg, ok := t.targets[addr]; ok {
+			return tg.id, nil
+		}
 		return 0, ErrReleased
 	}
 	if tg, ok := h.addrs[addr]; ok {

@@ -202,7 +202,8 @@ func (t *Tracker) Stop() {
 // ErrTooManyTargets is returned by Ensure past Config.MaxTargets.
 var ErrTooManyTargets = errors.New("pubsel: too many probe targets")
 
-// ErrReleased is returned by Holder.Ensure after Release.
+// ErrReleased is returned by Holder.Ensure after Release for an address no
+// holder has.
 var ErrReleased = errors.New("pubsel: holder released")
 
 // Ensure registers addr (host:port) as a target for the tracker's lifetime

@@ -190,6 +190,11 @@ func TestHoldersShareTargets(t *testing.T) {
 	if _, err := h1.Ensure(a); err != ErrReleased {
 		t.Fatalf("Ensure after Release: %v", err)
 	}
+	// A released holder still finds what others hold (its config's last
+	// requests keep their pins), without holding it.
+	if id, err := h1.Ensure(b); err != nil || id != sb.ID {
+		t.Fatalf("released holder looking up b: %d %v", id, err)
+	}
 }
 
 // Apply re-applies settings to the kept measurements.
