@@ -6,21 +6,14 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
-
-	"github.com/edgesteer/edgesteer/caddymodules/internal/live"
 )
 
 func init() {
 	caddy.RegisterModule(Admin{})
 }
 
-// registry holds the live policies, for the admin API and metrics.
-var registry live.Set[*policy]
-
-func livePolicies() []*policy { return registry.List(func(p *policy) string { return p.name }) }
-
 // Admin is the admin API endpoint GET /latency_bucket/: every live
-// latency_bucket policy's publishers with latency, bucket, active state,
+// latency_bucket policy state's publishers with latency, bucket, active state,
 // last probe error and sticky-entry count (the seed's "View Publisher
 // Latency Details").
 type Admin struct{}
@@ -40,13 +33,17 @@ func (Admin) Routes() []caddy.AdminRoute {
 
 // PolicyView is one policy in the admin API's answer.
 type PolicyView struct {
-	Name          string          `json:"name"`
-	Kind          string          `json:"kind"`
-	BucketWidthMS float64         `json:"bucket_width_ms"`
-	Latency       string          `json:"latency"`
-	Sticky        bool            `json:"sticky"`
-	StickyEntries int             `json:"sticky_entries"`
-	Publishers    []PublisherView `json:"publishers"`
+	Name             string          `json:"name"`
+	Kind             string          `json:"kind"`
+	StateSince       time.Time       `json:"state_since"`
+	Generations      int             `json:"generations"` // policies of loaded configs holding the state
+	BucketWidthMS    float64         `json:"bucket_width_ms"`
+	Latency          string          `json:"latency"`
+	ProbeWindow      int             `json:"probe_window"`
+	Sticky           bool            `json:"sticky"`
+	StickyEntries    int             `json:"sticky_entries"`
+	StickyMaxEntries int             `json:"sticky_max_entries"`
+	Publishers       []PublisherView `json:"publishers"`
 }
 
 // PublisherView is one publisher in the admin API's answer.
@@ -58,6 +55,7 @@ type PublisherView struct {
 	Bucket        string    `json:"bucket"`
 	Measured      bool      `json:"measured"`
 	Active        bool      `json:"active"`
+	WindowRounds  int       `json:"window_rounds"`
 	LastRTTsMS    []float64 `json:"last_rtts_ms"`
 	LastError     string    `json:"last_error,omitempty"`
 	LastProbe     time.Time `json:"last_probe,omitzero"`
@@ -73,23 +71,26 @@ func serveAdmin(w http.ResponseWriter, r *http.Request) error {
 	}
 	now := time.Now().UnixNano()
 	views := []PolicyView{}
-	for _, p := range livePolicies() {
-		cfg := p.tracker.Config()
-		v := PolicyView{Name: p.name, Kind: p.kind, BucketWidthMS: ms(cfg.BucketWidth), Latency: "on", Sticky: p.table != nil}
+	for _, p := range pooledStates() {
+		s := p.Settings()
+		cfg := p.Tracker().Config()
+		v := PolicyView{Name: p.key.name, Kind: p.key.kind, StateSince: p.Since(), Generations: p.Leases(),
+			BucketWidthMS: ms(cfg.BucketWidth), Latency: "on", ProbeWindow: cfg.Window, Sticky: s.Sticky}
 		if cfg.NoBuckets {
 			v.Latency = "off"
 		}
 		var counts map[uint32]int
-		if p.table != nil {
-			counts = p.table.Counts(now)
+		if s.Sticky {
+			v.StickyMaxEntries = p.Table().Max()
+			counts = p.Table().Counts(now)
 			for _, n := range counts {
 				v.StickyEntries += n
 			}
 		}
-		for _, st := range p.tracker.Statuses() {
+		for _, st := range p.Tracker().Statuses() {
 			pv := PublisherView{
 				Address: st.Addr, LatencyMS: ms(st.Latency), ProbedMS: ms(st.Probed), SegmentMS: ms(st.Segment),
-				Bucket: st.Label, Measured: st.Measured, Active: st.Active, LastError: st.LastError,
+				Bucket: st.Label, Measured: st.Measured, Active: st.Active, WindowRounds: st.Window, LastError: st.LastError,
 				LastProbe: st.LastProbe, Rounds: st.Rounds, StickyEntries: counts[st.ID], LastRTTsMS: []float64{},
 			}
 			for _, d := range st.LastRTTs {

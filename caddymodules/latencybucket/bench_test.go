@@ -33,7 +33,7 @@ func benchPool(b *testing.B, n int, sticky string) (*HTTPPolicy, reverseproxy.Up
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		measured := 0
-		for _, st := range h.policy.tracker.Statuses() {
+		for _, st := range h.policy.state.Tracker().Statuses() {
 			if st.Measured {
 				measured++
 			}

@@ -20,8 +20,11 @@ import (
 
 // Config is the configuration shared by the HTTP and layer4 policies.
 type Config struct {
-	// Name identifies this policy in metrics and the admin API. Default:
-	// "http-N" or "l4-N", N counting policies in config order.
+	// Name identifies this policy's state (probe measurements, sticky
+	// pins), which outlives a config reload: a new config whose policy has
+	// the same name (and kind) adopts it. It also labels metrics and the
+	// admin API. Default: derived from the kind, the upstreams and a hash of
+	// the upstreams and every setting, e.g. "http:10.0.0.1:443+2~1f2e3d4c".
 	Name string `json:"name,omitempty"`
 
 	// Latency is "on" (default): pick from the lowest latency bucket; or
@@ -139,8 +142,8 @@ func (c *Config) Validate(layer4 bool) error {
 	return nil
 }
 
-// trackerConfig turns the config into the engine's, defaults filled in.
-func (c *Config) trackerConfig() pubsel.Config {
+// settings turns the config into the engine's, defaults filled in.
+func (c *Config) settings() pubsel.Settings {
 	h := pubsel.DefaultHysteresis
 	if c.Hysteresis != nil {
 		h = *c.Hysteresis
@@ -157,17 +160,41 @@ func (c *Config) trackerConfig() pubsel.Config {
 	case "http", "https":
 		prober = latency.NewHTTPProber(c.Probe, c.ProbePath, c.ProbeHost, tlsCfg, false)
 	}
-	return pubsel.Config{
-		BucketWidth: time.Duration(c.BucketWidth),
-		NoBuckets:   c.Latency == "off",
-		Hysteresis:  h,
-		Probes:      c.Probes,
-		Interval:    time.Duration(c.ProbeInterval),
-		Timeout:     time.Duration(c.ProbeTimeout),
-		Window:      c.ProbeWindow,
-		Prober:      prober,
-		Segments:    segs,
+	s := pubsel.Settings{
+		Tracker: pubsel.Config{
+			BucketWidth: time.Duration(c.BucketWidth),
+			NoBuckets:   c.Latency == "off",
+			Hysteresis:  h,
+			Probes:      c.Probes,
+			Interval:    time.Duration(c.ProbeInterval),
+			Timeout:     time.Duration(c.ProbeTimeout),
+			Window:      c.ProbeWindow,
+			Prober:      prober,
+			ProbeID:     c.probeID(),
+			Segments:    segs,
+		},
+		Sticky:           c.Sticky != "off",
+		StickyTTL:        time.Duration(c.StickyTTL),
+		StickyMaxEntries: c.StickyMaxEntries,
 	}
+	if s.StickyTTL == 0 {
+		s.StickyTTL = defaultStickyTTL
+	}
+	if s.StickyMaxEntries == 0 {
+		s.StickyMaxEntries = defaultStickyMaxEntries
+	}
+	return s
+}
+
+// probeID names what the probes measure. Rounds taken with another kind,
+// path, Host or verification are not comparable: a reload that changes
+// any of them forgets the measurements (pins stay).
+func (c *Config) probeID() string {
+	kind := c.Probe
+	if kind == "" {
+		kind = "tcp"
+	}
+	return fmt.Sprintf("%s path=%q host=%q insecure=%v", kind, c.ProbePath, c.ProbeHost, c.ProbeInsecureSkipVerify)
 }
 
 // UnmarshalCaddyfile reads

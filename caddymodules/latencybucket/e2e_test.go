@@ -1,6 +1,7 @@
 package latencybucket_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -71,13 +72,15 @@ func adminView(t *testing.T, c *e2e.Caddy, policy string, n int) latencybucket.P
 }
 
 type answer struct {
-	peer, bucket, decision, latency string
-	err                             error
+	peer, bucket, decision, latency, generation string
+	err                                         error
 }
 
 var client = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 
-func get(url, host, user string) answer {
+func get(url, host, user string) answer { return getWith(client, url, host, user) }
+
+func getWith(client *http.Client, url, host, user string) answer {
 	req, _ := http.NewRequest("GET", url, nil)
 	if host != "" {
 		req.Host = host
@@ -97,6 +100,7 @@ func get(url, host, user string) answer {
 	return answer{
 		peer: resp.Header.Get("X-Peer"), bucket: resp.Header.Get("X-Latency-Bucket"),
 		decision: resp.Header.Get("X-Publisher-Decision"), latency: resp.Header.Get("X-Latency-Ms"),
+		generation: resp.Header.Get("X-Generation"),
 	}
 }
 
@@ -304,7 +308,15 @@ func TestLayer4SeedTableAndStickiness(t *testing.T) {
 // request over the raw connection and returns the answering peer's name.
 func dialL4(front, src string) (string, error) {
 	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 5 * time.Second}
-	conn, err := d.Dial("tcp", front)
+	return dialL4With(d.DialContext, front)
+}
+
+// dialL4With is dialL4 through dial (e.g. one bound to a source address
+// in a network namespace).
+func dialL4With(dial func(ctx context.Context, network, addr string) (net.Conn, error), front string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	conn, err := dial(ctx, "tcp", front)
 	if err != nil {
 		return "", err
 	}
@@ -367,63 +379,68 @@ func TestLayer4Failover(t *testing.T) {
 	}
 }
 
-// A config reload stops the old policy's probing and starts the new one's:
-// the admin view lists only the live policy, and the old one's publisher
-// sees no more probes.
-func TestReloadStopsOldProbing(t *testing.T) {
-	pubs, _ := publishers(t, 1*ms)
+// Probing follows the config generations that use a state: a reload that
+// renames the policy drops the old name's state (the admin view lists only
+// the new one, and the old one's publisher sees no more probes); a reload
+// that keeps the name but removes an upstream stops probing that upstream
+// alone, when no generation uses it any more, while the kept upstream goes
+// on with its rounds counted from before.
+func TestReloadStopsProbingWhatNoGenerationUses(t *testing.T) {
+	pubs, _ := publishers(t, 1*ms, 1*ms)
 	front := e2e.Addr(t)
-	cfg := func(name string) string {
-		return fmt.Sprintf("http://%s {\n\tbind 127.0.0.1\n\treverse_proxy %s {\n\t\tlb_policy latency_bucket {\n\t\t\tname %s\n\t\t\tprobe http /probe\n\t\t\tprobe_interval 100ms\n\t\t}\n\t}\n}\n", front, pubs[0], name)
+	cfg := func(name string, ups ...string) string {
+		return fmt.Sprintf("http://%s {\n\tbind 127.0.0.1\n\treverse_proxy %s {\n\t\tlb_policy latency_bucket {\n\t\t\tname %s\n\t\t\tprobe http /probe\n\t\t\tprobe_interval 100ms\n\t\t}\n\t}\n}\n",
+			front, strings.Join(ups, " "), name)
 	}
-	c := e2e.StartCaddy(t, "caddyfile", cfg("before"))
+	c := e2e.StartCaddy(t, "caddyfile", cfg("before", pubs[0]))
 	adminView(t, c, "before", 1)
-	req, _ := http.NewRequest("POST", "http://"+c.Admin+"/load", strings.NewReader(cfg("after")))
-	req.Header.Set("Content-Type", "text/caddyfile")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 200 {
-		t.Fatalf("reload: %s %s", resp.Status, body)
-	}
-	adminView(t, c, "after", 1)
-	resp, err = http.Get("http://" + c.Admin + "/latency_bucket/")
-	if err != nil {
-		t.Fatal(err)
-	}
+	c.Load(t, "caddyfile", cfg("after", pubs...))
+	adminView(t, c, "after", 2)
 	var views []latencybucket.PolicyView
-	json.NewDecoder(resp.Body).Decode(&views)
-	resp.Body.Close()
+	c.AdminJSON(t, "/latency_bucket/", &views)
 	if len(views) != 1 || views[0].Name != "after" {
 		t.Fatalf("after reload the admin view lists %+v", views)
 	}
 	// The old policy's probe count stands still; the new one's grows.
-	probes := func(policy string) string {
-		resp, err := http.Get("http://" + c.Admin + "/metrics")
-		if err != nil {
-			t.Fatal(err)
+	probes := func(policy, pub string) float64 {
+		v, ok := c.Metric(t, `caddy_edgesteer_latency_bucket_probe_rtt_seconds_count{policy="`+policy+`",publisher="`+pub+`"}`)
+		if !ok {
+			t.Fatalf("no probe count for %s %s", policy, pub)
 		}
-		defer resp.Body.Close()
-		data, _ := io.ReadAll(resp.Body)
-		for _, line := range strings.Split(string(data), "\n") {
-			if strings.HasPrefix(line, `caddy_edgesteer_latency_bucket_probe_rtt_seconds_count{policy="`+policy+`"`) {
-				return line
+		return v
+	}
+	stands := func(policy, pub string) {
+		t.Helper()
+		before := probes(policy, pub)
+		time.Sleep(500 * ms) // five probe intervals
+		if now := probes(policy, pub); now != before {
+			t.Fatalf("%s still probing %s: %v then %v", policy, pub, before, now)
+		}
+	}
+	grows := func(policy, pub string) {
+		t.Helper()
+		before := probes(policy, pub)
+		deadline := time.Now().Add(10 * time.Second)
+		for probes(policy, pub) == before {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s not probing %s", policy, pub)
 			}
+			time.Sleep(50 * ms)
 		}
-		t.Fatalf("no probe count for %s", policy)
-		return ""
 	}
-	before, after := probes("before"), probes("after")
-	time.Sleep(500 * ms)
-	if now := probes("before"); now != before {
-		t.Fatalf("old policy still probing: %s then %s", before, now)
+	stands("before", pubs[0])
+	grows("after", pubs[0])
+
+	// Same name, publisher 2 removed: only its probing stops.
+	was := adminView(t, c, "after", 2)
+	c.Reload(t, "caddyfile", cfg("after", pubs[0]))
+	now := adminView(t, c, "after", 1)
+	if len(now.Publishers) != 1 || now.Publishers[0].Address != pubs[0] || now.StateSince != was.StateSince ||
+		now.Publishers[0].Rounds < was.Publishers[0].Rounds {
+		t.Fatalf("after removing publisher 2: %+v (before: %+v)", now, was)
 	}
-	if now := probes("after"); now == after {
-		t.Fatalf("new policy not probing: %s", now)
-	}
+	stands("after", pubs[1])
+	grows("after", pubs[0])
 }
 
 // failoverUnderLoad sends one request or connection after another with do,

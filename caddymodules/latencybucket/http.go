@@ -35,7 +35,8 @@ func (HTTPPolicy) CaddyModule() caddy.ModuleInfo {
 	}
 }
 
-// Provision starts probing the upstreams of the enclosing reverse_proxy.
+// Provision adopts the policy state of its name (or makes it), applies this
+// config to it and holds the upstreams of the enclosing reverse_proxy.
 func (h *HTTPPolicy) Provision(ctx caddy.Context) error {
 	var dials []string
 	for _, m := range ctx.Modules() {
@@ -51,7 +52,8 @@ func (h *HTTPPolicy) Provision(ctx caddy.Context) error {
 		return err
 	}
 	h.selector = &pubsel.Selector[*reverseproxy.Upstream]{
-		Tracker:   h.policy.tracker,
+		Tracker:   h.policy.state.Tracker(),
+		Holder:    h.policy.lease.Holder(),
 		Host:      httpHost{},
 		LeastConn: h.Within == "least_conn",
 		Sticky:    h.policy.table,
@@ -62,7 +64,7 @@ func (h *HTTPPolicy) Provision(ctx caddy.Context) error {
 // Validate checks the configuration.
 func (h *HTTPPolicy) Validate() error { return h.Config.Validate(false) }
 
-// Cleanup stops probing.
+// Cleanup gives back this config generation's hold on the policy state.
 func (h *HTTPPolicy) Cleanup() error {
 	if h.policy != nil {
 		h.policy.cleanup()

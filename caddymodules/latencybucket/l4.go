@@ -34,7 +34,8 @@ func (L4Policy) CaddyModule() caddy.ModuleInfo {
 	}
 }
 
-// Provision starts probing the upstreams of the enclosing proxy handler.
+// Provision adopts the policy state of its name (or makes it), applies this
+// config to it and holds the upstreams of the enclosing proxy handler.
 func (p *L4Policy) Provision(ctx caddy.Context) error {
 	var dials []string
 	for _, m := range ctx.Modules() {
@@ -52,7 +53,8 @@ func (p *L4Policy) Provision(ctx caddy.Context) error {
 		return err
 	}
 	p.selector = &pubsel.Selector[*l4proxy.Upstream]{
-		Tracker: p.policy.tracker,
+		Tracker: p.policy.state.Tracker(),
+		Holder:  p.policy.lease.Holder(),
 		Host:    l4Host{},
 		Sticky:  p.policy.table,
 	}
@@ -62,7 +64,7 @@ func (p *L4Policy) Provision(ctx caddy.Context) error {
 // Validate checks the configuration.
 func (p *L4Policy) Validate() error { return p.Config.Validate(true) }
 
-// Cleanup stops probing.
+// Cleanup gives back this config generation's hold on the policy state.
 func (p *L4Policy) Cleanup() error {
 	if p.policy != nil {
 		p.policy.cleanup()

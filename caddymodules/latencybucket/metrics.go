@@ -58,7 +58,10 @@ func (m *metrics) observeRound(policy, addr string, r latency.Result) {
 	}
 }
 
-// stateCollector reports every live policy's publishers at scrape time.
+// stateCollector reports every live policy state's publishers at scrape
+// time. It is registered with each config generation's registry (Caddy
+// makes one per load) and reads the process-level pool, so the gauges show
+// the adopted state after a reload.
 type stateCollector struct{}
 
 var (
@@ -79,9 +82,12 @@ func (*stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descSticky
 }
 
+// Collect reads the pooled states, not a config generation's policies: a
+// state adopted across a reload is reported once, with its kept values.
 func (*stateCollector) Collect(ch chan<- prometheus.Metric) {
-	for _, p := range livePolicies() {
-		for _, st := range p.tracker.Statuses() {
+	for _, p := range pooledStates() {
+		name := p.key.name
+		for _, st := range p.Tracker().Statuses() {
 			active, bucket := 0.0, float64(st.Bucket)
 			if st.Active {
 				active = 1
@@ -89,13 +95,13 @@ func (*stateCollector) Collect(ch chan<- prometheus.Metric) {
 			if !st.Measured {
 				bucket = -1
 			} else {
-				ch <- prometheus.MustNewConstMetric(descLatency, prometheus.GaugeValue, st.Latency.Seconds(), p.name, st.Addr)
+				ch <- prometheus.MustNewConstMetric(descLatency, prometheus.GaugeValue, st.Latency.Seconds(), name, st.Addr)
 			}
-			ch <- prometheus.MustNewConstMetric(descActive, prometheus.GaugeValue, active, p.name, st.Addr)
-			ch <- prometheus.MustNewConstMetric(descBucket, prometheus.GaugeValue, bucket, p.name, st.Addr)
+			ch <- prometheus.MustNewConstMetric(descActive, prometheus.GaugeValue, active, name, st.Addr)
+			ch <- prometheus.MustNewConstMetric(descBucket, prometheus.GaugeValue, bucket, name, st.Addr)
 		}
-		if p.table != nil {
-			ch <- prometheus.MustNewConstMetric(descSticky, prometheus.GaugeValue, float64(p.table.Len()), p.name)
+		if p.Settings().Sticky {
+			ch <- prometheus.MustNewConstMetric(descSticky, prometheus.GaugeValue, float64(p.Table().Len()), name)
 		}
 	}
 }

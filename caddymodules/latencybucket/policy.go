@@ -1,12 +1,14 @@
 package latencybucket
 
 import (
+	"encoding/json"
 	"fmt"
+	"hash/fnv"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,21 +19,20 @@ import (
 	"github.com/edgesteer/edgesteer/internal/sticky"
 )
 
-// policy is the runtime shared by the HTTP and layer4 modules: one tracker
-// probing the upstreams, one sticky table, registration with the admin API
-// and metrics.
+// policy is one config generation's use of a latency_bucket state: the
+// lease on the pooled state (shared with the HTTP or layer4 selector of the
+// same name in other generations), metrics and logging.
 type policy struct {
 	name    string
-	kind    string // "http" or "layer4"
-	tracker *pubsel.Tracker
+	kind    string
+	key     stateKey
+	state   *pooledState
+	pooled  bool // holds a reference in states
+	lease   *pubsel.Lease
 	table   *sticky.Table // nil with sticky off
 	logger  *zap.Logger
 	metrics *metrics
-	done    chan struct{}
 
-	// clock is a coarse unix-nanosecond clock for the sticky table, which
-	// counts in seconds: reading it is cheaper than time.Now per request.
-	clock atomic.Int64
 	// counters caches selection counters by target, bucket and decision
 	// (copy on write): resolving label values per request would cost more
 	// than the pick itself.
@@ -39,8 +40,9 @@ type policy struct {
 	countersMu sync.Mutex
 }
 
-// provision validates c, starts probing the static upstreams found in the
-// parent proxy handler's config, and registers the policy.
+// provision validates c, adopts (or makes) the state named by the policy's
+// name, applies c to it, and holds the static upstreams found in the parent
+// proxy handler's config.
 func (p *policy) provision(ctx caddy.Context, c *Config, kind string, dials []string) error {
 	if err := c.Validate(kind == "layer4"); err != nil {
 		return err
@@ -56,75 +58,73 @@ func (p *policy) provision(ctx caddy.Context, c *Config, kind string, dials []st
 	addrs := probeAddrs(dials)
 	p.name = c.Name
 	if p.name == "" {
-		p.name = defaultName(kind, addrs)
+		p.name = defaultName(kind, addrs, c)
 	}
-	cfg := c.trackerConfig()
-	cfg.OnRound = p.onRound
-	if p.tracker, err = pubsel.NewTracker(cfg); err != nil {
+	s := c.settings()
+	s.Tracker.OnRound = p.onRound
+	key := stateKey{kind, p.name}
+	// Metrics and the admin view label a state by name alone.
+	other := stateKey{"layer4", p.name}
+	if kind == "layer4" {
+		other.kind = "http"
+	}
+	if _, used := states.References(other); used {
+		article := map[string]string{"http": "an HTTP", "layer4": "a layer4"}[other.kind]
+		return fmt.Errorf("latency_bucket: name %q is already used by %s policy; give each its own name", p.name, article)
+	}
+	v, adopted, err := states.LoadOrNew(key, func() (caddy.Destructor, error) {
+		st, err := pubsel.NewState(s)
+		if err != nil {
+			return nil, err
+		}
+		return &pooledState{State: st, key: key}, nil
+	})
+	if err != nil {
+		return fmt.Errorf("latency_bucket: %v", err)
+	}
+	p.key, p.state, p.pooled = key, v.(*pooledState), true
+	// The generation's context identifies it: two policies of one config
+	// sharing a name must agree on the settings.
+	if p.lease, err = p.state.Lease(ctx.Done(), s); err != nil {
+		if err == pubsel.ErrConflict {
+			return fmt.Errorf("latency_bucket: name %q is used by two policies with different settings", p.name)
+		}
 		return fmt.Errorf("latency_bucket: %v", err)
 	}
 	for _, a := range addrs {
-		if _, err := p.tracker.Ensure(a); err != nil {
+		if _, err := p.lease.Ensure(a); err != nil {
 			return fmt.Errorf("latency_bucket: upstream %s: %v", a, err)
 		}
 	}
-	if c.Sticky != "off" {
-		ttl, max := time.Duration(c.StickyTTL), c.StickyMaxEntries
-		if ttl == 0 {
-			ttl = defaultStickyTTL
-		}
-		if max == 0 {
-			max = defaultStickyMaxEntries
-		}
-		p.table = sticky.New(max, ttl)
+	if s.Sticky {
+		p.table = p.state.Table()
 	}
-	p.done = make(chan struct{})
-	p.clock.Store(time.Now().UnixNano())
-	p.tracker.Start()
-	go p.tick()
-	registry.Add(p)
 	p.logger.Info("latency_bucket policy provisioned",
-		zap.String("policy", p.name), zap.Strings("probing", addrs),
-		zap.Duration("bucket_width", cfg.BucketWidth), zap.Bool("latency_off", cfg.NoBuckets),
-		zap.Bool("sticky", p.table != nil))
+		zap.String("policy", p.name), zap.Bool("adopted", adopted), zap.Time("state_since", p.state.Since()),
+		zap.Strings("probing", addrs), zap.Duration("bucket_width", p.state.Tracker().Config().BucketWidth),
+		zap.Bool("latency_off", s.Tracker.NoBuckets), zap.Bool("sticky", s.Sticky))
 	return nil
 }
 
+// cleanup gives back this generation's lease and pool reference; the state
+// itself stops only when no generation holds it. Caddy cleans up the old
+// generation without waiting for its last requests and connections, so the
+// state stays reachable for their picks (from a stopped tracker, if it was
+// the last user).
 func (p *policy) cleanup() {
-	registry.Remove(p)
-	if p.done != nil {
-		close(p.done)
+	if p.lease != nil {
+		p.lease.Release()
 	}
-	if p.tracker != nil {
-		p.tracker.Stop()
-	}
-}
-
-// tick advances the coarse clock and, once a minute, drops idle sticky
-// entries.
-func (p *policy) tick() {
-	if p.table == nil {
-		return
-	}
-	tick := time.NewTicker(250 * time.Millisecond)
-	defer tick.Stop()
-	lastSweep := time.Now()
-	for {
-		select {
-		case <-p.done:
-			return
-		case now := <-tick.C:
-			p.clock.Store(now.UnixNano())
-			if now.Sub(lastSweep) >= time.Minute {
-				p.table.Sweep(now.UnixNano())
-				lastSweep = now
-			}
+	if p.pooled {
+		p.pooled = false
+		if _, err := states.Delete(p.key); err != nil {
+			p.logger.Error("releasing latency_bucket state", zap.String("policy", p.name), zap.Error(err))
 		}
 	}
 }
 
-// now is the coarse clock, for the sticky table.
-func (p *policy) now() int64 { return p.clock.Load() }
+// now is the state's coarse clock, for the sticky table.
+func (p *policy) now() int64 { return p.state.Now() }
 
 func (p *policy) onRound(addr string, r latency.Result) {
 	p.metrics.observeRound(p.name, addr, r)
@@ -200,12 +200,24 @@ func probeAddr(dial string) string {
 	return net.JoinHostPort(na.Host, fmt.Sprint(na.StartPort))
 }
 
-func defaultName(kind string, addrs []string) string {
-	switch len(addrs) {
+// defaultName names a policy without a name: its kind, its upstreams and a
+// hash of its upstreams and settings. Two policies get the same default
+// name only if they probe the same upstreams the same way, so sharing state
+// is then harmless; a reload that changes neither keeps the state, one that
+// changes either starts afresh (set name to keep state across such changes).
+func defaultName(kind string, addrs []string, c *Config) string {
+	sorted := slices.Sorted(slices.Values(addrs))
+	h := fnv.New32a()
+	json.NewEncoder(h).Encode(struct {
+		Upstreams []string
+		Config    *Config
+	}{sorted, c})
+	sum := fmt.Sprintf("%08x", h.Sum32())
+	switch len(sorted) {
 	case 0:
-		return kind + ":dynamic"
+		return kind + ":dynamic~" + sum
 	case 1:
-		return kind + ":" + addrs[0]
+		return kind + ":" + sorted[0] + "~" + sum
 	}
-	return fmt.Sprintf("%s:%s+%d", kind, addrs[0], len(addrs)-1)
+	return fmt.Sprintf("%s:%s+%d~%s", kind, sorted[0], len(sorted)-1, sum)
 }

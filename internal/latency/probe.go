@@ -93,6 +93,14 @@ func NewHTTPProber(scheme, path, host string, tlsConfig *tls.Config, fresh bool)
 	}
 }
 
+// CloseIdleConnections closes the kept-alive probe connections of a prober
+// no longer in use (its policy reloaded with a new one, or stopped).
+func (p *HTTPProber) CloseIdleConnections() {
+	if p.Client != nil {
+		p.Client.CloseIdleConnections()
+	}
+}
+
 func (p *HTTPProber) Probe(ctx context.Context, addr string) (time.Duration, error) {
 	scheme, path := p.Scheme, p.Path
 	if scheme == "" {

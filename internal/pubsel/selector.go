@@ -27,7 +27,10 @@ type Host[U comparable] interface {
 // bucket or activity changes, so a pick is a random index and a few atomic
 // loads.
 type Selector[U comparable] struct {
-	Tracker   *Tracker
+	Tracker *Tracker
+	// Holder, if set, registers the pool's upstreams with the tracker, so
+	// they are released with it; else they are registered for good.
+	Holder    *Holder
 	Host      Host[U]
 	LeastConn bool          // fewest connections within the bucket, not random
 	Sticky    *sticky.Table // nil: no stickiness
@@ -42,12 +45,16 @@ type Decision struct {
 }
 
 type view[U comparable] struct {
-	gen     uint64
-	first   *U // identity of the pool the view was built from
-	size    int
-	groups  [][]member[U] // active members by bucket, lowest bucket first
-	byID    []int32       // target id → index in members, -1 if absent
-	members []member[U]
+	gen uint64
+	// fallback: no member is measured, so the pick is the configured
+	// fallback over every member (random or least_conn, Caddy's own view
+	// of availability deciding) and is not pinned.
+	fallback bool
+	first    *U // identity of the pool the view was built from
+	size     int
+	groups   [][]member[U] // active members by bucket, lowest bucket first
+	byID     []int32       // target id → index in members, -1 if absent
+	members  []member[U]
 }
 
 type member[U comparable] struct {
@@ -70,16 +77,21 @@ func (s *Selector[U]) currentView(pool []U) *view[U] {
 func (s *Selector[U]) build(pool []U) *view[U] {
 	// Register first: Ensure may bump the generation, and the view must
 	// carry the generation its statuses were read at or after.
+	ensure := s.Tracker.Ensure
+	if s.Holder != nil {
+		ensure = s.Holder.Ensure
+	}
 	ids := make([]int64, len(pool))
 	for i, u := range pool {
 		ids[i] = -1
 		if addr := s.Host.Addr(u); addr != "" {
-			if id, err := s.Tracker.Ensure(addr); err == nil {
+			if id, err := ensure(addr); err == nil {
 				ids[i] = int64(id)
 			}
 		}
 	}
-	v := &view[U]{gen: s.Tracker.Generation(), first: unsafe.SliceData(pool), size: len(pool)}
+	v := &view[U]{gen: s.Tracker.Generation(), first: unsafe.SliceData(pool), size: len(pool), fallback: true}
+	noBuckets := s.Tracker.cfg.Load().NoBuckets
 	type ranked struct {
 		m      member[U]
 		bucket int
@@ -93,29 +105,38 @@ func (s *Selector[U]) build(pool []U) *view[U] {
 			m.id, m.probed = uint32(ids[i]), true
 			maxID = max(maxID, int(ids[i]))
 			st := s.Tracker.StatusOf(m.id)
+			if st.Measured {
+				v.fallback = false
+			}
+			v.members = append(v.members, m)
 			if !st.Active {
-				v.members = append(v.members, m)
 				continue
 			}
 			bucket = st.Bucket
-			if s.Tracker.cfg.NoBuckets {
-				bucket = 0
-			}
-		} else if s.Tracker.cfg.NoBuckets {
+		} else {
+			v.members = append(v.members, m)
+		}
+		if noBuckets {
 			bucket = 0
 		}
-		v.members = append(v.members, m)
 		active = append(active, ranked{m, bucket})
 	}
-	slices.SortStableFunc(active, func(a, b ranked) int { return a.bucket - b.bucket })
-	for i := 0; i < len(active); {
-		j := i
-		var g []member[U]
-		for ; j < len(active) && active[j].bucket == active[i].bucket; j++ {
-			g = append(g, active[j].m)
+	if v.fallback {
+		// Nothing measured yet (cold start, or no probe ever succeeded):
+		// latency says nothing, and a round that failed says little more
+		// than Caddy's own health does, so every member is a candidate.
+		v.groups = [][]member[U]{v.members}
+	} else {
+		slices.SortStableFunc(active, func(a, b ranked) int { return a.bucket - b.bucket })
+		for i := 0; i < len(active); {
+			j := i
+			var g []member[U]
+			for ; j < len(active) && active[j].bucket == active[i].bucket; j++ {
+				g = append(g, active[j].m)
+			}
+			v.groups = append(v.groups, g)
+			i = j
 		}
-		v.groups = append(v.groups, g)
-		i = j
 	}
 	v.byID = make([]int32, maxID+1)
 	for i := range v.byID {
@@ -132,7 +153,9 @@ func (s *Selector[U]) build(pool []U) *view[U] {
 // Select picks an upstream for the (user, app) pair at now (unix ns): the
 // pair's sticky publisher if it is still active and available, else a
 // random (or least-loaded) available member of the lowest bucket that has
-// one. It returns ok false when no upstream is available.
+// one. While no member of the pool is measured, it picks among all
+// available members and pins nothing. It returns ok false when no upstream
+// is available.
 func (s *Selector[U]) Select(pool []U, user, app string, now int64) (u U, d Decision, ok bool) {
 	if len(pool) == 0 {
 		return u, d, false
@@ -143,7 +166,7 @@ func (s *Selector[U]) Select(pool []U, user, app string, now int64) (u U, d Deci
 		key = s.Sticky.Key(user, app)
 		if id, hit := s.Sticky.Get(key, now); hit && int(id) < len(v.byID) && v.byID[id] >= 0 {
 			m := v.members[v.byID[id]]
-			if st := s.Tracker.StatusOf(id); st.Active && s.Host.Available(m.u) {
+			if st := s.Tracker.StatusOf(id); st != nil && st.Active && s.Host.Available(m.u) {
 				return m.u, Decision{Status: st, Sticky: true}, true
 			}
 		}
@@ -157,7 +180,7 @@ func (s *Selector[U]) Select(pool []U, user, app string, now int64) (u U, d Deci
 			d.Status = s.Tracker.StatusOf(m.id)
 			// A pick made before anything in the pool was measured is not
 			// latency-based: do not pin the pair to it.
-			if s.Sticky != nil && (d.Status.Measured || s.Tracker.cfg.NoBuckets) {
+			if s.Sticky != nil && !v.fallback && (d.Status.Measured || s.Tracker.cfg.Load().NoBuckets) {
 				s.Sticky.Put(key, m.id, now)
 			}
 		}

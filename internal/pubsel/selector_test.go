@@ -36,18 +36,25 @@ func newTracker(t *testing.T, cfg Config) *Tracker {
 	return tr
 }
 
-// measure records one probe round with the given best RTT (0: all failed).
+// measure records one probe round with the given best RTT (0: all failed),
+// registering addr for good if it is not a target yet.
 func measure(t *testing.T, tr *Tracker, addr string, rtt time.Duration) {
 	t.Helper()
-	id, err := tr.Ensure(addr)
-	if err != nil {
-		t.Fatal(err)
+	tr.mu.Lock()
+	tg := tr.targets[addr]
+	tr.mu.Unlock()
+	if tg == nil {
+		id, err := tr.Ensure(addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tg = (*tr.byID.Load())[id]
 	}
 	r := latency.Result{RTTs: []time.Duration{rtt}, Best: rtt, OK: 1}
 	if rtt == 0 {
 		r = latency.Result{RTTs: []time.Duration{0}, Err: errors.New("connection refused")}
 	}
-	tr.record((*tr.byID.Load())[id], r, time.Now())
+	tr.record(tg, r, time.Now(), tr.epoch.Load())
 }
 
 func pubs(n int) []*up {
@@ -278,5 +285,31 @@ func TestConfigValidateNamesOption(t *testing.T) {
 		if _, err := NewTracker(c); err == nil {
 			t.Errorf("%+v accepted", c)
 		}
+	}
+}
+
+// Until any publisher of the pool is measured, picks are random over the
+// publishers Caddy calls available, even those whose probe rounds failed
+// (a probe that never succeeds must not refuse every connection), and
+// nothing is pinned. The first measurement ends the fallback.
+func TestFallbackUntilMeasured(t *testing.T) {
+	tr := newTracker(t, Config{})
+	p := pubs(3)
+	for _, x := range p {
+		measure(t, tr, x.addr, 0) // every round failed: inactive, unmeasured
+	}
+	p[2].down = true // Caddy's health says no
+	s := &Selector[*up]{Tracker: tr, Host: upHost{}, Sticky: sticky.New(1000, time.Hour)}
+	c := counts(t, s, p, 400, func(i int) string { return fmt.Sprint(i) })
+	if c["publisher1:443"] < 100 || c["publisher2:443"] < 100 || c["publisher3:443"] != 0 {
+		t.Fatalf("fallback picks %v: want 1 and 2, never the unavailable 3", c)
+	}
+	if s.Sticky.Len() != 0 {
+		t.Fatalf("%d pairs pinned before any measurement", s.Sticky.Len())
+	}
+	measure(t, tr, p[1].addr, 10*ms)
+	c = counts(t, s, p, 100, func(i int) string { return fmt.Sprint(i) })
+	if c["publisher2:443"] != 100 || s.Sticky.Len() != 100 {
+		t.Fatalf("after a measurement: %v, %d pinned", c, s.Sticky.Len())
 	}
 }

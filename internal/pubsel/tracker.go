@@ -52,6 +52,10 @@ type Config struct {
 	// MaxTargets bounds how many addresses are probed; others stay
 	// unmeasured.
 	MaxTargets int
+	// ProbeID names what Prober measures (kind, path, host…): rounds taken
+	// under another ProbeID are not comparable, so Apply with a new one
+	// forgets every measurement.
+	ProbeID string
 	// OnRound, if set, is called after every probe round of a target.
 	OnRound func(addr string, r latency.Result)
 }
@@ -111,6 +115,7 @@ type Status struct {
 	Label     string          `json:"bucket_label"` // "[0,32)", "unmeasured", or "all" with NoBuckets
 	Measured  bool            `json:"measured"`
 	Active    bool            `json:"active"`
+	Window    int             `json:"window"` // successful rounds in the window
 	LastRTTs  []time.Duration `json:"last_rtts_ns,omitempty"`
 	LastError string          `json:"last_error,omitempty"`
 	LastProbe time.Time       `json:"last_probe,omitzero"`
@@ -120,17 +125,29 @@ type Status struct {
 type target struct {
 	addr    string
 	id      uint32
-	segment time.Duration
 	status  atomic.Pointer[Status]
-	window  []time.Duration // best RTT of recent successful rounds, newest last
+	removed atomic.Bool
+
+	// Under Tracker.mu:
+	refs   int                // holders using the target
+	pinned bool               // added by Tracker.Ensure: kept until Stop
+	cancel context.CancelFunc // stops its prober; nil before Start
+
+	mu     sync.Mutex      // orders rounds and re-applied settings
+	window []time.Duration // best RTT of recent successful rounds, newest last
 }
 
-// Tracker probes publishers in the background and keeps their status.
+// Tracker probes publishers in the background and keeps their status. Its
+// targets outlive any one user: holders (one per config generation) share
+// them, and a target is dropped when its last holder lets go.
 type Tracker struct {
-	cfg Config
+	cfg   atomic.Pointer[Config]
+	epoch atomic.Uint64 // bumped when ProbeID changes: older rounds are discarded
+	wake  atomic.Pointer[chan struct{}]
 
 	mu      sync.Mutex
 	targets map[string]*target
+	free    []uint32                  // ids of removed targets, for reuse
 	byID    atomic.Pointer[[]*target] // copy-on-write, indexed by id
 	gen     atomic.Uint64             // bumped when any bucket or activity changes
 	ctx     context.Context
@@ -144,15 +161,20 @@ func NewTracker(cfg Config) (*Tracker, error) {
 		return nil, err
 	}
 	cfg.setDefaults()
-	t := &Tracker{cfg: cfg, targets: map[string]*target{}}
+	t := &Tracker{targets: map[string]*target{}}
+	t.cfg.Store(&cfg)
 	t.byID.Store(&[]*target{})
+	wake := make(chan struct{})
+	t.wake.Store(&wake)
 	return t, nil
 }
 
 // Config returns the tracker's configuration with defaults filled in.
-func (t *Tracker) Config() Config { return t.cfg }
+func (t *Tracker) Config() Config { return *t.cfg.Load() }
 
-// Start begins probing every known target and those added later.
+// Start begins probing every known target and those added later. The
+// probers run until Stop, whoever started them: they belong to the
+// tracker, not to the caller's request or config lifetime.
 func (t *Tracker) Start() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -160,7 +182,7 @@ func (t *Tracker) Start() {
 		return
 	}
 	t.ctx, t.cancel = context.WithCancel(context.Background())
-	for _, tg := range *t.byID.Load() {
+	for _, tg := range t.targets {
 		t.launch(tg)
 	}
 }
@@ -174,96 +196,161 @@ func (t *Tracker) Stop() {
 		cancel()
 	}
 	t.wg.Wait()
+	closeIdle(t.cfg.Load().Prober)
 }
 
 // ErrTooManyTargets is returned by Ensure past Config.MaxTargets.
 var ErrTooManyTargets = errors.New("pubsel: too many probe targets")
 
-// Ensure registers addr (host:port) as a target and returns its id. A new
-// target starts unmeasured and active; it is probed at once if the tracker
-// has started.
+// ErrReleased is returned by Holder.Ensure after Release for an address no
+// holder has.
+var ErrReleased = errors.New("pubsel: holder released")
+
+// Ensure registers addr (host:port) as a target for the tracker's lifetime
+// and returns its id. A new target starts unmeasured and active; it is
+// probed at once if the tracker has started.
 func (t *Tracker) Ensure(addr string) (uint32, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	tg, err := t.ensureLocked(addr)
+	if err != nil {
+		return 0, err
+	}
+	tg.pinned = true
+	return tg.id, nil
+}
+
+func (t *Tracker) ensureLocked(addr string) (*target, error) {
 	if tg, ok := t.targets[addr]; ok {
-		return tg.id, nil
+		return tg, nil
+	}
+	if len(t.targets) >= t.cfg.Load().MaxTargets {
+		return nil, ErrTooManyTargets
 	}
 	old := *t.byID.Load()
-	if len(old) >= t.cfg.MaxTargets {
-		return 0, ErrTooManyTargets
+	id := uint32(len(old))
+	if n := len(t.free); n > 0 {
+		id, t.free = t.free[n-1], t.free[:n-1]
 	}
-	tg := &target{addr: addr, id: uint32(len(old)), segment: t.cfg.Segments[addr]}
-	tg.status.Store(&Status{Addr: addr, ID: tg.id, Segment: tg.segment, Bucket: latency.Unmeasured, Label: "unmeasured", Active: true})
+	byID := make([]*target, max(len(old), int(id)+1))
+	copy(byID, old)
+	tg := &target{addr: addr, id: id}
+	tg.status.Store(t.fresh(addr, id))
+	byID[id] = tg
 	t.targets[addr] = tg
-	byID := append(old[:len(old):len(old)], tg)
 	t.byID.Store(&byID)
 	t.gen.Add(1)
 	if t.ctx != nil {
 		t.launch(tg)
 	}
-	return tg.id, nil
+	return tg, nil
 }
 
-// Generation changes whenever a target is added or changes bucket or
-// activity, so cached selection views know to rebuild.
+// fresh is the status of a target with no measurement: active, so that it
+// can serve (after every measured one) until a round says otherwise.
+func (t *Tracker) fresh(addr string, id uint32) *Status {
+	return &Status{Addr: addr, ID: id, Segment: t.cfg.Load().Segments[addr],
+		Bucket: latency.Unmeasured, Label: "unmeasured", Active: true}
+}
+
+// Generation changes whenever a target is added or removed or changes
+// bucket or activity, so cached selection views know to rebuild.
 func (t *Tracker) Generation() uint64 { return t.gen.Load() }
 
 // StatusOf returns the status of target id.
 func (t *Tracker) StatusOf(id uint32) *Status {
 	byID := *t.byID.Load()
-	if int(id) >= len(byID) {
+	if int(id) >= len(byID) || byID[id] == nil {
 		return nil
 	}
 	return byID[id].status.Load()
 }
 
-// Statuses returns every target's status, in id order.
+// Statuses returns every current target's status, in id order.
 func (t *Tracker) Statuses() []Status {
 	byID := *t.byID.Load()
-	out := make([]Status, len(byID))
-	for i, tg := range byID {
-		out[i] = *tg.status.Load()
+	out := make([]Status, 0, len(byID))
+	for _, tg := range byID {
+		if tg != nil && !tg.removed.Load() {
+			out = append(out, *tg.status.Load())
+		}
 	}
 	return out
 }
 
+// launch starts tg's prober; t.mu is held.
 func (t *Tracker) launch(tg *target) {
+	ctx, cancel := context.WithCancel(t.ctx)
+	tg.cancel = cancel
 	t.wg.Add(1)
 	go func() {
 		defer t.wg.Done()
-		tick := time.NewTicker(t.cfg.Interval)
-		defer tick.Stop()
+		defer cancel()
 		for {
-			t.Round(t.ctx, tg.id)
-			select {
-			case <-t.ctx.Done():
+			start, epoch := time.Now(), t.epoch.Load()
+			t.round(ctx, tg)
+			if !t.wait(ctx, start, epoch) {
 				return
-			case <-tick.C:
 			}
 		}
 	}()
 }
 
-// Round runs one probe round for target id now and records it.
-func (t *Tracker) Round(ctx context.Context, id uint32) {
-	byID := *t.byID.Load()
-	if int(id) >= len(byID) {
-		return
-	}
-	tg := byID[id]
-	r := latency.Measure(ctx, t.cfg.Prober, tg.addr, t.cfg.Probes, t.cfg.Timeout)
-	if ctx.Err() != nil {
-		return // stopping: a cancelled round says nothing about the target
-	}
-	t.record(tg, r, time.Now())
-	if t.cfg.OnRound != nil {
-		t.cfg.OnRound(tg.addr, r)
+// wait sleeps until the round begun at start is an interval old, re-timed
+// when Apply changes the interval and cut short when it changes the probe.
+// It reports false when ctx ends.
+func (t *Tracker) wait(ctx context.Context, start time.Time, epoch uint64) bool {
+	for {
+		wake := *t.wake.Load()
+		d := time.Until(start.Add(t.cfg.Load().Interval))
+		if t.epoch.Load() != epoch || d <= 0 {
+			return ctx.Err() == nil
+		}
+		timer := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return false
+		case <-timer.C:
+			return true
+		case <-wake:
+			timer.Stop()
+		}
 	}
 }
 
-// record folds one round into the target's status. Only the target's own
-// prober goroutine (or a test) calls it, so window needs no lock.
-func (t *Tracker) record(tg *target, r latency.Result, now time.Time) {
+// Round runs one probe round for target id now and records it.
+func (t *Tracker) Round(ctx context.Context, id uint32) {
+	byID := *t.byID.Load()
+	if int(id) < len(byID) && byID[id] != nil {
+		t.round(ctx, byID[id])
+	}
+}
+
+func (t *Tracker) round(ctx context.Context, tg *target) {
+	cfg, epoch := t.cfg.Load(), t.epoch.Load()
+	r := latency.Measure(ctx, cfg.Prober, tg.addr, cfg.Probes, cfg.Timeout)
+	if ctx.Err() != nil {
+		return // stopping: a cancelled round says nothing about the target
+	}
+	if !t.record(tg, r, time.Now(), epoch) {
+		return
+	}
+	if on := t.cfg.Load().OnRound; on != nil {
+		on(tg.addr, r)
+	}
+}
+
+// record folds one round, begun under probe epoch, into the target's
+// status; it reports false if the probe changed meanwhile (the round is
+// then discarded).
+func (t *Tracker) record(tg *target, r latency.Result, now time.Time, epoch uint64) bool {
+	tg.mu.Lock()
+	defer tg.mu.Unlock()
+	if t.epoch.Load() != epoch {
+		return false
+	}
+	cfg := t.cfg.Load()
 	prev := tg.status.Load()
 	st := *prev
 	st.LastRTTs, st.LastProbe, st.Rounds = r.RTTs, now, prev.Rounds+1
@@ -276,25 +363,49 @@ func (t *Tracker) record(tg *target, r latency.Result, now time.Time) {
 	} else {
 		st.Active = true
 		tg.window = append(tg.window, r.Best)
-		if len(tg.window) > t.cfg.Window {
-			tg.window = tg.window[len(tg.window)-t.cfg.Window:]
+		if len(tg.window) > cfg.Window {
+			tg.window = tg.window[len(tg.window)-cfg.Window:]
 		}
-		best := tg.window[0]
-		for _, d := range tg.window[1:] {
-			best = min(best, d)
-		}
-		st.Probed, st.Latency, st.Measured = best, best+tg.segment, true
-		if t.cfg.NoBuckets {
-			st.Bucket, st.Label = 0, "all"
-		} else {
-			st.Bucket = latency.Rebucket(prev.Bucket, st.Latency, t.cfg.BucketWidth, t.cfg.Hysteresis)
-			if st.Bucket != prev.Bucket {
-				st.Label = latency.Label(st.Bucket, t.cfg.BucketWidth)
-			}
-		}
+		t.derive(&st, tg, cfg, prev.Bucket, prev.Label)
 	}
 	tg.status.Store(&st)
 	if st.Active != prev.Active || st.Bucket != prev.Bucket {
 		t.gen.Add(1)
 	}
+	return true
+}
+
+// derive sets latency and bucket from tg's window (tg.mu held). The bucket
+// follows the cold-start rule: until the window holds cfg.Window rounds the
+// target is placed by its current minimum alone; from then on hysteresis
+// keeps it in bucket from while the latency stays within that bucket's
+// widened bounds. So a noisy first round cannot hold a publisher in the
+// wrong bucket: it is re-placed by every round until the window is full.
+// label is from's label if known, saving a string per round.
+func (t *Tracker) derive(st *Status, tg *target, cfg *Config, from int, label string) {
+	st.Segment = cfg.Segments[tg.addr]
+	st.Window = len(tg.window)
+	if len(tg.window) == 0 {
+		st.Probed, st.Latency, st.Measured = 0, 0, false
+		st.Bucket, st.Label = latency.Unmeasured, "unmeasured"
+		return
+	}
+	best := tg.window[0]
+	for _, d := range tg.window[1:] {
+		best = min(best, d)
+	}
+	st.Probed, st.Latency, st.Measured = best, best+st.Segment, true
+	switch {
+	case cfg.NoBuckets:
+		st.Bucket, st.Label = 0, "all"
+		return
+	case len(tg.window) < cfg.Window:
+		st.Bucket = latency.Bucket(st.Latency, cfg.BucketWidth)
+	default:
+		st.Bucket = latency.Rebucket(from, st.Latency, cfg.BucketWidth, cfg.Hysteresis)
+	}
+	if st.Bucket != from || label == "" {
+		label = latency.Label(st.Bucket, cfg.BucketWidth)
+	}
+	st.Label = label
 }

@@ -57,33 +57,130 @@ func TestIdleTTL(t *testing.T) {
 	}
 }
 
-// Each shard holds max/64 entries; a full shard evicts an old entry, never
-// one just used, and never grows.
-func TestBoundedEviction(t *testing.T) {
-	sec := int64(time.Second)
-	tb := New(64*5, 0)
-	key := func(i uint64) uint64 { return 5<<58 | i } // all in shard 5
-	for i := range uint64(5) {
-		tb.Put(key(i), uint32(i), 0)
-	}
-	for i := uint64(1); i < 5; i++ {
-		tb.Get(key(i), 10*sec) // all but 0 used recently
-	}
-	tb.Put(key(5), 5, 11*sec)
-	if _, ok := tb.Get(key(0), 12*sec); ok {
-		t.Fatal("the least recently used entry survived eviction")
-	}
-	for _, i := range []uint64{1, 2, 3, 4, 5} {
-		if v, ok := tb.Get(key(i), 13*sec); !ok || v != uint32(i) {
-			t.Fatalf("entry %d lost", i)
+// The bound is exact: a table of 100 (one shard) and one of 100,000 (many
+// shards) each hold exactly that many pairs before evicting, and never more.
+func TestExactBound(t *testing.T) {
+	for _, n := range []int{1, 100, 5000, 100_000} {
+		tb := New(n, 0)
+		keys := make([]uint64, n)
+		for i := range keys {
+			keys[i] = tb.Key(strconv.Itoa(i), "app")
+			tb.Put(keys[i], uint32(i), 0)
+		}
+		if tb.Len() != n {
+			t.Fatalf("max %d (%d shards): holds %d after %d puts", n, tb.Shards(), tb.Len(), n)
+		}
+		for i, k := range keys {
+			if v, ok := tb.Get(k, 0); !ok || v != uint32(i) {
+				t.Fatalf("max %d: pair %d evicted before the table was full", n, i)
+			}
+		}
+		tb.Put(tb.Key("one", "more"), 1, 0)
+		if tb.Len() != n {
+			t.Fatalf("max %d: holds %d after one more", n, tb.Len())
 		}
 	}
-	// A flood of distinct keys never grows the table past its bound.
-	for i := range uint64(100000) {
-		tb.Put(i*0x9E3779B97F4A7C15, 1, 20*sec)
+	if New(100, 0).Shards() != 1 || New(100_000, 0).Shards() < 16 || New(1<<22, 0).Shards() != maxShards {
+		t.Fatal("shard counts: want one for small tables, more for large ones")
 	}
-	if n := tb.Len(); n > 64*5 {
-		t.Fatalf("table holds %d entries, bound %d", n, 64*5)
+}
+
+// A small table is an exact LRU: a flood of new keys evicts the least
+// recently used, never an entry in use, even when everything happens
+// within one second.
+func TestFloodEvictsLeastRecentlyUsedSmall(t *testing.T) {
+	tb := New(100, time.Hour)
+	active := make([]uint64, 50)
+	for i := range active {
+		active[i] = tb.Key("active", strconv.Itoa(i))
+		tb.Put(active[i], uint32(i), 0)
+	}
+	for i := range 10_000 {
+		tb.Put(tb.Key("flood", strconv.Itoa(i)), 7, 0)
+		if i%40 == 0 { // the active pairs are used every 40 new keys
+			for j, k := range active {
+				if v, ok := tb.Get(k, 0); !ok || v != uint32(j) {
+					t.Fatalf("after %d new keys an active pair was evicted", i)
+				}
+			}
+		}
+		if tb.Len() > 100 {
+			t.Fatalf("holds %d", tb.Len())
+		}
+	}
+	// The last flood keys are the most recent; the oldest flood keys went.
+	if _, ok := tb.Get(tb.Key("flood", "9999"), 0); !ok {
+		t.Fatal("the newest key was evicted")
+	}
+	if _, ok := tb.Get(tb.Key("flood", "0"), 0); ok {
+		t.Fatal("the oldest flood key survived")
+	}
+}
+
+// A sharded table evicts across shards: after a flood of exactly as many
+// new pairs as there are idle ones, every pair in use is still there, even
+// though the flood and the idle pairs are spread unevenly over the shards
+// (evicting in the new pair's own shard, or in any one shard, would take
+// pairs in use from the shards whose idle pairs ran out first).
+func TestFloodEvictsAcrossShards(t *testing.T) {
+	sec := int64(time.Second)
+	const n = 12000
+	tb := New(n, time.Hour)
+	if tb.Shards() != 4 {
+		t.Fatalf("%d shards, want 4 (all compared by an eviction)", tb.Shards())
+	}
+	keys := make([]uint64, n)
+	for i := range keys {
+		keys[i] = tb.Key(strconv.Itoa(i), "app")
+		tb.Put(keys[i], 1, 0)
+	}
+	for _, k := range keys[:n/2] { // half of them in use later
+		tb.Get(k, 10*sec)
+	}
+	for i := range n / 2 {
+		tb.Put(tb.Key("flood", strconv.Itoa(i)), 2, 20*sec)
+	}
+	if tb.Len() != n {
+		t.Fatalf("holds %d", tb.Len())
+	}
+	for i, k := range keys[:n/2] {
+		if _, ok := tb.Get(k, 21*sec); !ok {
+			t.Fatalf("pair %d, in use, evicted while idle pairs remained", i)
+		}
+	}
+	for i, k := range keys[n/2:] {
+		if _, ok := tb.Get(k, 21*sec); ok {
+			t.Fatalf("idle pair %d survived the flood", n/2+i)
+		}
+	}
+}
+
+// Lowering the bound of a table in use (a reload) evicts the least
+// recently used down to it; DeleteValue and Clear forget pairs.
+func TestSetLimitsDeleteValueClear(t *testing.T) {
+	tb := New(100, 0)
+	for i := range 100 {
+		tb.Put(tb.Key(strconv.Itoa(i), ""), uint32(i%4), int64(i)*int64(time.Second))
+	}
+	tb.SetLimits(10, time.Minute)
+	if tb.Len() != 10 || tb.Max() != 10 {
+		t.Fatalf("after shrinking: %d entries, max %d", tb.Len(), tb.Max())
+	}
+	for i := 90; i < 100; i++ {
+		if _, ok := tb.Get(tb.Key(strconv.Itoa(i), ""), 100*int64(time.Second)); !ok {
+			t.Fatalf("recent pair %d evicted by the shrink", i)
+		}
+	}
+	if n := tb.DeleteValue(1); n != 2 || tb.Len() != 8 { // pairs 93 and 97
+		t.Fatalf("DeleteValue removed %d, %d left", n, tb.Len())
+	}
+	if c := tb.Counts(100 * int64(time.Second)); c[1] != 0 || c[0]+c[2]+c[3] != 8 {
+		t.Fatalf("counts %v", c)
+	}
+	tb.Clear()
+	tb.Put(1, 1, 0)
+	if tb.Len() != 1 {
+		t.Fatalf("after Clear and one Put: %d", tb.Len())
 	}
 }
 
@@ -129,7 +226,7 @@ func BenchmarkStickyHit(b *testing.B) {
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	tb := New(n+n/4, time.Hour) // headroom: shards fill unevenly
+	tb := New(n+n/4, time.Hour) // room to spare: nothing is evicted while filling
 	keys := make([]uint64, 0, 4096)
 	for i := range n {
 		k := tb.Key("10.0."+strconv.Itoa(i>>8)+"."+strconv.Itoa(i&255), "app"+strconv.Itoa(i%7))

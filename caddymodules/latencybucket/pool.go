@@ -1,0 +1,52 @@
+package latencybucket
+
+import (
+	"cmp"
+	"slices"
+
+	"github.com/caddyserver/caddy/v2"
+
+	"github.com/edgesteer/edgesteer/internal/pubsel"
+)
+
+// states keeps each named policy's process state (probers, measurement
+// windows, sticky pins) across config reloads. A config generation takes a
+// reference at Provision (LoadOrNew) and gives it back at Cleanup (Delete);
+// Caddy provisions the new generation before it cleans up the old one, so
+// the state lives on through a reload and is destroyed only when no
+// generation uses its name any more.
+var states = caddy.NewUsagePool()
+
+// stateKey names a state: the policy name within its kind, so an HTTP and a
+// layer4 policy never share one.
+type stateKey struct{ kind, name string }
+
+// pooledState is a pool value: the engine's state plus its name.
+type pooledState struct {
+	*pubsel.State
+	key stateKey
+}
+
+// Destruct stops the state's probers and clock; the pool calls it when the
+// last generation lets go.
+func (s *pooledState) Destruct() error {
+	s.Close()
+	return nil
+}
+
+// pooledStates lists the live states by name and kind, for the admin API
+// and metrics.
+func pooledStates() []*pooledState {
+	var out []*pooledState
+	states.Range(func(_, v any) bool {
+		out = append(out, v.(*pooledState))
+		return true
+	})
+	slices.SortFunc(out, func(a, b *pooledState) int {
+		return cmp.Or(cmp.Compare(a.key.name, b.key.name), cmp.Compare(a.key.kind, b.key.kind))
+	})
+	return out
+}
+
+// Interface guards
+var _ caddy.Destructor = (*pooledState)(nil)
