@@ -1,13 +1,25 @@
 package pubsel
 
 import (
+	"context"
 	"testing"
 	"time"
 )
 
 func settings(width time.Duration) Settings {
-	return Settings{Tracker: Config{BucketWidth: width, Hysteresis: DefaultHysteresis, Interval: time.Hour},
+	return Settings{Tracker: Config{BucketWidth: width, Hysteresis: DefaultHysteresis, Interval: time.Hour,
+		Timeout: time.Hour, Prober: silentProber{}},
 		Sticky: true, StickyTTL: time.Hour, StickyMaxEntries: 1000}
+}
+
+// silentProber never completes a probe while the test runs, so the only
+// measurements are the ones the test injects (a real probe of a made-up
+// name fails when the machine gets to it, and would race with them).
+type silentProber struct{}
+
+func (silentProber) Probe(ctx context.Context, _ string) (time.Duration, error) {
+	<-ctx.Done()
+	return 0, ctx.Err()
 }
 
 // A new generation adopts the state: pins and measurements stay, its
