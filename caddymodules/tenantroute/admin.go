@@ -185,7 +185,13 @@ func servePartitions(w http.ResponseWriter, r *http.Request) error {
 	}
 	for _, s := range liveStates() {
 		if s.name == req.Handler {
-			return s.placer.SetPartitions(req.Tenant, req.Partitions)
+			if err := s.placer.SetPartitions(req.Tenant, req.Partitions); err != nil {
+				return caddy.APIError{HTTPStatus: http.StatusBadRequest, Err: err}
+			}
+			if w := s.watcher.Load(); w != nil {
+				w.republish() // the tenant's assignment changed
+			}
+			return nil
 		}
 	}
 	return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf("no tenant_route handler named %q", req.Handler)}

@@ -26,7 +26,10 @@ import (
 var tenants = []string{"acme", "globex", "initech", "umbrella"}
 
 // ldif holds every tenant with one user, and the node's marker entry.
-func ldif(node string) string {
+func ldif(node string) string { return ldifWith(node, tenants) }
+
+// ldifWith is ldif for other tenants.
+func ldifWith(node string, tenants []string) string {
 	var b strings.Builder
 	b.WriteString("dn: dc=example\nobjectClass: dcObject\nobjectClass: organization\ndc: example\no: example\n\n")
 	fmt.Fprintf(&b, "dn: cn=marker,dc=example\nobjectClass: organizationalRole\ncn: marker\ndescription: %s\n\n", node)

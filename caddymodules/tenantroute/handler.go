@@ -103,6 +103,11 @@ func (t *TenantRoute) Provision(ctx caddy.Context) error {
 	if t.Etcd != nil && (len(t.Etcd.Endpoints) == 0 || t.Etcd.Prefix == "") {
 		return errors.New("tenant_route: etcd membership needs endpoints and a prefix")
 	}
+	if e := t.Etcd; e != nil && e.AssignmentPrefix != "" &&
+		(strings.HasPrefix(e.AssignmentPrefix, e.Prefix) || strings.HasPrefix(e.Prefix, e.AssignmentPrefix)) {
+		// Assignments under the members' prefix would read as members.
+		return fmt.Errorf("tenant_route: etcd assignment_prefix %q overlaps prefix %q", e.AssignmentPrefix, e.Prefix)
+	}
 	if t.Partitions == 0 {
 		t.Partitions = 2
 	}
@@ -192,19 +197,22 @@ func (t *TenantRoute) Handle(cx *layer4.Connection, _ layer4.Handler) error {
 	if err != nil {
 		return err
 	}
+	st := t.state
+	if w := st.watcher.Load(); w != nil {
+		// Published before the dial: the node is named in the tenant's
+		// assignment before the tenant's connection reaches it.
+		st.seen.Touch(tenant)
+		w.publish(tenant)
+	}
 	node, up, err := t.dial(tenant)
 	if err != nil {
 		return err
 	}
 	defer up.Close()
 	defer t.placer.Release(node) // the reservation made by the pick
-	st := t.state
 	st.connected.add(tenant, 1)
 	defer st.connected.add(tenant, -1)
 	routed.WithLabelValues(t.Name, node).Inc()
-	if w := st.watcher.Load(); w != nil {
-		w.publish(tenant, t.placer.Place(tenant))
-	}
 	repl := cx.Replacer()
 	repl.Set("l4.tenant_route.tenant", tenant)
 	repl.Set("l4.tenant_route.node", node)

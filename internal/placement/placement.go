@@ -217,6 +217,20 @@ func (p *Placer) Place(tenant string) []string {
 	return ranked[:min(p.partitions(tenant), len(ranked))]
 }
 
+// PlaceAmong returns tenant's nodes if the live set were nodes: the top k
+// of them by rendezvous weight, with tenant's own k. A router computes the
+// assignment a membership change will bring with it before applying the
+// change (SetNodes), so it can publish it first.
+func (p *Placer) PlaceAmong(tenant string, nodes []string) []string {
+	p.mu.RLock()
+	k := p.partitions(tenant)
+	p.mu.RUnlock()
+	nodes = slices.Clone(nodes)
+	slices.Sort(nodes)
+	ranked := Rank(tenant, slices.Compact(nodes))
+	return ranked[:min(k, len(ranked))]
+}
+
 // Reserve chooses the node for a new connection of tenant at now and
 // counts the connection on it in the same step: among the tenant's nodes
 // not cooling off, the one with the fewest connections, ties by rendezvous
