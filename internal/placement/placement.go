@@ -287,11 +287,15 @@ func (p *Placer) Release(node string) {
 	}
 }
 
+// ErrNoRetry, wrapped in a dial error, ends Connect after that node: what
+// was sent to it must not be sent to another.
+var ErrNoRetry = errors.New("not retried on another node")
+
 // Connect reserves a node for tenant and dials it. A node whose dial
 // fails is released, cools off for coolOff (skipped until then), is
 // reported to failed, and the next choice is dialled, up to one try per
-// node. On success the caller owns the reservation and must Release node
-// when the connection ends.
+// node (none more if the error wraps ErrNoRetry). On success the caller
+// owns the reservation and must Release node when the connection ends.
 func Connect[C any](p *Placer, tenant string, coolOff time.Duration, dial func(node string) (C, error),
 	failed func(node string, err error)) (node string, conn C, err error) {
 	err = errors.New("no node")
@@ -310,6 +314,9 @@ func Connect[C any](p *Placer, tenant string, coolOff time.Duration, dial func(n
 			failed(n, derr)
 		}
 		err = derr
+		if errors.Is(derr, ErrNoRetry) {
+			break
+		}
 	}
 	var zero C
 	return "", zero, err

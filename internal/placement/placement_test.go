@@ -308,6 +308,20 @@ func TestConnectFailsOver(t *testing.T) {
 	if err == nil || tries != 3 { // own[0] of acme is still cooling off
 		t.Fatalf("all refusing: %v after %d tries", err, tries)
 	}
+	// An error wrapping ErrNoRetry: that node cools off, no other is tried.
+	p2, _ := New(2)
+	p2.SetNodes(nodes(4))
+	tries = 0
+	_, _, err = Connect(p2, "acme", time.Minute, func(string) (string, error) {
+		tries++
+		return "", fmt.Errorf("no answer: %w", ErrNoRetry)
+	}, nil)
+	if !errors.Is(err, ErrNoRetry) || tries != 1 || p2.Conns()[p2.Place("acme")[0]] != 0 {
+		t.Fatalf("no retry: %v after %d tries, counts %v", err, tries, p2.Conns())
+	}
+	if n, _ := p2.Reserve("acme", time.Now()); n != p2.Place("acme")[1] {
+		t.Fatalf("the unanswering node is not cooling off: picked %s", n)
+	}
 }
 
 // Reserve then Release, as each routed connection does.
