@@ -60,6 +60,10 @@ var (
 		Name: "caddy_edgesteer_tenant_route_dial_failures_total",
 		Help: "Nodes that could not be dialled (each then cools off).",
 	}, []string{"handler", "node"})
+	unanswered = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "caddy_edgesteer_tenant_route_unanswered_total",
+		Help: "Nodes that took a connection but did not answer its first message within first_response_timeout (each then cools off).",
+	}, []string{"handler", "node"})
 	refusedRebinds = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "caddy_edgesteer_tenant_route_refused_rebinds_total",
 		Help: "Connections closed for binding to a second tenant.",
@@ -89,7 +93,7 @@ func (openCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 func registerMetrics(ctx caddy.Context) error {
-	return metricsreg.Register(ctx, routed, dialFailures, refusedRebinds, membershipStale, membershipChanges, openCollector{})
+	return metricsreg.Register(ctx, routed, dialFailures, unanswered, refusedRebinds, membershipStale, membershipChanges, openCollector{})
 }
 
 // Admin serves /tenant_route/: GET lists every live tenant_route handler's
@@ -185,7 +189,13 @@ func servePartitions(w http.ResponseWriter, r *http.Request) error {
 	}
 	for _, s := range liveStates() {
 		if s.name == req.Handler {
-			return s.placer.SetPartitions(req.Tenant, req.Partitions)
+			if err := s.placer.SetPartitions(req.Tenant, req.Partitions); err != nil {
+				return caddy.APIError{HTTPStatus: http.StatusBadRequest, Err: err}
+			}
+			if w := s.watcher.Load(); w != nil {
+				w.republish() // the tenant's assignment changed
+			}
+			return nil
 		}
 	}
 	return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf("no tenant_route handler named %q", req.Handler)}

@@ -21,6 +21,9 @@ func TestBadConfigFailsValidate(t *testing.T) {
 		"bad regexp":          {wrap("nodes 127.0.0.1:2\ntenant_regexp (o=[a-z"), "(o=[a-z"},
 		"unknown option":      {wrap("nodes 127.0.0.1:2\ncolour blue"), "colour"},
 		"tenant partitions 0": {wrap("nodes 127.0.0.1:2\ntenant_partitions acme 0"), `tenant_partitions "0"`},
+		"first response":      {wrap("nodes 127.0.0.1:2\nfirst_response_timeout -1s"), `first_response_timeout "-1s"`},
+		"assignment overlaps": {wrap("etcd http://127.0.0.1:2 {\nprefix /ldap/\nassignment_prefix /ldap/assign/\n}"),
+			`assignment_prefix "/ldap/assign/" overlaps prefix "/ldap/"`},
 	} {
 		t.Run(name, func(t *testing.T) { e2e.ValidateFails(t, tc.cf, tc.want) })
 	}

@@ -26,7 +26,10 @@ import (
 var tenants = []string{"acme", "globex", "initech", "umbrella"}
 
 // ldif holds every tenant with one user, and the node's marker entry.
-func ldif(node string) string {
+func ldif(node string) string { return ldifWith(node, tenants) }
+
+// ldifWith is ldif for other tenants.
+func ldifWith(node string, tenants []string) string {
 	var b strings.Builder
 	b.WriteString("dn: dc=example\nobjectClass: dcObject\nobjectClass: organization\ndc: example\no: example\n\n")
 	fmt.Fprintf(&b, "dn: cn=marker,dc=example\nobjectClass: organizationalRole\ncn: marker\ndescription: %s\n\n", node)
@@ -184,18 +187,56 @@ func TestTenantRoutingWithSlapd(t *testing.T) {
 		}
 	}
 
-	// Kill acme's first node: its connections go to the next node.
+	// The example's other route: StartTLS-first and anonymous connections
+	// go to node 1 (tenant_route would refuse them). ldapsearch -Z asks for
+	// StartTLS first and goes on in the clear when the node (slapd without
+	// TLS here) declines, on the same connection: the search's answer names
+	// the node that got the StartTLS request.
+	for _, args := range [][]string{{"-Z"}, {}} {
+		cmd := exec.Command("ldapsearch", append(args, "-x", "-H", "ldap://"+front, "-b", "cn=marker,dc=example",
+			"-s", "base", "description")...)
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "description: node-1\n") {
+			t.Fatalf("anonymous ldapsearch %v: want node-1: %v\n%s", args, err, out)
+		}
+		if len(args) > 0 && !strings.Contains(string(out), "ldap_start_tls") {
+			t.Fatalf("ldapsearch -Z sent no StartTLS:\n%s", out)
+		}
+	}
+
+	// Kill acme's first node, with acme back at k = 2 and nothing open (so
+	// its first node would be picked): every connection goes to the next
+	// node in rendezvous order, and the killed node is dialled once only,
+	// then skipped for its cool-off (30 s in the example).
+	body = strings.NewReader(`{"handler": "ldap", "tenant": "acme", "partitions": 0}`)
+	if resp, err = http.Post("http://"+c.Admin+"/tenant_route/partitions", "application/json", body); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("resetting partitions: %v %v", err, resp.Status)
+	}
+	resp.Body.Close()
+	waitView(t, c, "acme at k=2 and nothing open", func(v viewT) bool {
+		for _, n := range v.OpenConnections {
+			if n != 0 {
+				return false
+			}
+		}
+		return v.TenantPartitions["acme"] == 0
+	})
 	nodes[own[0]].Kill()
 	for range 5 {
 		conn, err := ldap.DialURL("ldap://" + front)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if n := marker(t, conn, "acme"); n == nameOf(own[0]) {
-			t.Fatalf("acme still reached the killed %s", n)
+		if n := marker(t, conn, "acme"); n != nameOf(own[1]) {
+			t.Fatalf("with %s killed acme reached %s, want the next node %s", nameOf(own[0]), n, nameOf(own[1]))
 		}
 		conn.Close()
 	}
+	failures, _ := c.Metric(t, `caddy_edgesteer_tenant_route_dial_failures_total{handler="ldap",node="`+own[0]+`"}`)
+	if failures != 1 {
+		t.Fatalf("dial failures of the killed node: %v, want 1 (then cooled off)", failures)
+	}
+	c.WaitLog(t, "node unreachable: cooling off", 5*time.Second)
 }
 
 func adminView(t *testing.T, c *e2e.Caddy) tenantroute.View {

@@ -2,11 +2,9 @@ package tenantroute_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -20,122 +18,146 @@ import (
 	"github.com/edgesteer/edgesteer/internal/placement"
 )
 
-// Membership from etcd: three slapd nodes registered with leases; a fourth
-// registering takes over only its share of tenants; the router publishes
-// each tenant's nodes; with etcd gone it routes on with the last members.
+// Membership from etcd: three slapd nodes registered with leases. A fourth
+// registering takes over exactly the tenants whose first node it becomes
+// (each tenant's connection reaches its first node in rendezvous order,
+// as nothing else is open); a node that leaves (deletes its key) and a
+// node whose lease lapses hand their tenants to the next node. With etcd
+// gone, routing goes on with the last members and membership_stale is 1;
+// with etcd back, it is 0 again and the admin view shows no error.
 func TestEtcdMembership(t *testing.T) {
-	etcdProc, etcdURL := e2e.StartEtcd(t)
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{etcdURL}, DialTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
-	ctx := context.Background()
-	register := func(name, addr string) {
-		lease, err := cli.Grant(ctx, 10)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := cli.Put(ctx, "/edgesteer/ldap/nodes/"+name, addr, clientv3.WithLease(lease.ID)); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := cli.KeepAlive(ctx, lease.ID); err != nil {
-			t.Fatal(err)
-		}
-	}
+	dir, client, peer := t.TempDir(), e2e.Addr(t), e2e.Addr(t)
+	etcdProc, etcdURL := startEtcdAt(t, dir, client, peer)
+	reg := newRegistry(t, etcdURL)
 	names := map[string]string{}
 	var addrs []string
 	for i := 1; i <= 4; i++ {
 		name := fmt.Sprintf("node-%d", i)
-		s := e2e.StartSlapd(t, name, ldif(name))
+		s := e2e.StartSlapd(t, name, ldifWith(name, candidates()))
 		names[s.Addr] = name
 		addrs = append(addrs, s.Addr)
-		if i <= 3 {
-			register(name, s.Addr)
+	}
+	for i := range 3 {
+		reg.join(names[addrs[i]], addrs[i], 10)
+	}
+	// Tenants: two whose first node among all four is node-4 (the join
+	// moves them to it), two whose first is node-3 (the leave moves them),
+	// two others.
+	var chosen []string
+	count := map[string]int{}
+	for _, tenant := range candidates() {
+		first := names[placement.Rank(tenant, addrs)[0]]
+		if first == "node-1" || first == "node-2" {
+			first = "other"
+		}
+		if count[first] < 2 {
+			count[first]++
+			chosen = append(chosen, tenant)
 		}
 	}
-	front := e2e.Addr(t)
-	// The etcd example, with its addresses replaced.
-	example, err := os.ReadFile(filepath.Join(e2e.Root(t), "Caddyfile.examples", "ldap-tenant-routing-etcd.Caddyfile"))
-	if err != nil {
-		t.Fatal(err)
+	if len(chosen) != 6 {
+		t.Fatalf("could not choose tenants: %v", count)
 	}
-	c := e2e.StartCaddy(t, "caddyfile", strings.NewReplacer("127.0.0.1:3389", front,
-		"http://127.0.0.1:2379", etcdURL).Replace(string(example)))
-	c.WaitTCP(t, front)
+	front := e2e.Addr(t)
+	c := startEtcdExample(t, front, etcdURL)
+	stale := func() float64 {
+		n, _ := c.Metric(t, `caddy_edgesteer_tenant_route_membership_stale{handler="ldap"}`)
+		return n
+	}
 
-	// where routes one connection per tenant and returns the node names.
-	where := func() map[string]string {
-		out := map[string]string{}
-		for _, tenant := range tenants {
+	// route connects once per tenant, one at a time with nothing else open,
+	// and checks each reaches its first node among members; it returns how
+	// many reached each node.
+	route := func(when string, members []string) map[string]int {
+		t.Helper()
+		per := map[string]int{}
+		for _, tenant := range chosen {
+			waitIdle(t, c)
 			conn, err := ldap.DialURL("ldap://" + front)
 			if err != nil {
 				t.Fatal(err)
 			}
-			out[tenant] = marker(t, conn, tenant)
+			got, want := marker(t, conn, tenant), names[placement.Rank(tenant, members)[0]]
 			conn.Close()
-		}
-		return out
-	}
-	waitNodes := func(n int) {
-		t.Helper()
-		deadline := time.Now().Add(15 * time.Second)
-		for len(adminView(t, c).Nodes) != n {
-			if time.Now().After(deadline) {
-				t.Fatalf("members %v, want %d", adminView(t, c).Nodes, n)
+			if got != want {
+				t.Fatalf("%s: %s reached %s, want %s (first of %v)", when, tenant, got, want, members)
 			}
-			time.Sleep(50 * time.Millisecond)
+			per[got]++
 		}
+		return per
 	}
-	waitNodes(3)
-	before := where()
-	for tenant, n := range before {
-		own := placement.Rank(tenant, addrs[:3])[:2]
-		if !slices.ContainsFunc(own, func(a string) bool { return names[a] == n }) {
-			t.Fatalf("%s on %s, not on its nodes %v", tenant, n, own)
-		}
-	}
-	// The published assignment.
-	resp, err := cli.Get(ctx, "/edgesteer/ldap/assignments/acme")
-	if err != nil || len(resp.Kvs) != 1 {
-		t.Fatalf("assignment of acme: %v %v", err, resp)
-	}
-	var published []string
-	json.Unmarshal(resp.Kvs[0].Value, &published)
-	if !slices.Equal(published, placement.Rank("acme", addrs[:3])[:2]) {
-		t.Fatalf("published %v", published)
+	waitMembers(t, c, addrs[:3])
+	route("three members", addrs[:3])
+	// The published assignment (TestAssignmentFollowsMembership has more).
+	if got, want := reg.assignments()[chosen[0]], placement.Rank(chosen[0], addrs[:3])[:2]; !slices.Equal(got, want) {
+		t.Fatalf("published %v, want %v", got, want)
 	}
 
-	// node-4 joins: only tenants whose top 2 it enters move, and to it.
-	register("node-4", addrs[3])
-	waitNodes(4)
-	for tenant, n := range where() {
-		newOwn := placement.Rank(tenant, addrs)[:2]
-		oldOwn := placement.Rank(tenant, addrs[:3])[:2]
-		if !slices.ContainsFunc(newOwn, func(a string) bool { return names[a] == n }) {
-			t.Fatalf("after the join %s is on %s, not on %v", tenant, n, newOwn)
-		}
-		if slices.Equal(newOwn, oldOwn) && n != before[tenant] && !slices.ContainsFunc(oldOwn, func(a string) bool { return names[a] == n }) {
-			t.Fatalf("%s moved though its nodes did not change", tenant)
-		}
+	// node-4 joins: its tenants reach it.
+	reg.join("node-4", addrs[3], 3) // a short lease: it lapses below
+	waitMembers(t, c, addrs)
+	if per := route("after the join", addrs); per["node-4"] != 2 {
+		t.Fatalf("after the join node-4 answered %d tenants, want 2", per["node-4"])
+	}
+	// node-3 leaves: its tenants go to their next node.
+	reg.leave("node-3")
+	three := []string{addrs[0], addrs[1], addrs[3]}
+	waitMembers(t, c, three)
+	route("after node-3 left", three)
+	// node-4's lease lapses: the same.
+	reg.lapse("node-4")
+	waitMembers(t, c, addrs[:2])
+	route("after node-4's lease lapsed", addrs[:2])
+	if stale() != 0 {
+		t.Fatal("membership_stale set while etcd answers")
 	}
 
-	// etcd goes away: routing goes on with the last known members.
+	// etcd goes away: routing goes on with the last known members, and
+	// says so in the log, the metric and the admin view.
 	etcdProc.Kill()
-	deadline := time.Now().Add(20 * time.Second)
-	for adminView(t, c).MembershipError == "" {
-		if time.Now().After(deadline) {
-			t.Fatal("the admin view does not show etcd as unreachable")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if got := where(); len(got) != len(tenants) {
-		t.Fatalf("routing stopped without etcd: %v", got)
+	waitView(t, c, "etcd shown as unreachable", func(v viewT) bool { return v.MembershipError != "" })
+	if stale() != 1 {
+		t.Fatal("membership_stale not set with etcd gone")
 	}
 	c.WaitLog(t, "etcd unreachable: routing on with the last known members", 5*time.Second)
-	if v := adminView(t, c); len(v.Nodes) != 4 || v.Membership != "etcd" || !strings.Contains(v.MembershipAge, "s") {
+	route("without etcd", addrs[:2])
+	if v := adminView(t, c); !slices.Equal(v.Nodes, sortedCopy(addrs[:2])) || v.Membership != "etcd" || !strings.Contains(v.MembershipAge, "s") {
 		t.Fatalf("view without etcd: %+v", v)
 	}
+
+	// etcd is back (same data): the metric and the view clear.
+	startEtcdAt(t, dir, client, peer)
+	waitView(t, c, "etcd answering again", func(v viewT) bool { return v.MembershipError == "" })
+	waitMembers(t, c, addrs[:2])
+	if stale() != 0 {
+		t.Fatal("membership_stale still set with etcd back")
+	}
+	route("with etcd back", addrs[:2])
+}
+
+// startEtcdAt runs a single-member etcd on the given client and peer
+// addresses and data directory, so that a test can stop it and start it
+// again as the same server (e2e.StartEtcd picks new ones each time).
+func startEtcdAt(t *testing.T, dir, client, peer string) (*e2e.Proc, string) {
+	t.Helper()
+	clientURL, peerURL := "http://"+client, "http://"+peer
+	p := e2e.Start(t, "etcd", "etcd", nil,
+		"--name", "n1", "--data-dir", filepath.Join(dir, "etcd"),
+		"--listen-client-urls", clientURL, "--advertise-client-urls", clientURL,
+		"--listen-peer-urls", peerURL, "--initial-advertise-peer-urls", peerURL,
+		"--initial-cluster", "n1="+peerURL, "--logger", "zap", "--log-outputs", "stderr", "--log-level", "warn")
+	p.WaitFor(t, "etcd health", 30*time.Second, func() error {
+		resp, err := http.Get(clientURL + "/health")
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			return fmt.Errorf("health: %s", resp.Status)
+		}
+		return nil
+	})
+	return p, clientURL
 }
 
 // The etcd membership watch is pooled with the handler's state: reloads

@@ -64,6 +64,13 @@ type TenantRoute struct {
 	// CoolOff (default 30s).
 	DialTimeout caddy.Duration `json:"dial_timeout,omitempty"`
 	CoolOff     caddy.Duration `json:"cool_off,omitempty"`
+	// FirstResponseTimeout (default 5s) bounds the wait for a node to start
+	// answering the connection's first message. A node that accepts and
+	// then stays silent cools off like one that cannot be dialled, and the
+	// message goes to the next node if it is a bind, search, compare or
+	// StartTLS; otherwise the client is sent a Notice of Disconnection
+	// (unavailable) and closed.
+	FirstResponseTimeout caddy.Duration `json:"first_response_timeout,omitempty"`
 	// MaxMessageLength bounds a client message (default 65536).
 	MaxMessageLength int `json:"max_message_length,omitempty"`
 
@@ -103,6 +110,11 @@ func (t *TenantRoute) Provision(ctx caddy.Context) error {
 	if t.Etcd != nil && (len(t.Etcd.Endpoints) == 0 || t.Etcd.Prefix == "") {
 		return errors.New("tenant_route: etcd membership needs endpoints and a prefix")
 	}
+	if e := t.Etcd; e != nil && e.AssignmentPrefix != "" &&
+		(strings.HasPrefix(e.AssignmentPrefix, e.Prefix) || strings.HasPrefix(e.Prefix, e.AssignmentPrefix)) {
+		// Assignments under the members' prefix would read as members.
+		return fmt.Errorf("tenant_route: etcd assignment_prefix %q overlaps prefix %q", e.AssignmentPrefix, e.Prefix)
+	}
 	if t.Partitions == 0 {
 		t.Partitions = 2
 	}
@@ -126,11 +138,14 @@ func (t *TenantRoute) Provision(ctx caddy.Context) error {
 	if t.rule, err = ldapwire.NewTenantRule(rdn, t.TenantRegexp); err != nil {
 		return fmt.Errorf("tenant_route: %v", err)
 	}
-	if t.DialTimeout < 0 || t.CoolOff < 0 || t.MaxMessageLength < 0 {
-		return errors.New("tenant_route: dial_timeout, cool_off and max_message_length must be positive")
+	if t.DialTimeout < 0 || t.CoolOff < 0 || t.MaxMessageLength < 0 || t.FirstResponseTimeout < 0 {
+		return errors.New("tenant_route: dial_timeout, cool_off, first_response_timeout and max_message_length must be positive")
 	}
 	if t.DialTimeout == 0 {
 		t.DialTimeout = caddy.Duration(3 * time.Second)
+	}
+	if t.FirstResponseTimeout == 0 {
+		t.FirstResponseTimeout = caddy.Duration(5 * time.Second)
 	}
 	if t.CoolOff == 0 {
 		t.CoolOff = caddy.Duration(30 * time.Second)
@@ -192,19 +207,24 @@ func (t *TenantRoute) Handle(cx *layer4.Connection, _ layer4.Handler) error {
 	if err != nil {
 		return err
 	}
-	node, up, err := t.dial(tenant)
+	st := t.state
+	if w := st.watcher.Load(); w != nil {
+		// Published before the dial: the node is named in the tenant's
+		// assignment before the tenant's connection reaches it.
+		st.seen.Touch(tenant)
+		w.publish(tenant)
+	}
+	node, up, err := t.connect(tenant, first)
 	if err != nil {
+		// Tell the client why before caddy-l4 closes the connection.
+		cx.Write(ldapwire.NoticeOfDisconnection(ldapwire.ResultUnavailable, "no directory node answered; try again"))
 		return err
 	}
 	defer up.Close()
 	defer t.placer.Release(node) // the reservation made by the pick
-	st := t.state
 	st.connected.add(tenant, 1)
 	defer st.connected.add(tenant, -1)
 	routed.WithLabelValues(t.Name, node).Inc()
-	if w := st.watcher.Load(); w != nil {
-		w.publish(tenant, t.placer.Place(tenant))
-	}
 	repl := cx.Replacer()
 	repl.Set("l4.tenant_route.tenant", tenant)
 	repl.Set("l4.tenant_route.node", node)
@@ -212,8 +232,10 @@ func (t *TenantRoute) Handle(cx *layer4.Connection, _ layer4.Handler) error {
 		ce.Write(zap.String("tenant", tenant), zap.String("node", node), zap.String("remote", cx.RemoteAddr().String()))
 	}
 
-	if _, err := up.Write(first.Raw); err != nil {
-		return err
+	if len(up.head) > 0 { // the node's answer has begun
+		if _, err := cx.Write(up.head); err != nil {
+			return err
+		}
 	}
 	// Later messages are framed, and only BindRequests decoded, by the
 	// guard; an idle connection holds no buffer (internal/relay).
@@ -226,7 +248,7 @@ func (t *TenantRoute) Handle(cx *layer4.Connection, _ layer4.Handler) error {
 	if sc, ok := cx.Conn.(syscall.Conn); ok {
 		client.Socket = sc
 	}
-	err = relay.Pipe(client, relay.End{Conn: up})
+	err = relay.Pipe(client, relay.End{Conn: up.Conn})
 	if rebind := (*ldapwire.RebindError)(nil); errors.As(err, &rebind) {
 		refusedRebinds.WithLabelValues(t.Name).Inc()
 		t.logger.Warn("bind to another tenant on a routed connection: closing it",
@@ -237,22 +259,6 @@ func (t *TenantRoute) Handle(cx *layer4.Connection, _ layer4.Handler) error {
 		return nil
 	}
 	return err
-}
-
-// dial connects to one of the tenant's nodes; placement.Connect reserves
-// the node as it picks it and moves past nodes that fail.
-func (t *TenantRoute) dial(tenant string) (string, net.Conn, error) {
-	timeout := time.Duration(t.DialTimeout)
-	node, conn, err := placement.Connect(t.placer, tenant, time.Duration(t.CoolOff),
-		func(node string) (net.Conn, error) { return net.DialTimeout("tcp", node, timeout) },
-		func(node string, err error) {
-			dialFailures.WithLabelValues(t.Name, node).Inc()
-			t.logger.Warn("node unreachable: cooling off", zap.String("node", node), zap.Error(err))
-		})
-	if err != nil {
-		return "", nil, fmt.Errorf("tenant_route: no reachable node for tenant %s: %v", tenant, err)
-	}
-	return node, conn, nil
 }
 
 // UnmarshalCaddyfile reads
@@ -267,6 +273,7 @@ func (t *TenantRoute) dial(tenant string) (string, net.Conn, error) {
 //		tenant_regexp <regexp>          # instead: its first capture group
 //		dial_timeout <duration>
 //		cool_off <duration>
+//		first_response_timeout <duration>
 //		max_message_length <bytes>
 //		etcd <endpoint...> {
 //			prefix <key prefix of node registrations>
@@ -327,6 +334,8 @@ func (t *TenantRoute) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			t.DialTimeout, err = dur(args[0])
 		case "cool_off":
 			t.CoolOff, err = dur(args[0])
+		case "first_response_timeout":
+			t.FirstResponseTimeout, err = dur(args[0])
 		case "max_message_length":
 			t.MaxMessageLength, err = num(args[0])
 		case "etcd":

@@ -33,7 +33,10 @@ type state struct {
 	name      string
 	placer    *placement.Placer
 	connected tenants
-	watcher   atomic.Pointer[etcdWatcher] // nil with static membership
+	// seen are the tenants routed lately, whose assignment a membership
+	// change publishes again; bounded, as names come from clients.
+	seen    *placement.Recent
+	watcher atomic.Pointer[etcdWatcher] // nil with static membership
 
 	mu sync.Mutex
 	// gens are the handlers using this name, in provisioning order; the
@@ -47,7 +50,7 @@ type state struct {
 
 func newState(name string) *state {
 	p, _ := placement.New(1) // Configure sets the real count
-	return &state{name: name, placer: p}
+	return &state{name: name, placer: p, seen: placement.NewRecent(maxTrackedTenants)}
 }
 
 // Destruct stops the etcd watch once no config uses the name.
@@ -132,6 +135,7 @@ func (s *state) apply(t *TenantRoute) error {
 		w := s.watcher.Load()
 		w.logger.Store(t.logger)
 		w.cfg.Store(t.Etcd) // an assignment_prefix change needs no new watch
+		w.republish()       // partition counts may have changed
 		return nil
 	}
 	if w := s.watcher.Swap(nil); w != nil {
@@ -142,7 +146,7 @@ func (s *state) apply(t *TenantRoute) error {
 	if t.Etcd == nil {
 		return nil
 	}
-	w, err := startEtcd(t.Etcd, s.placer, t.logger, s.name)
+	w, err := startEtcd(t.Etcd, s.placer, s.seen, t.logger, s.name)
 	if err != nil {
 		return err
 	}

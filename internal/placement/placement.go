@@ -217,6 +217,20 @@ func (p *Placer) Place(tenant string) []string {
 	return ranked[:min(p.partitions(tenant), len(ranked))]
 }
 
+// PlaceAmong returns tenant's nodes if the live set were nodes: the top k
+// of them by rendezvous weight, with tenant's own k. A router computes the
+// assignment a membership change will bring with it before applying the
+// change (SetNodes), so it can publish it first.
+func (p *Placer) PlaceAmong(tenant string, nodes []string) []string {
+	p.mu.RLock()
+	k := p.partitions(tenant)
+	p.mu.RUnlock()
+	nodes = slices.Clone(nodes)
+	slices.Sort(nodes)
+	ranked := Rank(tenant, slices.Compact(nodes))
+	return ranked[:min(k, len(ranked))]
+}
+
 // Reserve chooses the node for a new connection of tenant at now and
 // counts the connection on it in the same step: among the tenant's nodes
 // not cooling off, the one with the fewest connections, ties by rendezvous
@@ -273,11 +287,15 @@ func (p *Placer) Release(node string) {
 	}
 }
 
+// ErrNoRetry, wrapped in a dial error, ends Connect after that node: what
+// was sent to it must not be sent to another.
+var ErrNoRetry = errors.New("not retried on another node")
+
 // Connect reserves a node for tenant and dials it. A node whose dial
 // fails is released, cools off for coolOff (skipped until then), is
 // reported to failed, and the next choice is dialled, up to one try per
-// node. On success the caller owns the reservation and must Release node
-// when the connection ends.
+// node (none more if the error wraps ErrNoRetry). On success the caller
+// owns the reservation and must Release node when the connection ends.
 func Connect[C any](p *Placer, tenant string, coolOff time.Duration, dial func(node string) (C, error),
 	failed func(node string, err error)) (node string, conn C, err error) {
 	err = errors.New("no node")
@@ -296,6 +314,9 @@ func Connect[C any](p *Placer, tenant string, coolOff time.Duration, dial func(n
 			failed(n, derr)
 		}
 		err = derr
+		if errors.Is(derr, ErrNoRetry) {
+			break
+		}
 	}
 	var zero C
 	return "", zero, err

@@ -308,6 +308,20 @@ func TestConnectFailsOver(t *testing.T) {
 	if err == nil || tries != 3 { // own[0] of acme is still cooling off
 		t.Fatalf("all refusing: %v after %d tries", err, tries)
 	}
+	// An error wrapping ErrNoRetry: that node cools off, no other is tried.
+	p2, _ := New(2)
+	p2.SetNodes(nodes(4))
+	tries = 0
+	_, _, err = Connect(p2, "acme", time.Minute, func(string) (string, error) {
+		tries++
+		return "", fmt.Errorf("no answer: %w", ErrNoRetry)
+	}, nil)
+	if !errors.Is(err, ErrNoRetry) || tries != 1 || p2.Conns()[p2.Place("acme")[0]] != 0 {
+		t.Fatalf("no retry: %v after %d tries, counts %v", err, tries, p2.Conns())
+	}
+	if n, _ := p2.Reserve("acme", time.Now()); n != p2.Place("acme")[1] {
+		t.Fatalf("the unanswering node is not cooling off: picked %s", n)
+	}
 }
 
 // Reserve then Release, as each routed connection does.
@@ -325,5 +339,45 @@ func BenchmarkReserveRelease(b *testing.B) {
 				}
 			})
 		})
+	}
+}
+
+// PlaceAmong is Place on a node set not applied yet, with each tenant's k.
+func TestPlaceAmongMatchesPlaceAfterTheChange(t *testing.T) {
+	p, _ := New(2)
+	p.Configure(2, map[string]int{"bigcorp": 3})
+	p.SetNodes(nodes(4))
+	next := append(nodes(5), "ldap-5:389") // a duplicate counts once
+	for _, tenant := range []string{"acme", "bigcorp", "globex"} {
+		want := p.PlaceAmong(tenant, next)
+		p2, _ := New(2)
+		p2.Configure(2, map[string]int{"bigcorp": 3})
+		p2.SetNodes(next)
+		if got := p2.Place(tenant); !slices.Equal(want, got) {
+			t.Fatalf("%s: PlaceAmong %v, Place after SetNodes %v", tenant, want, got)
+		}
+	}
+	if got := p.PlaceAmong("bigcorp", nodes(5)); len(got) != 3 {
+		t.Fatalf("bigcorp's own k not used: %v", got)
+	}
+	if !slices.Equal(p.Nodes(), nodes(4)) {
+		t.Fatal("PlaceAmong changed the live set")
+	}
+}
+
+// Recent keeps at most max names, forgetting the least recently touched.
+func TestRecentIsBounded(t *testing.T) {
+	r := NewRecent(3)
+	for _, n := range []string{"a", "b", "c", "a", "d", "e"} {
+		r.Touch(n)
+	}
+	if got := r.Names(); !slices.Equal(got, []string{"e", "d", "a"}) {
+		t.Fatalf("names %v, want [e d a]", got)
+	}
+	for i := range 10000 {
+		r.Touch(fmt.Sprint("client-chosen-", i))
+	}
+	if r.Len() != 3 {
+		t.Fatalf("%d names held, want at most 3", r.Len())
 	}
 }
