@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -27,7 +26,7 @@ import (
 // with etcd back, it is 0 again and the admin view shows no error.
 func TestEtcdMembership(t *testing.T) {
 	dir, client, peer := t.TempDir(), e2e.Addr(t), e2e.Addr(t)
-	etcdProc, etcdURL := startEtcdAt(t, dir, client, peer)
+	etcdProc, etcdURL := e2e.StartEtcdAt(t, dir, client, peer)
 	reg := newRegistry(t, etcdURL)
 	names := map[string]string{}
 	var addrs []string
@@ -126,38 +125,13 @@ func TestEtcdMembership(t *testing.T) {
 	}
 
 	// etcd is back (same data): the metric and the view clear.
-	startEtcdAt(t, dir, client, peer)
+	e2e.StartEtcdAt(t, dir, client, peer)
 	waitView(t, c, "etcd answering again", func(v viewT) bool { return v.MembershipError == "" })
 	waitMembers(t, c, addrs[:2])
 	if stale() != 0 {
 		t.Fatal("membership_stale still set with etcd back")
 	}
 	route("with etcd back", addrs[:2])
-}
-
-// startEtcdAt runs a single-member etcd on the given client and peer
-// addresses and data directory, so that a test can stop it and start it
-// again as the same server (e2e.StartEtcd picks new ones each time).
-func startEtcdAt(t *testing.T, dir, client, peer string) (*e2e.Proc, string) {
-	t.Helper()
-	clientURL, peerURL := "http://"+client, "http://"+peer
-	p := e2e.Start(t, "etcd", "etcd", nil,
-		"--name", "n1", "--data-dir", filepath.Join(dir, "etcd"),
-		"--listen-client-urls", clientURL, "--advertise-client-urls", clientURL,
-		"--listen-peer-urls", peerURL, "--initial-advertise-peer-urls", peerURL,
-		"--initial-cluster", "n1="+peerURL, "--logger", "zap", "--log-outputs", "stderr", "--log-level", "warn")
-	p.WaitFor(t, "etcd health", 30*time.Second, func() error {
-		resp, err := http.Get(clientURL + "/health")
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		if resp.StatusCode != 200 {
-			return fmt.Errorf("health: %s", resp.Status)
-		}
-		return nil
-	})
-	return p, clientURL
 }
 
 // The etcd membership watch is pooled with the handler's state: reloads

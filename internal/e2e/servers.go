@@ -184,10 +184,17 @@ access to * by * read
 // loopback ports and returns its client URL.
 func StartEtcd(t testing.TB) (*Proc, string) {
 	t.Helper()
-	client, peer := Addr(t), Addr(t)
+	return StartEtcdAt(t, t.TempDir(), Addr(t), Addr(t))
+}
+
+// StartEtcdAt runs a single-member etcd with its data under dir, on the
+// given client and peer addresses, so that a test can stop it and start it
+// again as the same server with the same data.
+func StartEtcdAt(t testing.TB, dir, client, peer string) (*Proc, string) {
+	t.Helper()
 	clientURL, peerURL := "http://"+client, "http://"+peer
 	p := Start(t, "etcd", "etcd", nil,
-		"--name", "n1", "--data-dir", filepath.Join(t.TempDir(), "etcd"),
+		"--name", "n1", "--data-dir", filepath.Join(dir, "etcd"),
 		"--listen-client-urls", clientURL, "--advertise-client-urls", clientURL,
 		"--listen-peer-urls", peerURL, "--initial-advertise-peer-urls", peerURL,
 		"--initial-cluster", "n1="+peerURL, "--logger", "zap", "--log-outputs", "stderr", "--log-level", "warn")
