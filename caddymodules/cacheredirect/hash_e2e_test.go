@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -176,7 +175,7 @@ http://%s {
 func TestHangingCache(t *testing.T) {
 	live := "127.0.0.31:" + strconv.Itoa(e2e.FreePort(t))
 	e2e.StartPeer(t, "cache-live", live, 0)
-	hung, accepted := hangingListener(t, "127.0.0.32:0")
+	hung, accepted := e2e.HangingListener(t, "127.0.0.32:0")
 	origin := e2e.Addr(t)
 	e2e.StartPeer(t, "origin", origin, 0)
 	front := e2e.Addr(t)
@@ -238,39 +237,4 @@ func TestHangingCache(t *testing.T) {
 	if n := accepted.Load(); n != first {
 		t.Errorf("the hanging cache got %d more connections after it failed, want none during cache_fail_duration", n-first)
 	}
-}
-
-// hangingListener accepts connections, reads what they send and never
-// answers; it counts the connections.
-func hangingListener(t *testing.T, addr string) (string, *atomic.Int64) {
-	t.Helper()
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var n atomic.Int64
-	var conns []net.Conn
-	var mu sync.Mutex
-	t.Cleanup(func() {
-		l.Close()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-	})
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			n.Add(1)
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-			go io.Copy(io.Discard, c)
-		}
-	}()
-	return l.Addr().String(), &n
 }

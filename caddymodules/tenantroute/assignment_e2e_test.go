@@ -150,14 +150,7 @@ func waitIdle(t *testing.T, c *e2e.Caddy) {
 func TestAssignmentFollowsMembership(t *testing.T) {
 	_, etcdURL := e2e.StartEtcd(t)
 	reg := newRegistry(t, etcdURL)
-	names := map[string]string{}
-	var addrs []string
-	for i := 1; i <= 4; i++ {
-		name := fmt.Sprintf("node-%d", i)
-		s := e2e.StartSlapd(t, name, ldifWith(name, candidates()))
-		names[s.Addr] = name
-		addrs = append(addrs, s.Addr)
-	}
+	addrs, names := startNodes(t, 4, ldifWithCandidates)
 	for i := range 3 {
 		reg.join(names[addrs[i]], addrs[i], 10)
 	}

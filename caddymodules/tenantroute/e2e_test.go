@@ -40,6 +40,24 @@ func ldifWith(node string, tenants []string) string {
 	return b.String()
 }
 
+// ldifWithCandidates is ldifWith for the candidate tenants.
+func ldifWithCandidates(node string) string { return ldifWith(node, candidates()) }
+
+// startNodes starts n slapd nodes, node-1…node-n, each with data(name), and
+// returns their addresses in order and their names by address.
+func startNodes(t *testing.T, n int, data func(name string) string) ([]string, map[string]string) {
+	t.Helper()
+	var addrs []string
+	names := map[string]string{}
+	for i := 1; i <= n; i++ {
+		name := fmt.Sprintf("node-%d", i)
+		s := e2e.StartSlapd(t, name, data(name))
+		names[s.Addr] = name
+		addrs = append(addrs, s.Addr)
+	}
+	return addrs, names
+}
+
 // marker binds as the tenant's user through the router and returns which
 // node answered.
 func marker(t *testing.T, conn *ldap.Conn, tenant string) string {
@@ -257,14 +275,7 @@ func adminView(t *testing.T, c *e2e.Caddy) tenantroute.View {
 // names it. Anonymous ldapsearch (no bind at all) reaches only the
 // listener's tenant's node, k = 1.
 func TestTenantFromPlaceholder(t *testing.T) {
-	var addrs []string
-	nodes := map[string]string{}
-	for i := 1; i <= 3; i++ {
-		name := fmt.Sprintf("node-%d", i)
-		s := e2e.StartSlapd(t, name, ldif(name))
-		nodes[s.Addr] = name
-		addrs = append(addrs, s.Addr)
-	}
+	addrs, nodes := startNodes(t, 3, ldif)
 	fronts := []string{e2e.Addr(t), e2e.Addr(t), e2e.Addr(t), e2e.Addr(t)}
 	var servers strings.Builder
 	for _, f := range fronts {
@@ -288,14 +299,7 @@ func TestTenantFromPlaceholder(t *testing.T) {
 // LDAPS: caddy-l4's tls handler first (certificates from Caddy's internal
 // CA), the tenant from the TLS server name. go-ldap dials with TLS and SNI.
 func TestLDAPSWithTenantFromServerName(t *testing.T) {
-	var addrs []string
-	nodes := map[string]string{}
-	for i := 1; i <= 3; i++ {
-		name := fmt.Sprintf("node-%d", i)
-		s := e2e.StartSlapd(t, name, ldif(name))
-		nodes[s.Addr] = name
-		addrs = append(addrs, s.Addr)
-	}
+	addrs, nodes := startNodes(t, 3, ldif)
 	front, site := e2e.Addr(t), e2e.FreePort(t)
 	c := e2e.StartCaddy(t, "caddyfile", fmt.Sprintf(`{
 	skip_install_trust

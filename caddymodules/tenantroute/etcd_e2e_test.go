@@ -28,14 +28,7 @@ func TestEtcdMembership(t *testing.T) {
 	dir, client, peer := t.TempDir(), e2e.Addr(t), e2e.Addr(t)
 	etcdProc, etcdURL := e2e.StartEtcdAt(t, dir, client, peer)
 	reg := newRegistry(t, etcdURL)
-	names := map[string]string{}
-	var addrs []string
-	for i := 1; i <= 4; i++ {
-		name := fmt.Sprintf("node-%d", i)
-		s := e2e.StartSlapd(t, name, ldifWith(name, candidates()))
-		names[s.Addr] = name
-		addrs = append(addrs, s.Addr)
-	}
+	addrs, names := startNodes(t, 4, ldifWithCandidates)
 	for i := range 3 {
 		reg.join(names[addrs[i]], addrs[i], 10)
 	}

@@ -6,7 +6,6 @@ import (
 	"net"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,40 +17,6 @@ import (
 	"github.com/edgesteer/edgesteer/internal/placement"
 )
 
-// hangingNode is a node that accepts TCP connections and reads what they
-// send but never answers, as a hung slapd. It counts the connections.
-func hangingNode(t *testing.T) (string, *atomic.Int64) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var accepted atomic.Int64
-	var mu sync.Mutex
-	var conns []net.Conn
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-	})
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			accepted.Add(1)
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-			go io.Copy(io.Discard, c)
-		}
-	}()
-	return ln.Addr().String(), &accepted
-}
-
 // A node that accepts connections and never answers the bind: clients
 // arriving together are each moved to the next node after at most one
 // first_response_timeout, none fails; the node is counted
@@ -60,15 +25,8 @@ func hangingNode(t *testing.T) (string, *atomic.Int64) {
 // sent twice (an add, tenant from a placeholder) is not moved: the client
 // gets a Notice of Disconnection (unavailable) and is closed.
 func TestNodeThatNeverAnswers(t *testing.T) {
-	var addrs []string
-	names := map[string]string{}
-	for i := 1; i <= 2; i++ {
-		name := fmt.Sprintf("node-%d", i)
-		s := e2e.StartSlapd(t, name, ldifWith(name, candidates()))
-		names[s.Addr] = name
-		addrs = append(addrs, s.Addr)
-	}
-	hung, accepted := hangingNode(t)
+	addrs, names := startNodes(t, 2, ldifWithCandidates)
+	hung, accepted := e2e.HangingListener(t, "127.0.0.1:0") // a hung slapd
 	addrs = append(addrs, hung)
 	// A tenant whose first node is the hung one.
 	tenant := ""

@@ -114,14 +114,7 @@ func TestReloadKeepsState(t *testing.T) {
 }
 
 func testReloadKeepsState(t *testing.T, how string) {
-	var addrs []string
-	names := map[string]string{}
-	for i := 1; i <= 3; i++ {
-		name := fmt.Sprintf("node-%d", i)
-		s := e2e.StartSlapd(t, name, ldif(name))
-		names[s.Addr] = name
-		addrs = append(addrs, s.Addr)
-	}
+	addrs, names := startNodes(t, 3, ldif)
 	r := placement.Rank("acme", addrs) // acme's nodes in rendezvous order
 	front := e2e.Addr(t)
 	c := e2e.StartCaddy(t, "caddyfile", routerConfig(front, addrs, 1, "3s"))

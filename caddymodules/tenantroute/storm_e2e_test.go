@@ -19,14 +19,7 @@ import (
 // counted by which slapd answers and in the admin view. Several rounds,
 // with k = 2 and k = 3.
 func TestReconnectStormSpreads(t *testing.T) {
-	var addrs []string
-	names := map[string]string{}
-	for i := 1; i <= 4; i++ {
-		name := fmt.Sprintf("node-%d", i)
-		s := e2e.StartSlapd(t, name, ldif(name))
-		names[s.Addr] = name
-		addrs = append(addrs, s.Addr)
-	}
+	addrs, names := startNodes(t, 4, ldif)
 	front := e2e.Addr(t)
 	c := e2e.StartCaddy(t, "caddyfile", fmt.Sprintf(`{
 	layer4 {

@@ -1,0 +1,46 @@
+package e2e
+
+import (
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+)
+
+// HangingListener listens on addr ("127.0.0.1:0" for any port) and plays a
+// peer that hangs: it accepts connections and reads what they send but
+// never answers or closes them. It returns its address and the number of
+// connections accepted so far; everything is closed when the test ends.
+func HangingListener(t testing.TB, addr string) (string, *atomic.Int64) {
+	t.Helper()
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var accepted atomic.Int64
+	var mu sync.Mutex
+	var conns []net.Conn
+	t.Cleanup(func() {
+		l.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+	})
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			go io.Copy(io.Discard, c)
+		}
+	}()
+	return l.Addr().String(), &accepted
+}
