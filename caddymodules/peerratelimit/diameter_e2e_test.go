@@ -144,6 +144,24 @@ func (c *diamClient) get(hbh uint32) answer {
 	return c.answers[hbh]
 }
 
+// waitFor waits for the answer to request hbh.
+func (c *diamClient) waitFor(t *testing.T, hbh uint32, d time.Duration) answer {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		c.mu.Lock()
+		a, ok := c.answers[hbh]
+		c.mu.Unlock()
+		if ok {
+			return a
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no answer to hop-by-hop %d in %v", hbh, d)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 func (c *diamClient) wait(t *testing.T, n int, d time.Duration) {
 	deadline := time.Now().Add(d)
 	for {
@@ -275,10 +293,13 @@ func TestDiameterDropAndMalformed(t *testing.T) {
 	for i := range 20 {
 		batch = append(batch, request(diameter.CmdCreditControl, diameter.AppGx, 1, uint32(1000+i), fmt.Sprint("s;", i))...)
 	}
+	// A DWR after the batch is a barrier: the PCRF answers in order, so
+	// once its DWA is here every admitted CCR-I has been answered.
+	batch = append(batch, request(diameter.CmdDeviceWatchdog, 0, 0, 99, "")...)
 	pgw.send(t, batch)
-	time.Sleep(time.Second)
+	pgw.waitFor(t, 99, 10*time.Second)
 	pgw.mu.Lock()
-	answered := len(pgw.answers) - 1 // less the CEA
+	answered := len(pgw.answers) - 2 // less the CEA and the DWA
 	for _, a := range pgw.answers {
 		if a.result != diam.Success {
 			t.Errorf("drop mode answered %+v", a)
@@ -339,6 +360,36 @@ func TestDiameterEgressGroup(t *testing.T) {
 	}
 	if got := count(ocsCounts, "gy-ccr-u"); got != int64(admitted) {
 		t.Fatalf("the OCS received %d, %d were admitted", got, admitted)
+	}
+
+	// CER, DWR and DPR pass even when the group's limit is used up: each
+	// sits between CCRs that exhaust it, and the CCR right after it is
+	// refused, so it was decided while the bucket was empty. The OCS
+	// answers it (2001 from ocs's Origin-Host), the proxy does not.
+	var batch []byte
+	hbh := uint32(50_000)
+	ccrs := func(n int) {
+		for range n {
+			hbh++
+			batch = append(batch, request(diameter.CmdCreditControl, diameter.AppGy, 2, hbh, fmt.Sprint("gy;base;", hbh))...)
+		}
+	}
+	base := map[uint32]string{}
+	ccrs(50)
+	for _, cmd := range []uint32{diameter.CmdCapabilitiesExchange, diameter.CmdDeviceWatchdog, diameter.CmdDisconnectPeer} {
+		hbh++
+		base[hbh] = fmt.Sprint(cmd)
+		batch = append(batch, request(cmd, 0, 0, hbh, "")...)
+		ccrs(5)
+	}
+	a.send(t, batch)
+	for h, cmd := range base {
+		if ans := a.waitFor(t, h, 10*time.Second); ans.result != diam.Success || ans.origin != "pcrf.example" {
+			t.Errorf("command %s with the group's limit used up: answer %+v, want 2001 from the OCS", cmd, ans)
+		}
+		if after := a.waitFor(t, h+1, 10*time.Second); after.result != diameter.ResultTooBusy {
+			t.Errorf("the CCR after command %s: %+v, want it refused (the group exhausted)", cmd, after)
+		}
 	}
 }
 
