@@ -89,7 +89,19 @@ type diamClient struct {
 	conn    net.Conn
 	mu      sync.Mutex
 	answers map[uint32]answer
+	raw     []byte // every byte received, whole messages or not
 	closed  chan struct{}
+}
+
+// rawTee records what the client reads.
+type rawTee struct{ c *diamClient }
+
+func (r rawTee) Read(p []byte) (int, error) {
+	n, err := r.c.conn.Read(p)
+	r.c.mu.Lock()
+	r.c.raw = append(r.c.raw, p[:n]...)
+	r.c.mu.Unlock()
+	return n, err
 }
 
 func dialDiameter(t *testing.T, addr string) *diamClient {
@@ -102,7 +114,7 @@ func dialDiameter(t *testing.T, addr string) *diamClient {
 	go func() {
 		defer close(c.closed)
 		for {
-			m, err := diam.ReadMessage(conn, dict.Default)
+			m, err := diam.ReadMessage(rawTee{c}, dict.Default)
 			if err != nil {
 				return
 			}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
@@ -28,6 +29,7 @@ type L4Handler struct {
 	Diameter *DiameterMode `json:"diameter,omitempty"`
 
 	profiles []*profile
+	queue    queuePolicy // Diameter mode's refusal queue
 }
 
 // CaddyModule returns the Caddy module information.
@@ -52,6 +54,15 @@ func (h *L4Handler) Provision(ctx caddy.Context) error {
 	if h.Diameter != nil {
 		if err := h.Diameter.validate(); err != nil {
 			return err
+		}
+		if err := registerMetrics(ctx); err != nil {
+			return err
+		}
+		h.queue = queuePolicy{
+			max:     h.Diameter.MaxQueuedRefusals,
+			wait:    time.Duration(h.Diameter.RefusalWait),
+			full:    theMetrics.refusalsDiscarded.WithLabelValues(h.Name, "queue_full"),
+			stalled: theMetrics.refusalsDiscarded.WithLabelValues(h.Name, "upstream_stalled"),
 		}
 	}
 	for _, p := range h.Profiles {
@@ -141,6 +152,8 @@ func (h *L4Handler) Handle(cx *layer4.Connection, next layer4.Handler) error {
 //			result_code <code>              # default 3002
 //			error_message <text>
 //			max_length <bytes>
+//			max_queued_refusals <n>         # default 256
+//			refusal_wait <duration>         # default 5s
 //		}
 //	}
 //

@@ -138,6 +138,7 @@ func (sh *shared) Destruct() error {
 	theMetrics.throttle.Delete(labels)
 	theMetrics.load.Delete(labels)
 	theMetrics.sourceErrors.Delete(labels)
+	theMetrics.refusalsDiscarded.DeletePartialMatch(labels)
 	return nil
 }
 
