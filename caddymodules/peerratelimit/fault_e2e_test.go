@@ -101,6 +101,31 @@ func (u *faultyUpstream) serve(conn net.Conn, silent bool, once *sync.Once) {
 	}
 }
 
+// waitHalf waits until the upstream has written part of its answer and the
+// proxy has passed that part on to the client: from then on the proxy is
+// inside a message of the upstream's stream.
+func (c *diamClient) waitHalf(t *testing.T, u *faultyUpstream) []byte {
+	t.Helper()
+	var half []byte
+	select {
+	case half = <-u.half:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the upstream never got the request")
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		c.mu.Lock()
+		done := bytes.HasSuffix(c.raw, half)
+		c.mu.Unlock()
+		if done {
+			return half
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the upstream's partial answer never reached the client")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 func metricOf(t *testing.T, c *e2e.Caddy, series string) float64 {
 	t.Helper()
 	v, _ := c.Metric(t, series)
@@ -188,12 +213,7 @@ func TestDiameterUpstreamStopsAnswering(t *testing.T) {
 	t.Run("stalled inside a message", func(t *testing.T) {
 		pgw := dialDiameter(t, fStalled)
 		pgw.send(t, ccr(2, 20))
-		var half []byte
-		select {
-		case half = <-stalled.half:
-		case <-time.After(10 * time.Second):
-			t.Fatal("the upstream never got the CCR-U")
-		}
+		half := pgw.waitHalf(t, stalled)
 		pgw.send(t, ccrIs(21, 10))
 		// The client connection is closed by the proxy, well before
 		// the client would give up.
@@ -226,11 +246,7 @@ func TestDiameterUpstreamStopsAnswering(t *testing.T) {
 	t.Run("slow inside a message, bounded queue", func(t *testing.T) {
 		pgw := dialDiameter(t, fSlow)
 		pgw.send(t, ccr(2, 40))
-		select {
-		case <-slow.half:
-		case <-time.After(10 * time.Second):
-			t.Fatal("the upstream never got the CCR-U")
-		}
+		pgw.waitHalf(t, slow)
 		// 200 CCR-I, all decided while the upstream is inside its
 		// answer: one admitted, the rest refused; 16 refusals wait,
 		// the others are discarded.
