@@ -22,8 +22,9 @@ import (
 
 // DiameterMode makes the layer4 handler frame Diameter messages in both
 // directions and limit each request: its type (gx-ccr-i, gy-ccr-t, cer, …)
-// selects the profile's message limit, and its Origin-Host is the peer
-// unless the profile names a peer placeholder. A rejected request is
+// selects the profile's message limit, and the peer is the Origin-Host of
+// the connection's CER (before a CER, the remote address) unless the
+// profile names a peer placeholder. A rejected request is
 // answered to its sender with ResultCode; a dropped one vanishes. CER/CEA,
 // DWR/DWA and DPR/DPA always pass.
 type DiameterMode struct {
@@ -130,7 +131,19 @@ type diameterConn struct {
 	in      *bufio.Reader
 	out     *boundaryWriter
 	pending []byte // admitted bytes not yet read
+
+	// identity is the Origin-Host of the connection's CER: the peer the
+	// connection was negotiated for, and so the key of its requests.
+	// Before a CER it is empty and the remote address is the key.
+	identity string
+	// mismatchLogged: a request's Origin-Host differed from identity
+	// (logged once per connection, counted every time).
+	mismatchLogged bool
 }
+
+// originHostPlaceholder is each request's own Origin-Host, e.g. for a
+// profile's peer (peer {l4.peer_rate_limit.origin_host}).
+const originHostPlaceholder = "l4.peer_rate_limit.origin_host"
 
 // Read returns admitted client messages.
 func (c *diameterConn) Read(p []byte) (int, error) {
@@ -157,18 +170,36 @@ func (c *diameterConn) Read(p []byte) (int, error) {
 }
 
 // admit decides one message; a refusal is written back here.
+//
+// A request is keyed by the identity the connection's CER negotiated, not
+// by its own Origin-Host: a peer that writes another Origin-Host into each
+// request would otherwise get a fresh bucket every time.
 func (c *diameterConn) admit(in diameter.Info, msg []byte) bool {
+	if in.Request && in.Base() && in.Header.CommandCode == diameter.CmdCapabilitiesExchange && c.identity == "" {
+		c.identity = in.OriginHost // a repeated CER changes nothing
+	}
 	if !in.Request || in.Base() {
 		return true
 	}
 	h := c.h.current()
+	repl := c.cx.Replacer()
+	repl.Set(originHostPlaceholder, in.OriginHost)
+	if c.identity != "" && in.OriginHost != c.identity {
+		h.originMismatch.Inc()
+		if !c.mismatchLogged {
+			c.mismatchLogged = true
+			c.cx.Logger.Warn("Diameter request's Origin-Host differs from the connection's CER: limited as the CER's peer",
+				zap.String("remote", c.cx.RemoteAddr().String()), zap.String("cer_origin_host", c.identity),
+				zap.String("origin_host", in.OriginHost))
+		}
+	}
 	p := h.profileFor(c.cx)
 	if p == nil {
 		return true
 	}
-	key := in.OriginHost
+	key := c.identity
 	if p.cfg.Peer != "" {
-		key = c.cx.Replacer().ReplaceAll(p.cfg.Peer, "")
+		key = repl.ReplaceAll(p.cfg.Peer, "")
 	} else if key == "" {
 		key = c.addr()
 	}
@@ -177,7 +208,7 @@ func (c *diameterConn) admit(in diameter.Info, msg []byte) bool {
 	if i := slices.IndexFunc(p.cfg.Messages, func(m MessageConfig) bool { return m.Type == typ }); i >= 0 {
 		idx, msgType = i+1, typ
 	}
-	verdict, _ := p.decide(key, idx, msgType, c.cx.Replacer(), l4Placeholders)
+	verdict, _ := p.decide(key, idx, msgType, repl, l4Placeholders)
 	switch verdict {
 	case admitted:
 		return true

@@ -9,6 +9,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/mholt/caddy-l4/layer4"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 func init() {
@@ -30,6 +31,9 @@ type L4Handler struct {
 
 	profiles []*profile
 	queue    queuePolicy // Diameter mode's refusal queue
+	// originMismatch counts Diameter requests whose Origin-Host is not
+	// their connection's CER's.
+	originMismatch prometheus.Counter
 }
 
 // CaddyModule returns the Caddy module information.
@@ -64,6 +68,7 @@ func (h *L4Handler) Provision(ctx caddy.Context) error {
 			full:    theMetrics.refusalsDiscarded.WithLabelValues(h.Name, "queue_full"),
 			stalled: theMetrics.refusalsDiscarded.WithLabelValues(h.Name, "upstream_stalled"),
 		}
+		h.originMismatch = theMetrics.originMismatch.WithLabelValues(h.Name)
 	}
 	for _, p := range h.Profiles {
 		if len(p.Messages) > 0 && h.Diameter == nil {

@@ -139,6 +139,7 @@ func (sh *shared) Destruct() error {
 	theMetrics.load.Delete(labels)
 	theMetrics.sourceErrors.Delete(labels)
 	theMetrics.refusalsDiscarded.DeletePartialMatch(labels)
+	theMetrics.originMismatch.Delete(labels)
 	return nil
 }
 
