@@ -12,8 +12,8 @@ import (
 
 // BenchmarkServeHTTP is the handler's whole per-request cost on a request
 // it admits (a profile whose limits are never reached): client IP, profile,
-// message matching (method and path matchers), two buckets, counters and
-// placeholders. bench/peer_rate_limit.sh measures it against the same
+// message matching (method and path matchers; the request matches its
+// message rule), two buckets, counters and placeholders. bench/peer_rate_limit.sh measures it against the same
 // proxy without the handler.
 func BenchmarkServeHTTP(b *testing.B) {
 	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
@@ -28,15 +28,23 @@ func BenchmarkServeHTTP(b *testing.B) {
 	}
 	defer h.Cleanup()
 	next := caddyhttp.HandlerFunc(func(http.ResponseWriter, *http.Request) error { return nil })
-	newReq := func() *http.Request {
-		r := httptest.NewRequest("POST", "/gx/ccr-u", nil)
-		repl := caddy.NewReplacer()
-		c := context.WithValue(r.Context(), caddy.ReplacerCtxKey, repl)
-		c = context.WithValue(c, caddyhttp.VarsCtxKey, map[string]any{caddyhttp.ClientIPVarKey: "192.0.2.7"})
-		return r.WithContext(c)
-	}
+	// The request matches the message rule, so both buckets (the type's
+	// and the overall) are checked: the whole decision.
+	r := httptest.NewRequest("POST", "/gx/ccr-i", nil)
+	repl := caddy.NewReplacer()
+	c := context.WithValue(r.Context(), caddy.ReplacerCtxKey, repl)
+	c = context.WithValue(c, caddyhttp.VarsCtxKey, map[string]any{caddyhttp.ClientIPVarKey: "192.0.2.7"})
+	r = r.WithContext(c)
 	w := httptest.NewRecorder()
-	r := newReq()
+	if err := h.ServeHTTP(w, r, next); err != nil {
+		b.Fatal(err)
+	}
+	if mt, _ := repl.Get("http.peer_rate_limit.message_type"); mt != "ccr-i" {
+		b.Fatalf("the benchmark request matched message type %q, want ccr-i", mt)
+	}
+	if v, _ := repl.Get("http.peer_rate_limit.verdict"); v != "admitted" {
+		b.Fatalf("verdict %v, want admitted", v)
+	}
 	for b.Loop() {
 		if err := h.ServeHTTP(w, r, next); err != nil {
 			b.Fatal(err)

@@ -61,6 +61,11 @@ func TestBadConfigFailsValidate(t *testing.T) {
 	dyn := func(body string) string {
 		return wrap("profile p {\nrate 10\nmessage m {\nmatch {\nmethod POST\n}\nrate 5\ndynamic\n}\n}\ndynamic {\nsource file /tmp/x\n" + body + "\n}")
 	}
+	l4diam := func(opt string) string {
+		return "{\n\tlayer4 {\n\t\t127.0.0.1:1 {\n\t\t\troute {\n\t\t\t\tpeer_rate_limit {\n" +
+			"diameter {\norigin_host a\norigin_realm b\n" + opt + "\n}\nprofile p {\nrate 10\n}\n" +
+			"\t\t\t\t}\n\t\t\t}\n\t\t}\n\t}\n}\n"
+	}
 	for name, tc := range map[string]struct{ cf, want string }{
 		"zero rate":         {prof("rate 0"), `rate "0"`},
 		"negative rate":     {prof("rate -5"), `rate "-5"`},
@@ -76,6 +81,10 @@ func TestBadConfigFailsValidate(t *testing.T) {
 		"bad url":           {wrap("profile p {\nrate 10\ndynamic\n}\ndynamic {\nsource prometheus ftp:/x cpu\nthreshold 55 30\n}"), "url"},
 		"bad source":        {wrap("profile p {\nrate 10\ndynamic\n}\ndynamic {\nsource snmp\nthreshold 55 30\n}"), "dynamic source"},
 		"dynamic, no rule":  {wrap("profile p {\nrate 10\n}\ndynamic {\nsource procstat\nthreshold 55 30\n}"), "no message limit is marked dynamic"},
+		"queue too long":    {l4diam("max_queued_refusals 70000"), "max_queued_refusals 70000"},
+		"queue negative":    {l4diam("max_queued_refusals -1"), `max_queued_refusals "-1"`},
+		"refusal_wait zero": {l4diam("refusal_wait 0s"), `refusal_wait "0s"`},
+		"refusal_wait junk": {l4diam("refusal_wait soon"), `refusal_wait "soon"`},
 	} {
 		t.Run(name, func(t *testing.T) { e2e.ValidateFails(t, tc.cf, tc.want) })
 	}

@@ -9,8 +9,9 @@ import (
 	"net"
 	"slices"
 	"strconv"
-	"sync"
+	"time"
 
+	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
 	"github.com/mholt/caddy-l4/layer4"
@@ -21,8 +22,9 @@ import (
 
 // DiameterMode makes the layer4 handler frame Diameter messages in both
 // directions and limit each request: its type (gx-ccr-i, gy-ccr-t, cer, …)
-// selects the profile's message limit, and its Origin-Host is the peer
-// unless the profile names a peer placeholder. A rejected request is
+// selects the profile's message limit, and the peer is the Origin-Host of
+// the connection's CER (before a CER, the remote address) unless the
+// profile names a peer placeholder. A rejected request is
 // answered to its sender with ResultCode; a dropped one vanishes. CER/CEA,
 // DWR/DWA and DPR/DPA always pass.
 type DiameterMode struct {
@@ -36,7 +38,22 @@ type DiameterMode struct {
 	// MaxLength of a client message; longer ones close the connection.
 	// Default 65536.
 	MaxLength int `json:"max_length,omitempty"`
+	// MaxQueuedRefusals bounds the refusals of one connection that wait
+	// for the end of the upstream's message in progress (default 256);
+	// past it a refusal is discarded, as if dropped, and counted.
+	MaxQueuedRefusals int `json:"max_queued_refusals,omitempty"`
+	// RefusalWait is how long a refusal may wait for the end of the
+	// upstream's message in progress (default 5s). Then the upstream is
+	// taken to have stalled inside a message: the waiting refusals are
+	// discarded and counted, and the client connection is closed.
+	RefusalWait caddy.Duration `json:"refusal_wait,omitempty"`
 }
+
+// Defaults of the refusal queue.
+const (
+	defaultMaxQueuedRefusals = 256
+	defaultRefusalWait       = 5 * time.Second
+)
 
 func (m *DiameterMode) validate() error {
 	switch {
@@ -46,6 +63,16 @@ func (m *DiameterMode) validate() error {
 		return fmt.Errorf("peer_rate_limit: diameter: result_code %d: want a Diameter result code, 1000-5999", m.ResultCode)
 	case m.MaxLength < 0 || (m.MaxLength > 0 && m.MaxLength < 20) || m.MaxLength > 1<<24:
 		return fmt.Errorf("peer_rate_limit: diameter: max_length %d: want 20 to 16777216", m.MaxLength)
+	case m.MaxQueuedRefusals < 0 || m.MaxQueuedRefusals > 1<<16:
+		return fmt.Errorf("peer_rate_limit: diameter: max_queued_refusals %d: want 1 to 65536", m.MaxQueuedRefusals)
+	case m.RefusalWait < 0:
+		return fmt.Errorf("peer_rate_limit: diameter: refusal_wait %v: must be positive", time.Duration(m.RefusalWait))
+	}
+	if m.MaxQueuedRefusals == 0 {
+		m.MaxQueuedRefusals = defaultMaxQueuedRefusals
+	}
+	if m.RefusalWait == 0 {
+		m.RefusalWait = caddy.Duration(defaultRefusalWait)
 	}
 	if m.ResultCode == 0 {
 		m.ResultCode = diameter.ResultTooBusy
@@ -69,10 +96,27 @@ func (h *L4Handler) handleDiameter(cx *layer4.Connection, next layer4.Handler, a
 	if _, err := io.ReadFull(cx, pre); err != nil {
 		return err
 	}
+	remote := zap.String("remote", cx.RemoteAddr().String())
+	out := &boundaryWriter{
+		w: cx,
+		// The upstream stopped inside a message: nothing more can be
+		// written to the client without breaking its stream, so end the
+		// connection and let the client fail over at once, instead of
+		// after its watchdog gives up.
+		stall: func(discarded int, waited time.Duration) {
+			cx.Logger.Warn("Diameter upstream stalled inside a message: closing the client connection",
+				remote, zap.Int("refusals_discarded", discarded), zap.Duration("waited", waited))
+			cx.Close()
+		},
+		overflow: func() {
+			cx.Logger.Warn("Diameter refusals discarded: too many wait for the upstream's message in progress",
+				remote, zap.Int("max_queued_refusals", h.current().Diameter.MaxQueuedRefusals))
+		},
+	}
 	dc := &diameterConn{
 		Conn: cx, h: h, cx: cx, addr: addr,
 		in:  bufio.NewReader(io.MultiReader(bytes.NewReader(pre), cx)),
-		out: &boundaryWriter{w: cx},
+		out: out,
 	}
 	return next.Handle(cx.Wrap(dc))
 }
@@ -87,7 +131,19 @@ type diameterConn struct {
 	in      *bufio.Reader
 	out     *boundaryWriter
 	pending []byte // admitted bytes not yet read
+
+	// identity is the Origin-Host of the connection's CER: the peer the
+	// connection was negotiated for, and so the key of its requests.
+	// Before a CER it is empty and the remote address is the key.
+	identity string
+	// mismatchLogged: a request's Origin-Host differed from identity
+	// (logged once per connection, counted every time).
+	mismatchLogged bool
 }
+
+// originHostPlaceholder is each request's own Origin-Host, e.g. for a
+// profile's peer (peer {l4.peer_rate_limit.origin_host}).
+const originHostPlaceholder = "l4.peer_rate_limit.origin_host"
 
 // Read returns admitted client messages.
 func (c *diameterConn) Read(p []byte) (int, error) {
@@ -114,18 +170,36 @@ func (c *diameterConn) Read(p []byte) (int, error) {
 }
 
 // admit decides one message; a refusal is written back here.
+//
+// A request is keyed by the identity the connection's CER negotiated, not
+// by its own Origin-Host: a peer that writes another Origin-Host into each
+// request would otherwise get a fresh bucket every time.
 func (c *diameterConn) admit(in diameter.Info, msg []byte) bool {
+	if in.Request && in.Base() && in.Header.CommandCode == diameter.CmdCapabilitiesExchange && c.identity == "" {
+		c.identity = in.OriginHost // a repeated CER changes nothing
+	}
 	if !in.Request || in.Base() {
 		return true
 	}
 	h := c.h.current()
+	repl := c.cx.Replacer()
+	repl.Set(originHostPlaceholder, in.OriginHost)
+	if c.identity != "" && in.OriginHost != c.identity {
+		h.originMismatch.Inc()
+		if !c.mismatchLogged {
+			c.mismatchLogged = true
+			c.cx.Logger.Warn("Diameter request's Origin-Host differs from the connection's CER: limited as the CER's peer",
+				zap.String("remote", c.cx.RemoteAddr().String()), zap.String("cer_origin_host", c.identity),
+				zap.String("origin_host", in.OriginHost))
+		}
+	}
 	p := h.profileFor(c.cx)
 	if p == nil {
 		return true
 	}
-	key := in.OriginHost
+	key := c.identity
 	if p.cfg.Peer != "" {
-		key = c.cx.Replacer().ReplaceAll(p.cfg.Peer, "")
+		key = repl.ReplaceAll(p.cfg.Peer, "")
 	} else if key == "" {
 		key = c.addr()
 	}
@@ -134,7 +208,7 @@ func (c *diameterConn) admit(in diameter.Info, msg []byte) bool {
 	if i := slices.IndexFunc(p.cfg.Messages, func(m MessageConfig) bool { return m.Type == typ }); i >= 0 {
 		idx, msgType = i+1, typ
 	}
-	verdict, _ := p.decide(key, idx, msgType, c.cx.Replacer(), l4Placeholders)
+	verdict, _ := p.decide(key, idx, msgType, repl, l4Placeholders)
 	switch verdict {
 	case admitted:
 		return true
@@ -142,7 +216,7 @@ func (c *diameterConn) admit(in diameter.Info, msg []byte) bool {
 		m := h.Diameter
 		ans, err := diameter.Refusal(in, m.ResultCode, m.OriginHost, m.OriginRealm, m.ErrorMessage)
 		if err == nil {
-			err = c.out.inject(ans)
+			_, err = c.out.inject(ans, h.queue)
 		}
 		if err != nil {
 			c.cx.Logger.Warn("writing a Diameter refusal", zap.Error(err))
@@ -170,67 +244,6 @@ func (h *L4Handler) current() *L4Handler {
 // Write passes the upstream's bytes on, tracking message boundaries.
 func (c *diameterConn) Write(p []byte) (int, error) { return c.out.Write(p) }
 
-// boundaryWriter writes the upstream's answers to the client and slips the
-// proxy's own answers in only between whole messages.
-type boundaryWriter struct {
-	mu        sync.Mutex
-	w         io.Writer
-	hdr       [20]byte
-	hdrN      int  // header bytes seen of the current message
-	remaining int  // body bytes left of the current message
-	broken    bool // the upstream's stream did not parse: stop waiting for boundaries
-	queue     [][]byte
-}
-
-func (b *boundaryWriter) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	n, err := b.w.Write(p)
-	b.advance(p[:n])
-	if err == nil && b.atBoundary() {
-		for len(b.queue) > 0 && err == nil {
-			_, err = b.w.Write(b.queue[0])
-			b.queue = b.queue[1:]
-		}
-	}
-	return n, err
-}
-
-func (b *boundaryWriter) inject(msg []byte) error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.atBoundary() {
-		_, err := b.w.Write(msg)
-		return err
-	}
-	b.queue = append(b.queue, msg)
-	return nil
-}
-
-func (b *boundaryWriter) atBoundary() bool { return b.broken || (b.remaining == 0 && b.hdrN == 0) }
-
-func (b *boundaryWriter) advance(p []byte) {
-	for len(p) > 0 && !b.broken {
-		if b.remaining > 0 {
-			k := min(b.remaining, len(p))
-			b.remaining -= k
-			p = p[k:]
-			continue
-		}
-		k := copy(b.hdr[b.hdrN:], p)
-		b.hdrN += k
-		p = p[k:]
-		if b.hdrN == len(b.hdr) {
-			h, err := diameter.ParseHeader(b.hdr[:], 1<<24)
-			if err != nil {
-				b.broken = true
-				return
-			}
-			b.remaining, b.hdrN = int(h.MessageLength)-len(b.hdr), 0
-		}
-	}
-}
-
 func unmarshalDiameter(d *caddyfile.Dispenser) (*DiameterMode, error) {
 	m := &DiameterMode{}
 	for nesting := d.Nesting(); d.NextBlock(nesting); {
@@ -246,15 +259,24 @@ func unmarshalDiameter(d *caddyfile.Dispenser) (*DiameterMode, error) {
 			m.OriginRealm = v
 		case "error_message":
 			m.ErrorMessage = v
-		case "result_code", "max_length":
+		case "refusal_wait":
+			dur, err := caddy.ParseDuration(v)
+			if err != nil || dur <= 0 {
+				return nil, d.Errf("peer_rate_limit: diameter refusal_wait %q: want a positive duration", v)
+			}
+			m.RefusalWait = caddy.Duration(dur)
+		case "result_code", "max_length", "max_queued_refusals":
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 0 {
 				return nil, d.Errf("peer_rate_limit: diameter %s %q: not a number", opt, v)
 			}
-			if opt == "result_code" {
+			switch opt {
+			case "result_code":
 				m.ResultCode = uint32(n)
-			} else {
+			case "max_length":
 				m.MaxLength = n
+			default:
+				m.MaxQueuedRefusals = n
 			}
 		default:
 			return nil, d.Errf("peer_rate_limit: diameter: unknown option %q", opt)

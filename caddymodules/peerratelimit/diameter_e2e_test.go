@@ -89,10 +89,33 @@ type diamClient struct {
 	conn    net.Conn
 	mu      sync.Mutex
 	answers map[uint32]answer
+	raw     []byte // every byte received, whole messages or not
 	closed  chan struct{}
 }
 
+// rawTee records what the client reads.
+type rawTee struct{ c *diamClient }
+
+func (r rawTee) Read(p []byte) (int, error) {
+	n, err := r.c.conn.Read(p)
+	r.c.mu.Lock()
+	r.c.raw = append(r.c.raw, p[:n]...)
+	r.c.mu.Unlock()
+	return n, err
+}
+
 func dialDiameter(t *testing.T, addr string) *diamClient {
+	c := dialNoCER(t, addr)
+	c.send(t, request(diameter.CmdCapabilitiesExchange, 0, 0, 1, ""))
+	c.wait(t, 1, 5*time.Second)
+	if a := c.get(1); a.result != diam.Success {
+		t.Fatalf("CEA: %+v", a)
+	}
+	return c
+}
+
+// dialNoCER connects and collects answers, without a capabilities exchange.
+func dialNoCER(t *testing.T, addr string) *diamClient {
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -102,7 +125,7 @@ func dialDiameter(t *testing.T, addr string) *diamClient {
 	go func() {
 		defer close(c.closed)
 		for {
-			m, err := diam.ReadMessage(conn, dict.Default)
+			m, err := diam.ReadMessage(rawTee{c}, dict.Default)
 			if err != nil {
 				return
 			}
@@ -124,11 +147,6 @@ func dialDiameter(t *testing.T, addr string) *diamClient {
 			c.mu.Unlock()
 		}
 	}()
-	c.send(t, request(diameter.CmdCapabilitiesExchange, 0, 0, 1, ""))
-	c.wait(t, 1, 5*time.Second)
-	if a := c.get(1); a.result != diam.Success {
-		t.Fatalf("CEA: %+v", a)
-	}
 	return c
 }
 
@@ -142,6 +160,24 @@ func (c *diamClient) get(hbh uint32) answer {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.answers[hbh]
+}
+
+// waitFor waits for the answer to request hbh.
+func (c *diamClient) waitFor(t *testing.T, hbh uint32, d time.Duration) answer {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		c.mu.Lock()
+		a, ok := c.answers[hbh]
+		c.mu.Unlock()
+		if ok {
+			return a
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no answer to hop-by-hop %d in %v", hbh, d)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 func (c *diamClient) wait(t *testing.T, n int, d time.Duration) {
@@ -275,10 +311,13 @@ func TestDiameterDropAndMalformed(t *testing.T) {
 	for i := range 20 {
 		batch = append(batch, request(diameter.CmdCreditControl, diameter.AppGx, 1, uint32(1000+i), fmt.Sprint("s;", i))...)
 	}
+	// A DWR after the batch is a barrier: the PCRF answers in order, so
+	// once its DWA is here every admitted CCR-I has been answered.
+	batch = append(batch, request(diameter.CmdDeviceWatchdog, 0, 0, 99, "")...)
 	pgw.send(t, batch)
-	time.Sleep(time.Second)
+	pgw.waitFor(t, 99, 10*time.Second)
 	pgw.mu.Lock()
-	answered := len(pgw.answers) - 1 // less the CEA
+	answered := len(pgw.answers) - 2 // less the CEA and the DWA
 	for _, a := range pgw.answers {
 		if a.result != diam.Success {
 			t.Errorf("drop mode answered %+v", a)
@@ -340,6 +379,36 @@ func TestDiameterEgressGroup(t *testing.T) {
 	if got := count(ocsCounts, "gy-ccr-u"); got != int64(admitted) {
 		t.Fatalf("the OCS received %d, %d were admitted", got, admitted)
 	}
+
+	// CER, DWR and DPR pass even when the group's limit is used up: each
+	// sits between CCRs that exhaust it, and the CCR right after it is
+	// refused, so it was decided while the bucket was empty. The OCS
+	// answers it (2001 from ocs's Origin-Host), the proxy does not.
+	var batch []byte
+	hbh := uint32(50_000)
+	ccrs := func(n int) {
+		for range n {
+			hbh++
+			batch = append(batch, request(diameter.CmdCreditControl, diameter.AppGy, 2, hbh, fmt.Sprint("gy;base;", hbh))...)
+		}
+	}
+	base := map[uint32]string{}
+	ccrs(50)
+	for _, cmd := range []uint32{diameter.CmdCapabilitiesExchange, diameter.CmdDeviceWatchdog, diameter.CmdDisconnectPeer} {
+		hbh++
+		base[hbh] = fmt.Sprint(cmd)
+		batch = append(batch, request(cmd, 0, 0, hbh, "")...)
+		ccrs(5)
+	}
+	a.send(t, batch)
+	for h, cmd := range base {
+		if ans := a.waitFor(t, h, 10*time.Second); ans.result != diam.Success || ans.origin != "pcrf.example" {
+			t.Errorf("command %s with the group's limit used up: answer %+v, want 2001 from the OCS", cmd, ans)
+		}
+		if after := a.waitFor(t, h+1, 10*time.Second); after.result != diameter.ResultTooBusy {
+			t.Errorf("the CCR after command %s: %+v, want it refused (the group exhausted)", cmd, after)
+		}
+	}
 }
 
 // The diameter matcher routes only pGWs (Origin-Host pgw*.example): a peer
@@ -376,5 +445,95 @@ func TestDiameterMatcherRoutesByOriginHost(t *testing.T) {
 	}
 	if got := count(pcrfCounts, "cer"); got != 0 {
 		t.Errorf("the PCRF saw %d CER from unmatched peers", got)
+	}
+}
+
+// One connection rotating the Origin-Host of its requests gets no fresh
+// bucket per request: requests are keyed by the identity its CER
+// negotiated (or, before a CER, its remote address), each one whose
+// Origin-Host differs is counted, and a profile that wants the per-request
+// Origin-Host names it with {l4.peer_rate_limit.origin_host}.
+func TestDiameterKeyIsTheCERIdentity(t *testing.T) {
+	pcrf, _ := diamServer(t)
+	byCER, byOrigin := e2e.Addr(t), e2e.Addr(t)
+	server := func(front, name, peer string) string {
+		return fmt.Sprintf(`
+		%s {
+			route {
+				peer_rate_limit {
+					name %s
+					diameter {
+						origin_host dra.example
+						origin_realm example
+					}
+					profile pgw {
+						%s
+						message gx-ccr-i {
+							rate 200
+						}
+					}
+				}
+				proxy %s
+			}
+		}`, front, name, peer, pcrf)
+	}
+	c := e2e.StartCaddy(t, "caddyfile", "{\n\tlayer4 {"+server(byCER, "by-cer", "")+
+		server(byOrigin, "by-origin", "peer {l4.peer_rate_limit.origin_host}")+"\n\t}\n}\n")
+	c.WaitTCP(t, byCER)
+	c.WaitTCP(t, byOrigin)
+
+	// 320 CCR-I in one write: every 16th from pgw2.example (the CER's
+	// identity), the others from 30 rotating Origin-Hosts.
+	const n = 320
+	rotating := func(cl *diamClient) (admitted int, elapsed time.Duration) {
+		var batch []byte
+		for i := range n {
+			origin := fmt.Sprintf("pgw-%d.example", i%30)
+			if i%16 == 0 {
+				origin = "pgw2.example"
+			}
+			b, _ := diameter.Request(diameter.CmdCreditControl, diameter.AppGx, 1, uint32(100+i), uint32(100+i), fmt.Sprint("s;", i), origin, "example")
+			batch = append(batch, b...)
+		}
+		start := time.Now()
+		cl.send(t, batch)
+		for i := range n {
+			if cl.waitFor(t, uint32(100+i), 20*time.Second).result == diam.Success {
+				admitted++
+			}
+		}
+		return admitted, time.Since(start)
+	}
+	const mismatch = `caddy_edgesteer_peer_rate_limit_diameter_origin_host_mismatch_total{handler="by-cer"}`
+
+	// After a CER: one bucket, the CER's peer's. A second CER, from
+	// another Origin-Host, changes nothing.
+	pgw := dialDiameter(t, byCER)
+	again, _ := diameter.Request(diameter.CmdCapabilitiesExchange, 0, 0, 2, 2, "", "pgw-0.example", "example")
+	pgw.send(t, again)
+	pgw.waitFor(t, 2, 10*time.Second)
+	got, took := rotating(pgw)
+	if max := int(most(200, 10, took)); got > max || got == 0 {
+		t.Errorf("after a CER, rotating Origin-Hosts: %d of %d admitted in %v, want at most one bucket's %d", got, n, took, max)
+	}
+	if v := metricOf(t, c, mismatch); v != n-n/16 {
+		t.Errorf("%v requests counted with another Origin-Host than the CER's, want %d", v, n-n/16)
+	}
+	c.WaitLog(t, "Diameter request's Origin-Host differs from the connection's CER", 5*time.Second)
+
+	// Before a CER: one bucket, the remote address's; nothing to compare.
+	got, took = rotating(dialNoCER(t, byCER))
+	if max := int(most(200, 10, took)); got > max || got == 0 {
+		t.Errorf("without a CER, rotating Origin-Hosts: %d of %d admitted in %v, want at most one bucket's %d", got, n, took, max)
+	}
+	if v := metricOf(t, c, mismatch); v != n-n/16 {
+		t.Errorf("mismatches counted without a CER: %v, want still %d", v, n-n/16)
+	}
+
+	// Keyed by the placeholder: a bucket per Origin-Host, so more than
+	// one bucket could admit.
+	got, took = rotating(dialDiameter(t, byOrigin))
+	if one := int(most(200, 10, took)); got <= one {
+		t.Errorf("keyed by {l4.peer_rate_limit.origin_host}: %d of %d admitted in %v, want more than one bucket's %d", got, n, took, one)
 	}
 }

@@ -4,10 +4,12 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/mholt/caddy-l4/layer4"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 func init() {
@@ -28,6 +30,10 @@ type L4Handler struct {
 	Diameter *DiameterMode `json:"diameter,omitempty"`
 
 	profiles []*profile
+	queue    queuePolicy // Diameter mode's refusal queue
+	// originMismatch counts Diameter requests whose Origin-Host is not
+	// their connection's CER's.
+	originMismatch prometheus.Counter
 }
 
 // CaddyModule returns the Caddy module information.
@@ -53,6 +59,16 @@ func (h *L4Handler) Provision(ctx caddy.Context) error {
 		if err := h.Diameter.validate(); err != nil {
 			return err
 		}
+		if err := registerMetrics(ctx); err != nil {
+			return err
+		}
+		h.queue = queuePolicy{
+			max:     h.Diameter.MaxQueuedRefusals,
+			wait:    time.Duration(h.Diameter.RefusalWait),
+			full:    theMetrics.refusalsDiscarded.WithLabelValues(h.Name, "queue_full"),
+			stalled: theMetrics.refusalsDiscarded.WithLabelValues(h.Name, "upstream_stalled"),
+		}
+		h.originMismatch = theMetrics.originMismatch.WithLabelValues(h.Name)
 	}
 	for _, p := range h.Profiles {
 		if len(p.Messages) > 0 && h.Diameter == nil {
@@ -141,6 +157,8 @@ func (h *L4Handler) Handle(cx *layer4.Connection, next layer4.Handler) error {
 //			result_code <code>              # default 3002
 //			error_message <text>
 //			max_length <bytes>
+//			max_queued_refusals <n>         # default 256
+//			refusal_wait <duration>         # default 5s
 //		}
 //	}
 //

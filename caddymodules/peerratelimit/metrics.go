@@ -14,6 +14,9 @@ type metrics struct {
 	throttle     *prometheus.GaugeVec
 	load         *prometheus.GaugeVec
 	sourceErrors *prometheus.CounterVec
+
+	refusalsDiscarded *prometheus.CounterVec
+	originMismatch    *prometheus.CounterVec
 }
 
 var theMetrics = &metrics{
@@ -33,8 +36,16 @@ var theMetrics = &metrics{
 		Name: metricsPrefix + "dynamic_load_source_errors_total",
 		Help: "Failed reads of the dynamic load source (the throttle level is kept).",
 	}, []string{"handler"}),
+	refusalsDiscarded: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: metricsPrefix + "diameter_refusals_discarded_total",
+		Help: "Diameter refusals never written: the queue waiting for the upstream's message boundary was full (queue_full), or the upstream stalled inside a message and the connection was closed (upstream_stalled).",
+	}, []string{"handler", "reason"}),
+	originMismatch: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: metricsPrefix + "diameter_origin_host_mismatch_total",
+		Help: "Diameter requests whose Origin-Host differs from the one their connection's CER negotiated (they are limited as the CER's peer).",
+	}, []string{"handler"}),
 }
 
 func registerMetrics(ctx caddy.Context) error {
-	return metricsreg.Register(ctx, theMetrics.decisions, theMetrics.throttle, theMetrics.load, theMetrics.sourceErrors)
+	return metricsreg.Register(ctx, theMetrics.decisions, theMetrics.throttle, theMetrics.load, theMetrics.sourceErrors, theMetrics.refusalsDiscarded, theMetrics.originMismatch)
 }

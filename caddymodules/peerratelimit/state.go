@@ -138,6 +138,8 @@ func (sh *shared) Destruct() error {
 	theMetrics.throttle.Delete(labels)
 	theMetrics.load.Delete(labels)
 	theMetrics.sourceErrors.Delete(labels)
+	theMetrics.refusalsDiscarded.DeletePartialMatch(labels)
+	theMetrics.originMismatch.Delete(labels)
 	return nil
 }
 

@@ -2,6 +2,7 @@ package loadsource
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"net/http"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 const exposition = `# HELP node_load1 1m load average.
@@ -160,5 +162,34 @@ func TestPrometheusString(t *testing.T) {
 	want := `prometheus http://127.0.0.1:9100/metrics node_cpu_busy{instance="db1",job="node"}`
 	if got := p.String(); got != want {
 		t.Errorf("String() = %s, want %s", got, want)
+	}
+}
+
+// A source that accepts the scrape and never answers: Read gives up when
+// the caller's context ends, with the context's error, and leaves no
+// request behind on the server.
+func TestPrometheusReadHungSource(t *testing.T) {
+	held := make(chan struct{}, 1)
+	gone := make(chan struct{}, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		held <- struct{}{}
+		<-r.Context().Done()
+		gone <- struct{}{}
+	}))
+	defer srv.Close()
+	p, err := NewPrometheus(srv.URL, "cpu", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if _, err := p.Read(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Read of a hung source: %v, want the context's deadline", err)
+	}
+	<-held
+	select {
+	case <-gone:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the hung request was left open on the server")
 	}
 }
