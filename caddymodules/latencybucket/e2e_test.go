@@ -1,7 +1,6 @@
 package latencybucket_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -308,15 +307,7 @@ func TestLayer4SeedTableAndStickiness(t *testing.T) {
 // request over the raw connection and returns the answering peer's name.
 func dialL4(front, src string) (string, error) {
 	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 5 * time.Second}
-	return dialL4With(d.DialContext, front)
-}
-
-// dialL4With is dialL4 through dial (e.g. one bound to a source address
-// in a network namespace).
-func dialL4With(dial func(ctx context.Context, network, addr string) (net.Conn, error), front string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	conn, err := dial(ctx, "tcp", front)
+	conn, err := d.Dial("tcp", front)
 	if err != nil {
 		return "", err
 	}
