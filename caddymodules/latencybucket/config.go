@@ -67,6 +67,12 @@ type Config struct {
 	// remote IP and the local (listener) address.
 	StickyUser string `json:"sticky_user,omitempty"`
 	StickyApp  string `json:"sticky_app,omitempty"`
+	// StickyUserFallback says what a request or connection whose
+	// StickyUser placeholder is empty (a header it lacks) is pinned by:
+	// "client_ip" (default), its client IP as if StickyUser were unset; or
+	// "none", not pinned at all (a fresh pick each time). Without it every
+	// such client would share one empty user, and so one pin.
+	StickyUserFallback string `json:"sticky_user_fallback,omitempty"`
 	// StickyTTL forgets a pair idle this long (default 1h); StickyMaxEntries
 	// bounds the table (default 100000; least recently used go first).
 	StickyTTL        caddy.Duration `json:"sticky_ttl,omitempty"`
@@ -132,6 +138,11 @@ func (c *Config) Validate(layer4 bool) error {
 	case "", "on", "off":
 	default:
 		return bad("sticky", strconv.Quote(c.Sticky), "want on or off")
+	}
+	switch c.StickyUserFallback {
+	case "", "client_ip", "none":
+	default:
+		return bad("sticky_user_fallback", strconv.Quote(c.StickyUserFallback), "want client_ip or none")
 	}
 	if c.StickyTTL < 0 {
 		return bad("sticky_ttl", time.Duration(c.StickyTTL), "must be positive")
@@ -215,6 +226,7 @@ func (c *Config) probeID() string {
 //		segment <upstream host:port> <duration>
 //		sticky on|off
 //		sticky_user <placeholder>
+//		sticky_user_fallback client_ip|none
 //		sticky_app <placeholder>
 //		sticky_ttl <duration>
 //		sticky_max_entries <count>
@@ -288,6 +300,8 @@ func (c *Config) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			err = oneArg(d, &c.Sticky)
 		case "sticky_user":
 			err = oneArg(d, &c.StickyUser)
+		case "sticky_user_fallback":
+			err = oneArg(d, &c.StickyUserFallback)
 		case "sticky_app":
 			err = oneArg(d, &c.StickyApp)
 		case "sticky_ttl":

@@ -360,3 +360,27 @@ func TestFallbackUntilMeasured(t *testing.T) {
 		t.Fatalf("after a measurement: %v, %d pinned", c, s.Sticky.Len())
 	}
 }
+
+// SelectUnpinned, for a request with no (user, app) pair, picks from the
+// lowest bucket like Select but neither follows nor makes a pin.
+func TestSelectUnpinned(t *testing.T) {
+	tr := newTracker(t, Config{})
+	p := pubs(3)
+	for i, d := range []time.Duration{5 * ms, 6 * ms, 70 * ms} {
+		measure(t, tr, p[i].addr, d)
+	}
+	table := sticky.New(1000, time.Hour)
+	s := &Selector[*up]{Tracker: tr, Host: upHost{}, Sticky: table}
+	pinned, _, _ := s.Select(p, "", "", 0) // the empty pair has a pin
+	c := map[*up]int{}
+	for i := range 400 {
+		u, d, ok := s.SelectUnpinned(p, int64(i))
+		if !ok || d.Sticky || d.Status == nil {
+			t.Fatalf("unpinned pick %d: ok %v decision %+v", i, ok, d)
+		}
+		c[u]++
+	}
+	if table.Len() != 1 || c[p[2]] != 0 || c[p[0]] < 100 || c[p[1]] < 100 {
+		t.Fatalf("unpinned picks %v (pinned %s), %d entries: want both of [0,32), no new entry", c, pinned.addr, table.Len())
+	}
+}
