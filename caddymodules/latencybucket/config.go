@@ -40,7 +40,9 @@ type Config struct {
 	Within string `json:"within,omitempty"`
 
 	// Probe is the probe kind: "tcp" (connect time, default), "tls"
-	// (handshake time), "http" or "https" (request to first response byte).
+	// (handshake time), "http" or "https" (request to first response byte),
+	// or "h2c" (the same over HTTP/2 without TLS, for h2c-only upstreams
+	// such as gRPC servers).
 	Probe string `json:"probe,omitempty"`
 	// ProbePath and ProbeHost are the request path and Host of http(s) probes.
 	ProbePath string `json:"probe_path,omitempty"`
@@ -110,12 +112,12 @@ func (c *Config) Validate(layer4 bool) error {
 		return bad("within", strconv.Quote(c.Within), "want random or least_conn")
 	}
 	switch c.Probe {
-	case "", "tcp", "tls", "http", "https":
+	case "", "tcp", "tls", "http", "https", "h2c":
 	default:
-		return bad("probe", strconv.Quote(c.Probe), "unknown probe kind; want tcp, tls, http or https")
+		return bad("probe", strconv.Quote(c.Probe), "unknown probe kind; want tcp, tls, http, https or h2c")
 	}
-	if (c.ProbePath != "" || c.ProbeHost != "") && c.Probe != "http" && c.Probe != "https" {
-		return bad("probe_path/probe_host", c.ProbePath+c.ProbeHost, "apply to http and https probes only")
+	if (c.ProbePath != "" || c.ProbeHost != "") && c.Probe != "http" && c.Probe != "https" && c.Probe != "h2c" {
+		return bad("probe_path/probe_host", c.ProbePath+c.ProbeHost, "apply to http, https and h2c probes only")
 	}
 	if c.Probes < 0 {
 		return bad("probes", c.Probes, "must be at least 1")
@@ -168,7 +170,7 @@ func (c *Config) settings() pubsel.Settings {
 	switch c.Probe {
 	case "tls":
 		prober = latency.TLSProber{Config: tlsCfg}
-	case "http", "https":
+	case "http", "https", "h2c":
 		prober = latency.NewHTTPProber(c.Probe, c.ProbePath, c.ProbeHost, tlsCfg, false)
 	}
 	s := pubsel.Settings{
@@ -216,7 +218,7 @@ func (c *Config) probeID() string {
 //		bucket_width <duration>
 //		hysteresis <fraction>
 //		within random|least_conn
-//		probe tcp|tls|http|https [<path>]
+//		probe tcp|tls|http|https|h2c [<path>]
 //		probe_host <host>
 //		probe_insecure_skip_verify
 //		probes <count>
