@@ -40,7 +40,9 @@ type Config struct {
 	Within string `json:"within,omitempty"`
 
 	// Probe is the probe kind: "tcp" (connect time, default), "tls"
-	// (handshake time), "http" or "https" (request to first response byte).
+	// (handshake time), "http" or "https" (request to first response byte),
+	// or "h2c" (the same over HTTP/2 without TLS, for h2c-only upstreams
+	// such as gRPC servers).
 	Probe string `json:"probe,omitempty"`
 	// ProbePath and ProbeHost are the request path and Host of http(s) probes.
 	ProbePath string `json:"probe_path,omitempty"`
@@ -67,6 +69,12 @@ type Config struct {
 	// remote IP and the local (listener) address.
 	StickyUser string `json:"sticky_user,omitempty"`
 	StickyApp  string `json:"sticky_app,omitempty"`
+	// StickyUserFallback says what a request or connection whose
+	// StickyUser placeholder is empty (a header it lacks) is pinned by:
+	// "client_ip" (default), its client IP as if StickyUser were unset; or
+	// "none", not pinned at all (a fresh pick each time). Without it every
+	// such client would share one empty user, and so one pin.
+	StickyUserFallback string `json:"sticky_user_fallback,omitempty"`
 	// StickyTTL forgets a pair idle this long (default 1h); StickyMaxEntries
 	// bounds the table (default 100000; least recently used go first).
 	StickyTTL        caddy.Duration `json:"sticky_ttl,omitempty"`
@@ -104,12 +112,12 @@ func (c *Config) Validate(layer4 bool) error {
 		return bad("within", strconv.Quote(c.Within), "want random or least_conn")
 	}
 	switch c.Probe {
-	case "", "tcp", "tls", "http", "https":
+	case "", "tcp", "tls", "http", "https", "h2c":
 	default:
-		return bad("probe", strconv.Quote(c.Probe), "unknown probe kind; want tcp, tls, http or https")
+		return bad("probe", strconv.Quote(c.Probe), "unknown probe kind; want tcp, tls, http, https or h2c")
 	}
-	if (c.ProbePath != "" || c.ProbeHost != "") && c.Probe != "http" && c.Probe != "https" {
-		return bad("probe_path/probe_host", c.ProbePath+c.ProbeHost, "apply to http and https probes only")
+	if (c.ProbePath != "" || c.ProbeHost != "") && c.Probe != "http" && c.Probe != "https" && c.Probe != "h2c" {
+		return bad("probe_path/probe_host", c.ProbePath+c.ProbeHost, "apply to http, https and h2c probes only")
 	}
 	if c.Probes < 0 {
 		return bad("probes", c.Probes, "must be at least 1")
@@ -132,6 +140,11 @@ func (c *Config) Validate(layer4 bool) error {
 	case "", "on", "off":
 	default:
 		return bad("sticky", strconv.Quote(c.Sticky), "want on or off")
+	}
+	switch c.StickyUserFallback {
+	case "", "client_ip", "none":
+	default:
+		return bad("sticky_user_fallback", strconv.Quote(c.StickyUserFallback), "want client_ip or none")
 	}
 	if c.StickyTTL < 0 {
 		return bad("sticky_ttl", time.Duration(c.StickyTTL), "must be positive")
@@ -157,7 +170,7 @@ func (c *Config) settings() pubsel.Settings {
 	switch c.Probe {
 	case "tls":
 		prober = latency.TLSProber{Config: tlsCfg}
-	case "http", "https":
+	case "http", "https", "h2c":
 		prober = latency.NewHTTPProber(c.Probe, c.ProbePath, c.ProbeHost, tlsCfg, false)
 	}
 	s := pubsel.Settings{
@@ -205,7 +218,7 @@ func (c *Config) probeID() string {
 //		bucket_width <duration>
 //		hysteresis <fraction>
 //		within random|least_conn
-//		probe tcp|tls|http|https [<path>]
+//		probe tcp|tls|http|https|h2c [<path>]
 //		probe_host <host>
 //		probe_insecure_skip_verify
 //		probes <count>
@@ -215,6 +228,7 @@ func (c *Config) probeID() string {
 //		segment <upstream host:port> <duration>
 //		sticky on|off
 //		sticky_user <placeholder>
+//		sticky_user_fallback client_ip|none
 //		sticky_app <placeholder>
 //		sticky_ttl <duration>
 //		sticky_max_entries <count>
@@ -288,6 +302,8 @@ func (c *Config) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			err = oneArg(d, &c.Sticky)
 		case "sticky_user":
 			err = oneArg(d, &c.StickyUser)
+		case "sticky_user_fallback":
+			err = oneArg(d, &c.StickyUserFallback)
 		case "sticky_app":
 			err = oneArg(d, &c.StickyApp)
 		case "sticky_ttl":

@@ -32,6 +32,7 @@ func TestUnmarshalCaddyfileAllOptions(t *testing.T) {
 		segment 10.0.0.2:443 0
 		sticky on
 		sticky_user {http.request.header.X-User}
+		sticky_user_fallback none
 		sticky_app {http.request.host}
 		sticky_ttl 10m
 		sticky_max_entries 5000
@@ -47,8 +48,8 @@ func TestUnmarshalCaddyfileAllOptions(t *testing.T) {
 		ProbeInsecureSkipVerify: true, Probes: 5, ProbeInterval: caddy.Duration(2 * time.Second),
 		ProbeTimeout: caddy.Duration(500 * time.Millisecond), ProbeWindow: 4,
 		Segments: map[string]caddy.Duration{"10.0.0.1:443": caddy.Duration(15 * time.Millisecond), "10.0.0.2:443": 0},
-		Sticky:   "on", StickyUser: "{http.request.header.X-User}", StickyApp: "{http.request.host}",
-		StickyTTL: caddy.Duration(10 * time.Minute), StickyMaxEntries: 5000,
+		Sticky:   "on", StickyUser: "{http.request.header.X-User}", StickyUserFallback: "none",
+		StickyApp: "{http.request.host}", StickyTTL: caddy.Duration(10 * time.Minute), StickyMaxEntries: 5000,
 	}
 	got, _ := json.Marshal(c)
 	exp, _ := json.Marshal(want)
@@ -79,6 +80,7 @@ func TestBadConfigNamesOption(t *testing.T) {
 		{"probe_path /x", "unknown option"},
 		{"probe tcp /x", "probe_path/probe_host"},
 		{"sticky sometimes", `sticky "sometimes"`},
+		{"sticky_user_fallback anonymous", `sticky_user_fallback "anonymous": want client_ip or none`},
 	} {
 		t.Run(tc.body, func(t *testing.T) {
 			var c Config

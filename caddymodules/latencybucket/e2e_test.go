@@ -1,7 +1,6 @@
 package latencybucket_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -245,7 +244,7 @@ func TestHTTPSeedFAQFailover(t *testing.T) {
 	if a.peer == "publisher-3" {
 		victim, other = procs[2], "publisher-4"
 	}
-	failoverUnderLoad(t, victim, func() error { return get(url, "sql.test", "userA").err })
+	failoverUnderLoad(t, victim, 0, func() error { return get(url, "sql.test", "userA").err })
 	for i := range 100 {
 		if b := get(url, "sql.test", "userA"); b.err != nil || b.peer != other || b.decision != "sticky" {
 			t.Fatalf("after failover request %d: %+v, want sticky on %s", i, b, other)
@@ -308,15 +307,7 @@ func TestLayer4SeedTableAndStickiness(t *testing.T) {
 // request over the raw connection and returns the answering peer's name.
 func dialL4(front, src string) (string, error) {
 	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 5 * time.Second}
-	return dialL4With(d.DialContext, front)
-}
-
-// dialL4With is dialL4 through dial (e.g. one bound to a source address
-// in a network namespace).
-func dialL4With(dial func(ctx context.Context, network, addr string) (net.Conn, error), front string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	conn, err := dial(ctx, "tcp", front)
+	conn, err := d.Dial("tcp", front)
 	if err != nil {
 		return "", err
 	}
@@ -334,8 +325,13 @@ func dialL4With(dial func(ctx context.Context, network, addr string) (net.Conn, 
 }
 
 // layer4 failover: kill the publisher a client IP sticks to while its
-// connections flow; the proxy's retries and passive health move it with
-// no failed connection beyond one in flight, and it sticks again.
+// connections flow; the proxy's retries and passive health move it, and it
+// sticks again. Only connections in flight at the kill may fail: the one
+// open to it (its bytes already went to the dead publisher, and a layer 4
+// proxy cannot replay a stream elsewhere) and, since the kernel still
+// completes handshakes on the dying process's listening socket until it is
+// closed, at most one more dialled in that instant; with one client at a
+// time, that is at most 2 (the README says so). Every later one succeeds.
 func TestLayer4Failover(t *testing.T) {
 	pubs, procs := publishers(t, 5*ms, 8*ms)
 	front := e2e.Addr(t)
@@ -368,7 +364,7 @@ func TestLayer4Failover(t *testing.T) {
 	if first == "publisher-2" {
 		victim, other = procs[1], "publisher-1"
 	}
-	failoverUnderLoad(t, victim, func() error {
+	failoverUnderLoad(t, victim, 2, func() error {
 		_, err := dialL4(front, "127.0.0.3")
 		return err
 	})
@@ -445,9 +441,8 @@ func TestReloadStopsProbingWhatNoGenerationUses(t *testing.T) {
 
 // failoverUnderLoad sends one request or connection after another with do,
 // kills victim 300 ms in, goes on for 1.5 s (several probe rounds), and
-// fails the test if more than one attempt (the one in flight at the kill)
-// failed.
-func failoverUnderLoad(t *testing.T, victim *e2e.Proc, do func() error) {
+// fails the test if more than allowed attempts failed.
+func failoverUnderLoad(t *testing.T, victim *e2e.Proc, allowed int64, do func() error) {
 	t.Helper()
 	var failures, sent atomic.Int64
 	stop := make(chan struct{})
@@ -472,7 +467,7 @@ func failoverUnderLoad(t *testing.T, victim *e2e.Proc, do func() error) {
 	time.Sleep(1500 * ms)
 	close(stop)
 	<-done
-	if f := failures.Load(); f > 1 {
-		t.Fatalf("%d of %d attempts failed during failover", f, sent.Load())
+	if f := failures.Load(); f > allowed {
+		t.Fatalf("%d of %d attempts failed during failover, %d allowed", f, sent.Load(), allowed)
 	}
 }

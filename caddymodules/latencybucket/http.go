@@ -75,11 +75,16 @@ func (h *HTTPPolicy) Cleanup() error {
 // Select picks the upstream for r.
 func (h *HTTPPolicy) Select(pool reverseproxy.UpstreamPool, r *http.Request, _ http.ResponseWriter) *reverseproxy.Upstream {
 	repl, _ := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
-	var user, app string
-	if h.policy.table != nil {
-		user, app = h.identity(r, repl)
+	var (
+		u  *reverseproxy.Upstream
+		d  pubsel.Decision
+		ok bool
+	)
+	if user, app, pin := h.identity(r, repl); pin {
+		u, d, ok = h.selector.Select(pool, user, app, h.policy.now())
+	} else {
+		u, d, ok = h.selector.SelectUnpinned(pool, h.policy.now())
 	}
-	u, d, ok := h.selector.Select(pool, user, app, h.policy.now())
 	if !ok {
 		return nil
 	}
@@ -91,21 +96,33 @@ func (h *HTTPPolicy) Select(pool reverseproxy.UpstreamPool, r *http.Request, _ h
 }
 
 // identity names the (user, app) pair: the configured placeholders, else
-// the client IP (which honours trusted_proxies) and the request host.
-func (h *HTTPPolicy) identity(r *http.Request, repl *caddy.Replacer) (user, app string) {
+// the client IP (which honours trusted_proxies) and the request host. A
+// sticky_user that comes out empty falls back to the client IP, or with
+// sticky_user_fallback none leaves the request unpinned (pin false), as
+// does sticky off.
+func (h *HTTPPolicy) identity(r *http.Request, repl *caddy.Replacer) (user, app string, pin bool) {
+	if h.policy.table == nil {
+		return "", "", false
+	}
 	if h.StickyUser != "" && repl != nil {
 		user = repl.ReplaceAll(h.StickyUser, "")
-	} else if ip, ok := caddyhttp.GetVar(r.Context(), caddyhttp.ClientIPVarKey).(string); ok {
-		user = ip
-	} else {
-		user = r.RemoteAddr
+	}
+	if user == "" {
+		if h.StickyUser != "" && h.StickyUserFallback == "none" {
+			return "", "", false
+		}
+		if ip, ok := caddyhttp.GetVar(r.Context(), caddyhttp.ClientIPVarKey).(string); ok {
+			user = ip
+		} else {
+			user = r.RemoteAddr
+		}
 	}
 	if h.StickyApp != "" && repl != nil {
 		app = repl.ReplaceAll(h.StickyApp, "")
 	} else {
 		app = r.Host
 	}
-	return user, app
+	return user, app, true
 }
 
 type httpHost struct{}

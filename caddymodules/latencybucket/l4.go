@@ -78,11 +78,16 @@ func (p *L4Policy) Select(pool l4proxy.UpstreamPool, conn *layer4.Connection) *l
 	if conn != nil {
 		repl = conn.Replacer()
 	}
-	var user, app string
-	if p.policy.table != nil && conn != nil {
-		user, app = p.identity(conn, repl)
+	var (
+		u  *l4proxy.Upstream
+		d  pubsel.Decision
+		ok bool
+	)
+	if user, app, pin := p.identity(conn, repl); pin {
+		u, d, ok = p.selector.Select(pool, user, app, p.policy.now())
+	} else {
+		u, d, ok = p.selector.SelectUnpinned(pool, p.policy.now())
 	}
-	u, d, ok := p.selector.Select(pool, user, app, p.policy.now())
 	if !ok {
 		return nil
 	}
@@ -94,14 +99,25 @@ func (p *L4Policy) Select(pool l4proxy.UpstreamPool, conn *layer4.Connection) *l
 }
 
 // identity names the (user, app) pair: the configured placeholders, else
-// the remote IP and the listener address.
-func (p *L4Policy) identity(conn *layer4.Connection, repl *caddy.Replacer) (user, app string) {
+// the remote IP and the listener address. A sticky_user that comes out
+// empty falls back to the remote IP, or with sticky_user_fallback none
+// leaves the connection unpinned (pin false), as does sticky off.
+func (p *L4Policy) identity(conn *layer4.Connection, repl *caddy.Replacer) (user, app string, pin bool) {
+	if p.policy.table == nil || conn == nil {
+		return "", "", false
+	}
 	if p.StickyUser != "" && repl != nil {
 		user = repl.ReplaceAll(p.StickyUser, "")
-	} else if ra := conn.RemoteAddr(); ra != nil {
-		user = ra.String()
-		if host, _, err := net.SplitHostPort(user); err == nil {
-			user = host
+	}
+	if user == "" {
+		if p.StickyUser != "" && p.StickyUserFallback == "none" {
+			return "", "", false
+		}
+		if ra := conn.RemoteAddr(); ra != nil {
+			user = ra.String()
+			if host, _, err := net.SplitHostPort(user); err == nil {
+				user = host
+			}
 		}
 	}
 	if p.StickyApp != "" && repl != nil {
@@ -109,7 +125,7 @@ func (p *L4Policy) identity(conn *layer4.Connection, repl *caddy.Replacer) (user
 	} else if la := conn.LocalAddr(); la != nil {
 		app = la.String()
 	}
-	return user, app
+	return user, app, true
 }
 
 // l4Host adapts caddy-l4's upstreams. Their health and connection counts

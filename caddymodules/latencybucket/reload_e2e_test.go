@@ -2,7 +2,6 @@ package latencybucket_test
 
 import (
 	"fmt"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -237,69 +236,84 @@ func (s *stream) finish(t *testing.T) {
 // before any handler runs: the same with `lb_policy random`, so not this
 // policy's to fix (see the README). Layer4 connections are new each time.
 func TestReloadKeepsPinsAndMeasurements(t *testing.T) {
+	// Caddy binds a new listening socket per config (SO_REUSEPORT) and
+	// closes the old one after a reload; without tcp_migrate_req the kernel
+	// resets the connections still queued on the old socket, so a steady
+	// stream loses a few connections per reload whatever the handlers do.
+	// The README's Reloads section says so; the test sets it in a namespace
+	// of its own.
+	if !e2e.InNamespace(t, "net.ipv4.tcp_migrate_req=1") {
+		return
+	}
 	for _, how := range []string{"caddy reload", "POST /load"} {
-		t.Run(how, func(t *testing.T) {
-			e := newEdge(t)
-			pubs := e.publishers(t, 1*ms, 2*ms, 3*ms, 4*ms)
-			front, front4 := "127.0.0.1:8080", "127.0.0.1:8443"
-			e.tp.StartCaddy(t, "edge", reloadConfig(front, front4, pubs, 0), t.TempDir(), nil)
-			before := map[string]latencybucket.PolicyView{
-				"reload-http": e.waitView(t, "reload-http", "measured all four", allMeasured(4)),
-				"reload-l4":   e.waitView(t, "reload-l4", "measured all four", allMeasured(4)),
-			}
-			url := "http://" + front + "/"
-			reused := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: e.tp.Dialer("edge", nil)}}
-			p := &pinCheck{
-				get:       func(user string) answer { return getWith(e.client, url, "", user) },
-				keepAlive: func(user string) answer { return getWith(reused, url, "", user) },
-				dial: func(src string) (string, error) {
-					return dialL4With(e.tp.Dialer("edge", &net.TCPAddr{IP: net.ParseIP(src)}), front4)
-				},
-			}
-			p.pin(t)
-			for _, v := range e.views(t) {
-				before[v.Name] = v
-			}
-			if n := before["reload-http"].StickyEntries; n != 50 {
-				t.Fatalf("HTTP sticky entries %d, want 50", n)
-			}
-			s := startStream(p)
-			for gen := 1; gen <= 3; gen++ {
-				time.Sleep(300 * ms) // the stream runs between reloads too
-				cfg := reloadConfig(front, front4, pubs, gen)
-				if how == "caddy reload" {
-					e.reload(t, cfg)
-				} else {
-					e.load(t, cfg)
-				}
-				if h := p.get("user-0").generation; h != fmt.Sprint(gen) {
-					t.Fatalf("after reload %d the front answers generation %q", gen, h)
-				}
-			}
-			time.Sleep(300 * ms)
-			s.finish(t)
-			p.verify(t, "after 3 reloads")
+		t.Run(strings.ReplaceAll(how, "/", ""), func(t *testing.T) { testReloadKeepsPins(t, how) })
+	}
+}
 
-			for _, now := range e.views(t) {
-				was, ok := before[now.Name]
-				if !ok {
-					t.Errorf("new policy state %s after the reloads", now.Name)
-					continue
-				}
-				if now.StateSince != was.StateSince || now.Generations != 1 {
-					t.Errorf("%s: state since %v (was %v), %d generations", now.Name, now.StateSince, was.StateSince, now.Generations)
-				}
-				if now.StickyEntries != was.StickyEntries {
-					t.Errorf("%s: sticky entries %d, were %d", now.Name, now.StickyEntries, was.StickyEntries)
-				}
-				for _, pw := range was.Publishers {
-					pn, ok := publisherView(now, pw.Address)
-					if !ok || !pn.Measured || pn.Rounds < pw.Rounds || pn.StickyEntries != pw.StickyEntries {
-						t.Errorf("%s: publisher %s was %+v, now %+v", now.Name, pw.Address, pw, pn)
-					}
-				}
+func testReloadKeepsPins(t *testing.T, how string) {
+	pubs, _ := publishers(t, 1*ms, 2*ms, 3*ms, 4*ms)
+	front, front4 := e2e.Addr(t), e2e.Addr(t)
+	c := e2e.StartCaddy(t, "caddyfile", reloadConfig(front, front4, pubs, 0))
+	c.WaitTCP(t, front)
+	c.WaitTCP(t, front4)
+	before := map[string]latencybucket.PolicyView{
+		"reload-http": waitView(t, c, "reload-http", "measured all four", allMeasured(4)),
+		"reload-l4":   waitView(t, c, "reload-l4", "measured all four", allMeasured(4)),
+	}
+	url := "http://" + front + "/"
+	reused := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{}}
+	p := &pinCheck{
+		get:       func(user string) answer { return get(url, "", user) },
+		keepAlive: func(user string) answer { return getWith(reused, url, "", user) },
+		dial:      func(src string) (string, error) { return dialL4(front4, src) },
+	}
+	p.pin(t)
+	views := func() []latencybucket.PolicyView {
+		var v []latencybucket.PolicyView
+		c.AdminJSON(t, "/latency_bucket/", &v)
+		return v
+	}
+	for _, v := range views() {
+		before[v.Name] = v
+	}
+	if n := before["reload-http"].StickyEntries; n != 50 {
+		t.Fatalf("HTTP sticky entries %d, want 50", n)
+	}
+	s := startStream(p)
+	for gen := 1; gen <= 3; gen++ {
+		time.Sleep(300 * ms) // the stream runs between reloads too
+		cfg := reloadConfig(front, front4, pubs, gen)
+		if how == "caddy reload" {
+			c.Reload(t, "caddyfile", cfg)
+		} else {
+			c.Load(t, "caddyfile", cfg)
+		}
+		if h := p.get("user-0").generation; h != fmt.Sprint(gen) {
+			t.Fatalf("after reload %d the front answers generation %q", gen, h)
+		}
+	}
+	time.Sleep(300 * ms)
+	s.finish(t)
+	p.verify(t, "after 3 reloads")
+
+	for _, now := range views() {
+		was, ok := before[now.Name]
+		if !ok {
+			t.Errorf("new policy state %s after the reloads", now.Name)
+			continue
+		}
+		if now.StateSince != was.StateSince || now.Generations != 1 {
+			t.Errorf("%s: state since %v (was %v), %d generations", now.Name, now.StateSince, was.StateSince, now.Generations)
+		}
+		if now.StickyEntries != was.StickyEntries {
+			t.Errorf("%s: sticky entries %d, were %d", now.Name, now.StickyEntries, was.StickyEntries)
+		}
+		for _, pw := range was.Publishers {
+			pn, ok := publisherView(now, pw.Address)
+			if !ok || !pn.Measured || pn.Rounds < pw.Rounds || pn.StickyEntries != pw.StickyEntries {
+				t.Errorf("%s: publisher %s was %+v, now %+v", now.Name, pw.Address, pw, pn)
 			}
-		})
+		}
 	}
 }
 

@@ -62,7 +62,10 @@ func (p TLSProber) Probe(ctx context.Context, addr string) (time.Duration, error
 	return rtt, nil
 }
 
-// HTTPProber sends GET Scheme://addr/Path. By default it reuses connections
+// HTTPProber sends GET Scheme://addr/Path, over HTTP/1.1 (or HTTP/2 when a
+// TLS server offers it) for "http" and "https", and over HTTP/2 with prior
+// knowledge, no TLS, for "h2c": the only protocol of h2c-only servers such
+// as grpc-go's, which do not answer HTTP/1.1. By default it reuses connections
 // and times from the request written to the first response byte, one round
 // trip plus the server's think time. With FreshConnection it opens a new
 // connection for every probe and times the whole exchange, from the SYN to
@@ -70,7 +73,7 @@ func (p TLSProber) Probe(ctx context.Context, addr string) (time.Duration, error
 // failed probe.
 type HTTPProber struct {
 	Client          *http.Client // nil: a client built from TLS and FreshConnection
-	Scheme          string       // "http" (default) or "https"
+	Scheme          string       // "http" (default), "https" or "h2c"
 	Path            string       // default "/"
 	Host            string       // Host header; default addr
 	FreshConnection bool
@@ -84,6 +87,10 @@ func NewHTTPProber(scheme, path, host string, tlsConfig *tls.Config, fresh bool)
 		MaxIdleConnsPerHost: 1,
 		IdleConnTimeout:     time.Minute,
 		DisableCompression:  true,
+	}
+	if scheme == "h2c" {
+		tr.Protocols = new(http.Protocols)
+		tr.Protocols.SetUnencryptedHTTP2(true)
 	}
 	return &HTTPProber{
 		Client: &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error {
@@ -103,7 +110,7 @@ func (p *HTTPProber) CloseIdleConnections() {
 
 func (p *HTTPProber) Probe(ctx context.Context, addr string) (time.Duration, error) {
 	scheme, path := p.Scheme, p.Path
-	if scheme == "" {
+	if scheme == "" || scheme == "h2c" {
 		scheme = "http"
 	}
 	if path == "" {

@@ -52,6 +52,33 @@ func TestHTTPProberMeasuresDelayAndStatus(t *testing.T) {
 	}
 }
 
+// An h2c-only server (HTTP/2 without TLS, like grpc-go's) answers the h2c
+// probe over HTTP/2, and not the http probe, which speaks HTTP/1.1.
+func TestHTTPProberH2C(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var proto string
+	srv := &http.Server{Protocols: new(http.Protocols), Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		proto = r.Proto
+		time.Sleep(20 * time.Millisecond)
+	})}
+	srv.Protocols.SetUnencryptedHTTP2(true)
+	go srv.Serve(l)
+	defer srv.Close()
+	addr := l.Addr().String()
+	rtt, err := NewHTTPProber("h2c", "/probe", "", nil, false).Probe(context.Background(), addr)
+	if err != nil || proto != "HTTP/2.0" || rtt < 20*time.Millisecond {
+		t.Fatalf("h2c probe: rtt %v, err %v, server saw %q", rtt, err, proto)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if _, err := NewHTTPProber("http", "/probe", "", nil, false).Probe(ctx, addr); err == nil {
+		t.Fatal("an HTTP/1.1 probe succeeded against an h2c-only server")
+	}
+}
+
 func TestTLSProberHandshakes(t *testing.T) {
 	srv := httptest.NewTLSServer(http.NotFoundHandler())
 	defer srv.Close()

@@ -157,12 +157,22 @@ func (s *Selector[U]) build(pool []U) *view[U] {
 // available members and pins nothing. It returns ok false when no upstream
 // is available.
 func (s *Selector[U]) Select(pool []U, user, app string, now int64) (u U, d Decision, ok bool) {
+	return s.sel(pool, user, app, now, s.Sticky != nil)
+}
+
+// SelectUnpinned picks as Select does for a request that has no (user,
+// app) pair: it neither follows nor makes a pin.
+func (s *Selector[U]) SelectUnpinned(pool []U, now int64) (u U, d Decision, ok bool) {
+	return s.sel(pool, "", "", now, false)
+}
+
+func (s *Selector[U]) sel(pool []U, user, app string, now int64, pinned bool) (u U, d Decision, ok bool) {
 	if len(pool) == 0 {
 		return u, d, false
 	}
 	v := s.currentView(pool)
 	var key uint64
-	if s.Sticky != nil {
+	if pinned {
 		key = s.Sticky.Key(user, app)
 		if id, hit := s.Sticky.Get(key, now); hit && int(id) < len(v.byID) && v.byID[id] >= 0 {
 			m := v.members[v.byID[id]]
@@ -180,7 +190,7 @@ func (s *Selector[U]) Select(pool []U, user, app string, now int64) (u U, d Deci
 			d.Status = s.Tracker.StatusOf(m.id)
 			// A pick made before anything in the pool was measured is not
 			// latency-based: do not pin the pair to it.
-			if s.Sticky != nil && !v.fallback && (d.Status.Measured || s.Tracker.cfg.Load().NoBuckets) {
+			if pinned && !v.fallback && (d.Status.Measured || s.Tracker.cfg.Load().NoBuckets) {
 				s.Sticky.Put(key, m.id, now)
 			}
 		}

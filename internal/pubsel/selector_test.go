@@ -129,10 +129,25 @@ func TestSeedFAQStickiness(t *testing.T) {
 		}
 	}
 
-	// User A on app #3 gets its own pick from the lowest bucket of its pool.
+	// User A on app #3 is another pair: a pick of its own from app #3's
+	// pool, not app #2's pin (which is in that pool too), and a second
+	// entry in the shared table. Both pins then hold side by side.
+	onWeb, d, _ := app3.Select(pool3, "userA", "web", 2)
+	if d.Sticky || onWeb == p[0] || table.Len() != 2 {
+		t.Fatalf("user A on app #3: %s sticky %v, %d entries; want a new pick in [0,32) and 2 entries", onWeb.addr, d.Sticky, table.Len())
+	}
+	for i := range 50 {
+		if u, d, _ := app3.Select(pool3, "userA", "web", int64(3+i)); u != onWeb || !d.Sticky {
+			t.Fatalf("request %d: user A on app #3 moved from %s to %s", i, onWeb.addr, u.addr)
+		}
+		if u, d, _ := app2.Select(pool2, "userA", "sql", int64(3+i)); u != first || !d.Sticky {
+			t.Fatalf("request %d: user A on app #2 moved from %s to %s", i, first.addr, u.addr)
+		}
+	}
+	// Across many users app #3 picks every publisher of its lowest bucket.
 	seen3 := map[*up]bool{}
 	for i := range 300 {
-		u, _, _ := app3.Select(pool3, fmt.Sprint("userA-", i), "web", 1)
+		u, _, _ := app3.Select(pool3, fmt.Sprint("web-user-", i), "web", 1)
 		seen3[u] = true
 	}
 	if seen3[p[0]] || len(seen3) != 3 {
@@ -165,6 +180,38 @@ func TestSeedFAQStickiness(t *testing.T) {
 		if u, _, _ := app2.Select(pool2, "userA", "sql", int64(300+i)); u != other {
 			t.Fatalf("request %d after failover went to %s", i, u.addr)
 		}
+	}
+}
+
+// A pin holds while its publisher is active and available, even when
+// another publisher lands in a lower bucket or the pinned one drops to a
+// higher bucket: stickiness outranks latency. New pairs follow the lowest
+// bucket.
+func TestPinOutlastsALowerBucket(t *testing.T) {
+	tr := newTracker(t, Config{Window: 1})
+	p := pubs(2)
+	measure(t, tr, p[0].addr, 40*ms) // [32,64)
+	measure(t, tr, p[1].addr, 80*ms) // [64,128)
+	table := sticky.New(1000, time.Hour)
+	s := &Selector[*up]{Tracker: tr, Host: upHost{}, Sticky: table}
+	if u, _, _ := s.Select(p, "alice", "app", 0); u != p[0] {
+		t.Fatalf("alice first went to %s, want publisher1 (the only one in [32,64))", u.addr)
+	}
+	measure(t, tr, p[1].addr, 5*ms) // publisher2 now in [0,32), lower
+	if st := tr.StatusOf(1); st.Bucket != 0 {
+		t.Fatalf("publisher2 in bucket %d, want 0", st.Bucket)
+	}
+	for i := range 50 {
+		if u, d, _ := s.Select(p, "alice", "app", int64(1+i)); u != p[0] || !d.Sticky || d.Status.Bucket != 1 {
+			t.Fatalf("request %d: alice went to %s (sticky %v), pinned to publisher1", i, u.addr, d.Sticky)
+		}
+	}
+	if u, d, _ := s.Select(p, "bob", "app", 60); u != p[1] || d.Sticky {
+		t.Fatalf("new pair bob went to %s, want publisher2 in the lowest bucket", u.addr)
+	}
+	measure(t, tr, p[0].addr, 300*ms) // publisher1 itself drops to [256,512)
+	if u, d, _ := s.Select(p, "alice", "app", 70); u != p[0] || !d.Sticky {
+		t.Fatalf("alice left publisher1 for %s when its bucket rose", u.addr)
 	}
 }
 
@@ -311,5 +358,29 @@ func TestFallbackUntilMeasured(t *testing.T) {
 	c = counts(t, s, p, 100, func(i int) string { return fmt.Sprint(i) })
 	if c["publisher2:443"] != 100 || s.Sticky.Len() != 100 {
 		t.Fatalf("after a measurement: %v, %d pinned", c, s.Sticky.Len())
+	}
+}
+
+// SelectUnpinned, for a request with no (user, app) pair, picks from the
+// lowest bucket like Select but neither follows nor makes a pin.
+func TestSelectUnpinned(t *testing.T) {
+	tr := newTracker(t, Config{})
+	p := pubs(3)
+	for i, d := range []time.Duration{5 * ms, 6 * ms, 70 * ms} {
+		measure(t, tr, p[i].addr, d)
+	}
+	table := sticky.New(1000, time.Hour)
+	s := &Selector[*up]{Tracker: tr, Host: upHost{}, Sticky: table}
+	pinned, _, _ := s.Select(p, "", "", 0) // the empty pair has a pin
+	c := map[*up]int{}
+	for i := range 400 {
+		u, d, ok := s.SelectUnpinned(p, int64(i))
+		if !ok || d.Sticky || d.Status == nil {
+			t.Fatalf("unpinned pick %d: ok %v decision %+v", i, ok, d)
+		}
+		c[u]++
+	}
+	if table.Len() != 1 || c[p[2]] != 0 || c[p[0]] < 100 || c[p[1]] < 100 {
+		t.Fatalf("unpinned picks %v (pinned %s), %d entries: want both of [0,32), no new entry", c, pinned.addr, table.Len())
 	}
 }

@@ -14,6 +14,11 @@ func TestPutGetAndKeyPairs(t *testing.T) {
 	if a == b {
 		t.Fatal("(ab,c) and (a,bc) hash alike")
 	}
+	// A pair is user and app: one user on two apps is two keys, and so is
+	// one app for two users.
+	if tb.Key("alice", "jira") == tb.Key("alice", "sql") || tb.Key("alice", "jira") == tb.Key("bob", "jira") {
+		t.Fatal("the key ignores the user or the app")
+	}
 	tb.Put(a, 7, 1)
 	if v, ok := tb.Get(a, 2); !ok || v != 7 {
 		t.Fatalf("Get = %d, %v", v, ok)
