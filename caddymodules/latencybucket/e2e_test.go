@@ -405,27 +405,30 @@ func TestReloadStopsProbingWhatNoGenerationUses(t *testing.T) {
 		}
 		return v
 	}
-	stands := func(policy, pub string) {
-		t.Helper()
-		before := probes(policy, pub)
-		time.Sleep(500 * ms) // five probe intervals
-		if now := probes(policy, pub); now != before {
-			t.Fatalf("%s still probing %s: %v then %v", policy, pub, before, now)
-		}
-	}
-	grows := func(policy, pub string) {
+	// grows waits until policy has probed pub n more times.
+	grows := func(policy, pub string, n float64) {
 		t.Helper()
 		before := probes(policy, pub)
 		deadline := time.Now().Add(10 * time.Second)
-		for probes(policy, pub) == before {
+		for probes(policy, pub) < before+n {
 			if time.Now().After(deadline) {
 				t.Fatalf("%s not probing %s", policy, pub)
 			}
 			time.Sleep(50 * ms)
 		}
 	}
-	stands("before", pubs[0])
-	grows("after", pubs[0])
+	// stands checks that policy's probes of pub stand still while the live
+	// policy probes `live` six more times (the condition that shows
+	// several intervals have passed, rather than a fixed sleep).
+	stands := func(policy, pub, live string) {
+		t.Helper()
+		before := probes(policy, pub)
+		grows("after", live, 6)
+		if now := probes(policy, pub); now != before {
+			t.Fatalf("%s still probing %s: %v then %v", policy, pub, before, now)
+		}
+	}
+	stands("before", pubs[0], pubs[0])
 
 	// Same name, publisher 2 removed: only its probing stops.
 	was := adminView(t, c, "after", 2)
@@ -435,8 +438,7 @@ func TestReloadStopsProbingWhatNoGenerationUses(t *testing.T) {
 		now.Publishers[0].Rounds < was.Publishers[0].Rounds {
 		t.Fatalf("after removing publisher 2: %+v (before: %+v)", now, was)
 	}
-	stands("after", pubs[1])
-	grows("after", pubs[0])
+	stands("after", pubs[1], pubs[0])
 }
 
 // failoverUnderLoad sends one request or connection after another with do,
