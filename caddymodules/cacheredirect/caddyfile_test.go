@@ -54,7 +54,7 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 		{input: "cache_redirect {\nbypass_header X-Debug\nbypass_header x-debug 1\n}", expectedErr: "cache_redirect: bypass_header X-Debug given twice (first at Testfile:2), at Testfile:3"},
 
 		// Arguments.
-		{input: "cache_redirect 10.0.2.5:6081", expectedErr: "cache_redirect: cache_redirect: want no arguments, got 1: 10.0.2.5:6081, at Testfile:1"},
+		{input: "cache_redirect 10.0.2.5:6081", expectedErr: "cache_redirect: want no arguments, got 1: 10.0.2.5:6081, at Testfile:1"},
 		{input: "cache_redirect {\nnode a b\n}", expectedErr: "cache_redirect: node: want 1 argument, got 2: a b, at Testfile:2"},
 		{input: "cache_redirect {\nclient_ip_header\n}", expectedErr: "cache_redirect: client_ip_header: want 1 argument, got none"},
 		{input: "cache_redirect {\ncache_timeout 1s 2s\n}", expectedErr: "cache_redirect: cache_timeout: want 1 argument, got 2: 1s 2s"},

@@ -30,7 +30,7 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 		{input: "ldap {\noperation bind\noperation extended\nbind_dn a\nbind_dn b c\n}",
 			expected: ldapmatch.MatchLDAP{Operations: []string{"bind", "extended"}, BindDNs: []string{"a", "b", "c"}}},
 
-		{input: "ldap bind", expectedErr: "ldap matcher: ldap: want no arguments, got 1: bind, at Testfile:1"},
+		{input: "ldap bind", expectedErr: "ldap matcher: want no arguments, got 1: bind, at Testfile:1"},
 		{input: "ldap {\ncolour blue\n}", expectedErr: `ldap matcher: unknown option "colour", at Testfile:2`},
 		{input: "ldap {\noperation\n}", expectedErr: "ldap matcher: operation: want at least 1 argument, got none, at Testfile:2"},
 		{input: "ldap {\nbind_dn_regexp ^a ^b\n}", expectedErr: "ldap matcher: bind_dn_regexp: want 1 argument, got 2: ^a ^b, at Testfile:2"},

@@ -64,7 +64,7 @@ func TestTransportUnmarshalCaddyfile(t *testing.T) {
 			expected: `{"ports":"20000-29999","local_ip":"127.0.0.1","usip":true,"http":{"keep_alive":{"idle_timeout":90000000000}}}`},
 		{input: "port_range {\ntier_map t.json\nnode l2a\n}", expected: `{"tier_map_file":"t.json","node":"l2a"}`},
 
-		{input: "port_range 2000-3000", expectedErr: "port_range transport: port_range: want no arguments, got 1: 2000-3000, at Testfile:1"},
+		{input: "port_range 2000-3000", expectedErr: "port_range transport: want no arguments, got 1: 2000-3000, at Testfile:1"},
 		{input: "port_range {\nports 2000-3000 4000-5000\n}", expectedErr: "port_range transport: ports: want 1 argument, got 2: 2000-3000 4000-5000, at Testfile:2"},
 		{input: "port_range {\nports 2000-3000\nports 4000-5000\n}", expectedErr: "port_range transport: ports given twice (first at Testfile:2), at Testfile:3"},
 		{input: "port_range {\nlocal_ip 127.0.0.1 127.0.0.2\n}", expectedErr: "port_range transport: local_ip: want 1 argument, got 2"},

@@ -54,7 +54,7 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 		{input: "tenant_route {\nfirst_response_timeout -1s\n}", expectedErr: `tenant_route: first_response_timeout "-1s": want a positive duration, such as 250ms, 30s or 1d, at Testfile:2`},
 
 		// Extra and missing arguments.
-		{input: "tenant_route ldap", expectedErr: "tenant_route: tenant_route: want no arguments, got 1: ldap, at Testfile:1"},
+		{input: "tenant_route ldap", expectedErr: "tenant_route: want no arguments, got 1: ldap, at Testfile:1"},
 		{input: "tenant_route {\npartitions 3 4\n}", expectedErr: "tenant_route: partitions: want 1 argument, got 2: 3 4, at Testfile:2"},
 		{input: "tenant_route {\nname a b\n}", expectedErr: "tenant_route: name: want 1 argument, got 2: a b"},
 		{input: "tenant_route {\ndial_timeout 3s 5s\n}", expectedErr: "tenant_route: dial_timeout: want 1 argument, got 2: 3s 5s"},

@@ -43,7 +43,7 @@ func Open(d *caddyfile.Dispenser, module string, min, max int) ([]string, *Block
 	d.Next()
 	b := &Block{d: d, module: module, nesting: d.Nesting(), name: d.Val()}
 	args := d.RemainingArgs()
-	if err := b.count(args, min, max); err != nil {
+	if err := b.count(module, args, min, max); err != nil {
 		return nil, nil, err
 	}
 	return args, b, nil
@@ -108,10 +108,11 @@ func (b *Block) Args(min, max int) ([]string, error) {
 // arguments; read the block with Sub (or leave it to other code).
 func (b *Block) BlockArgs(min, max int) ([]string, error) {
 	args := b.d.RemainingArgs()
-	return args, b.count(args, min, max)
+	return args, b.count(b.module+": "+b.name, args, min, max)
 }
 
-func (b *Block) count(args []string, min, max int) error {
+// count checks the number of arguments of what (the directive or an option).
+func (b *Block) count(what string, args []string, min, max int) error {
 	n := len(args)
 	if n >= min && (max == Many || n <= max) {
 		return nil
@@ -128,9 +129,9 @@ func (b *Block) count(args []string, min, max int) error {
 		want = fmt.Sprintf("%d to %d arguments", min, max)
 	}
 	if n == 0 {
-		return b.d.Errf("%s: %s: want %s, got none", b.module, b.name, want)
+		return b.d.Errf("%s: want %s, got none", what, want)
 	}
-	return b.d.Errf("%s: %s: want %s, got %d: %s", b.module, b.name, want, n, strings.Join(args, " "))
+	return b.d.Errf("%s: want %s, got %d: %s", what, want, n, strings.Join(args, " "))
 }
 
 func plural(n int) string {

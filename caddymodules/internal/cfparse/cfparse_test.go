@@ -120,7 +120,7 @@ func TestBlock(t *testing.T) {
 		}},
 
 		// Arguments: too many, too few, on the directive and on options.
-		{input: "toy a b", wantErr: "toy: toy: want 0 to 1 arguments, got 2: a b, at Testfile:1"},
+		{input: "toy a b", wantErr: "toy: want 0 to 1 arguments, got 2: a b, at Testfile:1"},
 		{input: "toy {\nname a b\n}", wantErr: "toy: name: want 1 argument, got 2: a b, at Testfile:2"},
 		{input: "toy {\nname\n}", wantErr: "toy: name: want 1 argument, got none, at Testfile:2"},
 		{input: "toy {\nnodes\n}", wantErr: "toy: nodes: want at least 1 argument, got none, at Testfile:2"},
