@@ -1,12 +1,14 @@
 package cacheredirect
 
 import (
-	"strconv"
+	"net/http"
+	"time"
 
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
+	"github.com/edgesteer/edgesteer/caddymodules/internal/cfparse"
 	prmod "github.com/edgesteer/edgesteer/caddymodules/portrange"
 )
 
@@ -43,80 +45,70 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //		usip
 //		http { <Caddy http transport options> }
 //	}
+//
+// The host and pattern options are lists: repeating them adds to the list.
+// bypass_header is given once per header name, every other option once.
 func (c *CacheRedirect) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
-	d.Next() // directive name
-	if d.NextArg() {
-		return d.ArgErr()
+	_, o, err := cfparse.Open(d, "cache_redirect", 0, 0)
+	if err != nil {
+		return err
 	}
 	var t prmod.Transport
 	transportSet := false
-	for nesting := d.Nesting(); d.NextBlock(nesting); {
-		opt := d.Val()
-		if opt == "node" {
-			if !d.NextArg() {
-				return d.ArgErr()
+	lists := map[string]*[]string{
+		"caches": &c.Caches, "origin": &c.Origin, "trusted": &c.Trusted, "cache_peers": &c.CachePeers,
+		"methods": &c.Methods, "bypass_path": &c.BypassPaths, "bypass_cookie": &c.BypassCookies,
+	}
+	for o.Next() {
+		if dst, ok := lists[o.Name()]; ok {
+			var more []string
+			more, err = o.List()
+			*dst = append(*dst, more...)
+		} else if o.Name() == "node" { // the handler's and the transport's
+			c.Node, err = o.String()
+			t.Node = c.Node
+		} else if ok, terr := t.UnmarshalOption(o); ok {
+			err, transportSet = terr, true
+		} else {
+			switch o.Name() {
+			case "bypass_header":
+				err = c.unmarshalBypassHeader(o)
+			case "client_ip_header":
+				c.ClientIPHeader, err = o.String()
+			case "cache_fail_duration":
+				c.CacheFailDuration, err = o.Duration(time.Nanosecond)
+			case "cache_timeout":
+				c.CacheTimeout, err = o.Duration(time.Nanosecond)
+			default:
+				err = o.Unknown()
 			}
-			c.Node, t.Node = d.Val(), d.Val()
-			if d.NextArg() {
-				return d.ArgErr()
-			}
-			continue
 		}
-		if ok, err := t.UnmarshalOption(d); ok {
-			if err != nil {
-				return err
-			}
-			transportSet = true
-			continue
+		if err != nil {
+			return err
 		}
-		if opt == "bypass_header" {
-			args := d.RemainingArgs()
-			if len(args) < 1 || len(args) > 2 {
-				return d.Errf("cache_redirect: bypass_header <name> [<value glob>]")
-			}
-			if c.BypassHeaders == nil {
-				c.BypassHeaders = map[string]string{}
-			}
-			c.BypassHeaders[args[0]] = ""
-			if len(args) == 2 {
-				c.BypassHeaders[args[0]] = args[1]
-			}
-			continue
-		}
-		if opt == "client_ip_header" || opt == "cache_fail_duration" || opt == "cache_timeout" {
-			if !d.NextArg() {
-				return d.ArgErr()
-			}
-			dur := &c.CacheFailDuration
-			if opt == "cache_timeout" {
-				dur = &c.CacheTimeout
-			}
-			if opt == "client_ip_header" {
-				c.ClientIPHeader = d.Val()
-			} else if err := dur.UnmarshalJSON([]byte(strconv.Quote(d.Val()))); err != nil {
-				return d.Errf("cache_redirect: %s %q: %v", opt, d.Val(), err)
-			}
-			if d.NextArg() {
-				return d.ArgErr()
-			}
-			continue
-		}
-		lists := map[string]*[]string{
-			"caches": &c.Caches, "origin": &c.Origin, "trusted": &c.Trusted, "cache_peers": &c.CachePeers,
-			"methods": &c.Methods, "bypass_path": &c.BypassPaths, "bypass_cookie": &c.BypassCookies,
-		}
-		dst, ok := lists[opt]
-		if !ok {
-			return d.Errf("cache_redirect: unknown option %q", opt)
-		}
-		args := d.RemainingArgs()
-		if len(args) == 0 {
-			return d.ArgErr()
-		}
-		*dst = append(*dst, args...)
 	}
 	if transportSet {
 		c.OriginTransport = &t
+	}
+	return nil
+}
+
+// unmarshalBypassHeader reads bypass_header <name> [<value glob>], once per
+// header name (in any case, as HTTP compares them).
+func (c *CacheRedirect) unmarshalBypassHeader(o *cfparse.Block) error {
+	args, err := o.Args(1, 2)
+	if err != nil {
+		return err
+	}
+	if err := o.OnceFor(http.CanonicalHeaderKey(args[0])); err != nil {
+		return err
+	}
+	if c.BypassHeaders == nil {
+		c.BypassHeaders = map[string]string{}
+	}
+	c.BypassHeaders[args[0]] = ""
+	if len(args) == 2 {
+		c.BypassHeaders[args[0]] = args[1]
 	}
 	return nil
 }

@@ -76,6 +76,8 @@ func TestBadConfigFailsValidate(t *testing.T) {
 		"both":           {wrap("ports 5000-6000\ntier_map " + good + "\nnode a"), "not both"},
 		"usip+local":     {wrap("ports 5000-6000\nusip\nlocal_ip 127.0.0.1"), "local_ip and usip"},
 		"unknown option": {wrap("colour blue"), `unknown option "colour"`},
+		"repeat":         {wrap("cache_timeout 1s\ncache_timeout 2s"), "cache_timeout given twice (first at "},
+		"unitless":       {wrap("cache_fail_duration 10"), `cache_fail_duration "10": want a positive duration`},
 		"cache host":     {"http://127.0.0.1:1 {\n\tcache_redirect {\n\t\tcaches cache.example:6081\n\t\torigin 127.0.0.6:80\n\t}\n}\n", `"cache.example"`},
 	} {
 		t.Run(name, func(t *testing.T) { e2e.ValidateFails(t, tc.cf, tc.want) })

@@ -18,6 +18,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/mholt/caddy-l4/layer4"
 
+	"github.com/edgesteer/edgesteer/caddymodules/internal/cfparse"
 	"github.com/edgesteer/edgesteer/internal/ldapwire"
 )
 
@@ -116,41 +117,38 @@ func (m *MatchLDAP) Match(cx *layer4.Connection) (bool, error) {
 //		starttls true|false
 //	}
 func (m *MatchLDAP) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
-	d.Next() // matcher name
-	if d.NextArg() {
-		return d.ArgErr()
+	_, o, err := cfparse.Open(d, "ldap matcher", 0, 0)
+	if err != nil {
+		return err
 	}
-	for nesting := d.Nesting(); d.NextBlock(nesting); {
-		opt := d.Val()
-		args := d.RemainingArgs()
-		if len(args) == 0 {
-			return d.ArgErr()
-		}
-		switch opt {
-		case "operation":
-			m.Operations = append(m.Operations, args...)
+	for o.Next() {
+		var more []string
+		switch o.Name() {
+		case "operation": // lists: a repeat adds to them
+			more, err = o.List()
+			m.Operations = append(m.Operations, more...)
 		case "bind_dn":
-			m.BindDNs = append(m.BindDNs, args...)
+			more, err = o.List()
+			m.BindDNs = append(m.BindDNs, more...)
 		case "bind_dn_regexp":
-			if len(args) != 1 {
-				return d.ArgErr()
-			}
-			m.BindDNRegexp = args[0]
-		case "anonymous", "starttls":
-			b, err := strconv.ParseBool(args[0])
-			if err != nil || len(args) != 1 {
-				return d.Errf("ldap matcher: %s %q: want true or false", opt, args)
-			}
-			if opt == "anonymous" {
-				m.Anonymous = &b
-			} else {
-				m.StartTLS = &b
-			}
+			m.BindDNRegexp, err = o.String()
+		case "anonymous":
+			m.Anonymous, err = boolOption(o)
+		case "starttls":
+			m.StartTLS, err = boolOption(o)
 		default:
-			return d.Errf("ldap matcher: unknown option %q", opt)
+			err = o.Unknown()
+		}
+		if err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+func boolOption(o *cfparse.Block) (*bool, error) {
+	b, err := o.Bool()
+	return &b, err
 }
 
 // Interface guards

@@ -4,17 +4,13 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"strings"
 	"testing"
 	"time"
 
 	ber "github.com/go-asn1-ber/asn1-ber"
 	"github.com/go-ldap/ldap/v3"
 
-	"github.com/edgesteer/edgesteer/caddymodules/ldapmatch"
 	"github.com/edgesteer/edgesteer/internal/e2e"
-
-	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 )
 
 func bindRequest(dn string) []byte {
@@ -26,24 +22,6 @@ func bindRequest(dn string) []byte {
 	b.AppendChild(ber.NewString(ber.ClassContext, ber.TypePrimitive, 0, "pw", "Password"))
 	p.AppendChild(b)
 	return p.Bytes()
-}
-
-func TestUnmarshalCaddyfile(t *testing.T) {
-	var m ldapmatch.MatchLDAP
-	err := m.UnmarshalCaddyfile(caddyfile.NewTestDispenser(`ldap {
-		operation bind search
-		bind_dn *,o=acme,* *,o=globex,*
-		bind_dn_regexp ^uid=
-		anonymous false
-		starttls false
-	}`))
-	if err != nil || len(m.Operations) != 2 || len(m.BindDNs) != 2 || m.BindDNRegexp != "^uid=" || *m.Anonymous || *m.StartTLS {
-		t.Fatalf("%+v %v", m, err)
-	}
-	if err := new(ldapmatch.MatchLDAP).UnmarshalCaddyfile(caddyfile.NewTestDispenser("ldap {\ncolour blue\n}")); err == nil ||
-		!strings.Contains(err.Error(), `unknown option "colour"`) {
-		t.Fatalf("unknown option: %v", err)
-	}
 }
 
 // Through bin/caddy: a bind for o=acme (its first message split over two

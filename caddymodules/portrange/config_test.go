@@ -74,6 +74,8 @@ func TestBadConfigFailsValidate(t *testing.T) {
 		"transport empty":    {rp(""), "give ports or tier_map and node"},
 		"transport local_ip": {rp("ports 2000-3000\nlocal_ip nowhere"), `local_ip "nowhere"`},
 		"transport option":   {rp("ports 2000-3000\nspeed fast"), `unknown option "speed"`},
+		"transport repeat":   {rp("ports 2000-3000\nports 4000-5000"), "port_range transport: ports given twice (first at "},
+		"matcher extra arg":  {l4("port_range {\nnode a b\n}"), "port_range matcher: node: want 1 argument, got 2: a b"},
 	} {
 		t.Run(name, func(t *testing.T) { e2e.ValidateFails(t, tc.cf, tc.want) })
 	}

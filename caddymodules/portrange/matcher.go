@@ -93,48 +93,6 @@ func (m *MatchPortRange) Match(cx *layer4.Connection) (bool, error) {
 	return false, nil
 }
 
-// UnmarshalCaddyfile reads
-//
-//	port_range [remote|local] [<ranges...>] {
-//		side remote|local
-//		ports <ranges...>
-//		tier_map <file>
-//		node <name>
-//	}
-func (m *MatchPortRange) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
-	d.Next() // matcher name
-	args := d.RemainingArgs()
-	if len(args) > 0 && (args[0] == "remote" || args[0] == "local") {
-		m.Side, args = args[0], args[1:]
-	}
-	m.Ports = append(m.Ports, args...)
-	for nesting := d.Nesting(); d.NextBlock(nesting); {
-		opt := d.Val()
-		if ok, err := m.unmarshalOption(d, opt); ok {
-			if err != nil {
-				return err
-			}
-			continue
-		}
-		switch opt {
-		case "side":
-			if !d.NextArg() {
-				return d.ArgErr()
-			}
-			m.Side = d.Val()
-		case "ports":
-			more := d.RemainingArgs()
-			if len(more) == 0 {
-				return d.ArgErr()
-			}
-			m.Ports = append(m.Ports, more...)
-		default:
-			return d.Errf("port_range matcher: unknown option %q", opt)
-		}
-	}
-	return nil
-}
-
 // Interface guards
 var (
 	_ caddy.Provisioner     = (*MatchPortRange)(nil)

@@ -9,8 +9,6 @@ package portrange
 import (
 	"fmt"
 
-	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
-
 	"github.com/edgesteer/edgesteer/internal/portrange"
 )
 
@@ -52,27 +50,4 @@ func (s *TierMapSource) nodeRange(what string) (portrange.Range, *portrange.Map,
 		return portrange.Range{}, nil, fmt.Errorf("%s: node %q is not in the tier map (nodes %v)", what, s.Node, m.Names())
 	}
 	return *n.Ports, m, nil
-}
-
-// unmarshalOption reads the tier map options shared by the modules'
-// Caddyfile blocks; it reports whether opt was one of them.
-func (s *TierMapSource) unmarshalOption(d *caddyfile.Dispenser, opt string) (bool, error) {
-	switch opt {
-	case "tier_map":
-		if !d.NextArg() {
-			return true, d.ArgErr()
-		}
-		s.TierMapFile = d.Val()
-	case "node":
-		if !d.NextArg() {
-			return true, d.ArgErr()
-		}
-		s.Node = d.Val()
-	default:
-		return false, nil
-	}
-	if d.NextArg() {
-		return true, d.ArgErr()
-	}
-	return true, nil
 }

@@ -174,67 +174,6 @@ func (t *Transport) Cleanup() error {
 // Range is the source port range in use (after Provision).
 func (t *Transport) Range() portrange.Range { return t.dialer.Ports }
 
-// UnmarshalCaddyfile reads
-//
-//	transport port_range {
-//		ports <lo-hi>
-//		tier_map <file>
-//		node <name>
-//		local_ip <ip>
-//		usip
-//		http {
-//			<Caddy http transport options>
-//		}
-//	}
-func (t *Transport) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
-	d.Next() // transport name
-	if d.NextArg() {
-		return d.ArgErr()
-	}
-	for nesting := d.Nesting(); d.NextBlock(nesting); {
-		if ok, err := t.UnmarshalOption(d); ok {
-			if err != nil {
-				return err
-			}
-			continue
-		}
-		return d.Errf("port_range transport: unknown option %q", d.Val())
-	}
-	return nil
-}
-
-// UnmarshalOption reads one option of the transport at d's cursor; it
-// reports whether the option was one of the transport's (cache_redirect
-// shares them).
-func (t *Transport) UnmarshalOption(d *caddyfile.Dispenser) (bool, error) {
-	opt := d.Val()
-	if ok, err := t.unmarshalOption(d, opt); ok {
-		return true, err
-	}
-	switch opt {
-	case "ports", "local_ip":
-		if !d.NextArg() {
-			return true, d.ArgErr()
-		}
-		if opt == "ports" {
-			t.Ports = d.Val()
-		} else {
-			t.LocalIP = d.Val()
-		}
-	case "usip":
-		t.USIP = true
-	case "http":
-		t.HTTP = new(reverseproxy.HTTPTransport)
-		return true, t.HTTP.UnmarshalCaddyfile(d.NewFromNextSegment())
-	default:
-		return false, nil
-	}
-	if d.NextArg() {
-		return true, d.ArgErr()
-	}
-	return true, nil
-}
-
 // Interface guards
 var (
 	_ caddy.Provisioner         = (*Transport)(nil)

@@ -22,6 +22,9 @@ func TestBadConfigFailsValidate(t *testing.T) {
 		"unknown option":      {wrap("nodes 127.0.0.1:2\ncolour blue"), "colour"},
 		"tenant partitions 0": {wrap("nodes 127.0.0.1:2\ntenant_partitions acme 0"), `tenant_partitions "0"`},
 		"first response":      {wrap("nodes 127.0.0.1:2\nfirst_response_timeout -1s"), `first_response_timeout "-1s"`},
+		"hex number":          {wrap("nodes 127.0.0.1:2\npartitions 0x10"), `partitions "0x10": want a whole number of at least 1, at `},
+		"repeated option":     {wrap("nodes 127.0.0.1:2\npartitions 2\npartitions 3"), "partitions given twice (first at "},
+		"extra argument":      {wrap("nodes 127.0.0.1:2\ncool_off 30s 60s"), "cool_off: want 1 argument, got 2: 30s 60s, at "},
 		"assignment overlaps": {wrap("etcd http://127.0.0.1:2 {\nprefix /ldap/\nassignment_prefix /ldap/assign/\n}"),
 			`assignment_prefix "/ldap/assign/" overlaps prefix "/ldap/"`},
 	} {

@@ -1,0 +1,121 @@
+package tenantroute
+
+import (
+	"math"
+	"time"
+
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+
+	"github.com/edgesteer/edgesteer/caddymodules/internal/cfparse"
+)
+
+// UnmarshalCaddyfile reads
+//
+//	tenant_route {
+//		name <name>
+//		nodes <host:port...>
+//		partitions <k>
+//		tenant_partitions <tenant> <k>
+//		tenant_rdn <attribute>          # default o
+//		tenant <placeholder>            # instead: {l4.tls.server_name}, …
+//		tenant_regexp <regexp>          # instead: its first capture group
+//		dial_timeout <duration>
+//		cool_off <duration>
+//		first_response_timeout <duration>
+//		max_message_length <bytes>
+//		etcd <endpoint...> {
+//			prefix <key prefix of node registrations>
+//			assignment_prefix <key prefix to publish tenant → nodes>
+//		}
+//	}
+//
+// nodes is a list (repeating it adds nodes) and tenant_partitions is given
+// once per tenant; every other option once.
+func (t *TenantRoute) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	_, o, err := cfparse.Open(d, "tenant_route", 0, 0)
+	if err != nil {
+		return err
+	}
+	for o.Next() {
+		switch o.Name() {
+		case "name":
+			t.Name, err = o.String()
+		case "nodes":
+			var more []string
+			more, err = o.List()
+			t.Nodes = append(t.Nodes, more...)
+		case "partitions":
+			t.Partitions, err = o.Int(1, math.MaxInt)
+		case "tenant_partitions":
+			err = t.unmarshalTenantPartitions(o)
+		case "tenant":
+			t.Tenant, err = o.String()
+		case "tenant_rdn":
+			t.TenantRDN, err = o.String()
+		case "tenant_regexp":
+			t.TenantRegexp, err = o.String()
+		case "dial_timeout":
+			t.DialTimeout, err = o.Duration(time.Nanosecond)
+		case "cool_off":
+			t.CoolOff, err = o.Duration(time.Nanosecond)
+		case "first_response_timeout":
+			t.FirstResponseTimeout, err = o.Duration(time.Nanosecond)
+		case "max_message_length":
+			t.MaxMessageLength, err = o.Int(1, math.MaxInt)
+		case "etcd":
+			t.Etcd, err = unmarshalEtcd(o)
+		default:
+			err = o.Unknown()
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// unmarshalTenantPartitions reads tenant_partitions <tenant> <k>.
+func (t *TenantRoute) unmarshalTenantPartitions(o *cfparse.Block) error {
+	args, err := o.Args(2, 2)
+	if err != nil {
+		return err
+	}
+	if err := o.OnceFor(args[0]); err != nil {
+		return err
+	}
+	k, err := o.ParseInt(args[1], 1, math.MaxInt)
+	if err != nil {
+		return err
+	}
+	if t.TenantPartitions == nil {
+		t.TenantPartitions = map[string]int{}
+	}
+	t.TenantPartitions[args[0]] = k
+	return nil
+}
+
+// unmarshalEtcd reads etcd <endpoint...> { prefix …; assignment_prefix … }.
+func unmarshalEtcd(o *cfparse.Block) (*EtcdMembership, error) {
+	if err := o.Once(); err != nil {
+		return nil, err
+	}
+	endpoints, err := o.BlockArgs(1, cfparse.Many)
+	if err != nil {
+		return nil, err
+	}
+	e := &EtcdMembership{Endpoints: endpoints}
+	for sub := o.Sub(); sub.Next(); {
+		switch sub.Name() {
+		case "prefix":
+			e.Prefix, err = sub.String()
+		case "assignment_prefix":
+			e.AssignmentPrefix, err = sub.String()
+		default:
+			err = sub.Unknown()
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return e, nil
+}
