@@ -215,6 +215,7 @@ type entry struct {
 	epoch    uint64  // the measurement epoch res belongs to
 	failed   *Result // the latest run in which no gateway answered, if later than res
 	flight   chan struct{}
+	started  time.Time // when the run in flight started
 	progress *progress // the run in flight's measurements so far
 	retryAt  time.Time // no new run before this, after a run with no result
 	lastUsed time.Time
@@ -293,9 +294,10 @@ func (s *Selector) fresh(e *entry, now time.Time) bool {
 // Select returns the order for location. A fresh cached result answers at
 // once. Otherwise one probe run starts for the location (never more than one
 // at a time, none within Retry of a run in which no gateway answered) and the
-// caller waits for it, at most the answer deadline (Config.Wait): the run
-// goes on in the background and its result answers the next queries. A
-// query whose wait ends first gets, in this order of preference, the
+// caller waits for it, until the answer deadline (Config.Wait) after the
+// run started: the run goes on in the background and its result answers the
+// next queries. A query arriving later than that, or whose wait ends first,
+// gets, in this order of preference, the
 // gateways the run has heard from so far, ordered by the rule (Partial);
 // the location's previous selection; the configured order. A run that
 // finished with no gateway answering gives the last two at once.
@@ -324,15 +326,19 @@ func (s *Selector) Select(ctx context.Context, location string) Selection {
 		why = WhyRetryWait
 	default:
 		flight = make(chan struct{})
-		e.flight = flight
+		e.flight, e.started = flight, now
 		e.progress = nil
 		s.wg.Add(1)
 		go s.run(location, e, flight, s.cfg, s.epoch)
 	}
-	wait := s.cfg.Wait()
+	// The answer deadline counts from the run's start, not from this
+	// query's arrival: a resolver that retries a query (unbound resends
+	// after a few hundred milliseconds, each time with a new ID, and takes
+	// only the reply to the latest) must get its answer by then too.
+	wait := s.cfg.Wait() - now.Sub(e.started)
 	s.mu.Unlock()
 
-	if why != WhyClosed && why != WhyRetryWait {
+	if why != WhyClosed && why != WhyRetryWait && wait > 0 {
 		timer := time.NewTimer(wait)
 		defer timer.Stop()
 		select {
@@ -340,6 +346,13 @@ func (s *Selector) Select(ctx context.Context, location string) Selection {
 			why = WhyNoAnswer
 		case <-timer.C:
 		case <-ctx.Done():
+		}
+	}
+	if why == WhyDeadline {
+		select {
+		case <-flight: // ended without a result while we did not wait
+			why = WhyNoAnswer
+		default:
 		}
 	}
 	s.mu.Lock()

@@ -134,3 +134,26 @@ func waitSource(t *testing.T, s *Selector, loc string, want Source) {
 		time.Sleep(10 * ms)
 	}
 }
+
+// The answer deadline counts from the run's start: a query arriving later
+// (a resolver's retry, with a new ID, while the first try is given up) is
+// answered at once with what the run has so far, not after another wait.
+func TestAnswerDeadlineCountsFromRunStart(t *testing.T) {
+	p := newSleepingProber(map[string]time.Duration{"b:1": ms}) // the others silent
+	s := newSel(t, Config{Gateways: seedGateways(), Prober: p, Deadline: time.Hour, AnswerDeadline: time.Minute, ProbeTimeout: 3 * time.Second})
+	var mu sync.Mutex
+	now := time.Now()
+	s.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	ctx, cancel := context.WithTimeout(context.Background(), 100*ms) // the first try is given up
+	sel := s.Select(ctx, "loc")
+	cancel()
+	if sel.Source == Probed || sel.Source == Cached {
+		t.Fatalf("first try: %v", sel.Source)
+	}
+	mu.Lock()
+	now = now.Add(2 * time.Minute) // past the answer deadline since the run started
+	mu.Unlock()
+	if sel := s.Select(context.Background(), "loc"); sel.Source != Partial || names(sel.Gateways, sel.Order)[0] != "gw2" {
+		t.Fatalf("a retry past the answer deadline: %v %v, want at once the gateways answered so far", sel.Source, names(sel.Gateways, sel.Order))
+	}
+}
