@@ -252,6 +252,14 @@ all.example.test {
 	}
 	t.Logf("the optimal gateway came first in %d of 20 four-record answers through unbound", firstOfFull)
 
+	// The apex: SOA and NS through unbound.
+	if r := ask(a, "vpn.example.test", dns.TypeSOA); len(r.Answer) != 1 || r.Answer[0].Header().Rrtype != dns.TypeSOA {
+		t.Fatalf("SOA through unbound:\n%v", r)
+	}
+	if r := ask(a, "vpn.example.test", dns.TypeNS); len(r.Answer) != 1 || r.Answer[0].(*dns.NS).Ns != "ns.dns.vpn.example.test." {
+		t.Fatalf("NS through unbound:\n%v", r)
+	}
+
 	// Negative answers: the SOA in authority, cached by unbound for the SOA
 	// minimum (the example's ttl, 30 s), so the second query stays there.
 	for _, q := range []struct {
