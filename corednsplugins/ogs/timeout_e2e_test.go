@@ -81,3 +81,54 @@ func TestSilentGatewayDoesNotStallAnswers(t *testing.T) {
 		})
 	}
 }
+
+// A gateway cached as first that later starts dropping packets (no refusal,
+// no reset: its probes time out) is moved behind its backup by the
+// re-check, within one re-check interval plus one probe timeout, without a
+// probe run; when it answers again it is put back.
+func TestRecheckMovesDroppingFirstChoice(t *testing.T) {
+	if !e2e.InNamespace(t) {
+		return
+	}
+	addrs, _ := gateways(t, 100*ms, 10*ms, 200*ms, 300*ms)
+	metricsAddr := e2e.Addr(t)
+	d := e2e.StartCoreDNS(t, corefile(addrs, filepath.Join(t.TempDir(), "ogs.json"), metricsAddr, "recheck 1s"), "other.example.test A")
+	order := func() []string {
+		ips, _ := aRecords(ask(t, d.Addr, "vpn.example.test", dns.TypeA, "10.4.0.0/24"))
+		return ips
+	}
+	want := []string{"127.0.0.12", "127.0.0.14", "127.0.0.11", "127.0.0.13"} // gw2, its backup gw4, gw1, gw3
+	d.WaitFor(t, "the measured order", 30*time.Second, func() error {
+		if got := order(); !slices.Equal(got, want) {
+			return fmt.Errorf("order %v", got)
+		}
+		return nil
+	})
+	runs := metric(t, metricsAddr, "coredns_ogs_probe_runs_total")
+
+	nftDrop(t, addrs[1], "")
+	dropped := time.Now()
+	moved := []string{"127.0.0.14", "127.0.0.11", "127.0.0.13", "127.0.0.12"}
+	d.WaitFor(t, "gw2 moved behind its backup", 30*time.Second, func() error {
+		if got := order(); !slices.Equal(got, moved) {
+			return fmt.Errorf("order %v", got)
+		}
+		return nil
+	})
+	t.Logf("moved %v after the drop rule (re-check every 1s, probe timeout 2s)", time.Since(dropped).Round(100*ms))
+	txt := txtOf(ask(t, d.Addr, "_ogs.vpn.example.test", dns.TypeTXT, "10.4.0.0/24"))
+	if !strings.Contains(txt, "gw2.example.test "+addrs[1]+" RTT(ms) ") || !strings.Contains(txt, "re-check failed timeout") || !strings.Contains(txt, "Results obtained from OGS cache") {
+		t.Fatalf("TXT with gw2 dropping packets:\n%s", txt)
+	}
+	if n := metric(t, metricsAddr, "coredns_ogs_probe_runs_total"); n != runs {
+		t.Fatalf("%v probe runs during the re-checks", n-runs)
+	}
+
+	exec.Command("nft", "delete", "table", "inet", "ogstest").Run()
+	d.WaitFor(t, "gw2 back first", 30*time.Second, func() error {
+		if got := order(); !slices.Equal(got, want) {
+			return fmt.Errorf("order %v", got)
+		}
+		return nil
+	})
+}
