@@ -16,7 +16,7 @@ import (
 // answer gives the gateways' records in the selected order. Two gateways on
 // one IP (different ports) give one A or AAAA record, at the first one's
 // place; SRV keeps both (the port differs). records bounds the records.
-func (o *OGS) answer(qname string, qtype uint16, res *ogs.Result) []dns.RR {
+func (o *OGS) answer(qname string, qtype uint16, res *ogs.Result, ttl uint32) []dns.RR {
 	gws := res.Gateways
 	var out []dns.RR
 	for pos, i := range res.Order {
@@ -24,7 +24,7 @@ func (o *OGS) answer(qname string, qtype uint16, res *ogs.Result) []dns.RR {
 			break
 		}
 		ip := gws[i].IP
-		hdr := dns.RR_Header{Name: qname, Class: dns.ClassINET, Ttl: o.ttl, Rrtype: qtype}
+		hdr := dns.RR_Header{Name: qname, Class: dns.ClassINET, Ttl: ttl, Rrtype: qtype}
 		switch {
 		case qtype == dns.TypeA && ip.To4() != nil && !answered(out, ip):
 			out = append(out, &dns.A{Hdr: hdr, A: ip.To4()})
@@ -149,7 +149,7 @@ func (o *OGS) glue(zone string, state request.Request, only string, types ...uin
 // layout is in the README (Diagnostics).
 func (o *OGS) results(qname, loc string, sel ogs.Selection) dns.RR {
 	gws := sel.Gateways
-	txt := []string{"OGS Selection Results", "location " + loc, happened(sel, o.cfg.Deadline)}
+	txt := []string{"OGS Selection Results", "location " + loc, happened(sel, o.cfg.Wait())}
 	reasons := sel.Reasons
 	if sel.Failed != nil {
 		reasons = sel.Failed.Reasons
@@ -200,7 +200,7 @@ func happened(sel ogs.Selection, deadline time.Duration) string {
 	var what string
 	switch sel.Why {
 	case ogs.WhyDeadline:
-		what = fmt.Sprintf("OGS ping tests still running at the %v deadline", deadline)
+		what = fmt.Sprintf("OGS ping tests still running at the %v answer deadline", deadline)
 	case ogs.WhyNoAnswer:
 		what = "OGS ping tests performed: no gateway answered"
 	case ogs.WhyRetryWait:
@@ -211,6 +211,9 @@ func happened(sel ogs.Selection, deadline time.Duration) string {
 		what += "; next tests from " + sel.RetryAt.UTC().Format(time.RFC3339)
 	default:
 		what = "Shutting down"
+	}
+	if sel.Source == ogs.Partial {
+		return what + "; gateways answered so far used."
 	}
 	if sel.Source == ogs.Previous {
 		return what + "; previous selection (" + sel.At.UTC().Format(time.RFC3339) + ") used."

@@ -117,3 +117,42 @@ func TestSOANSAndECSScope(t *testing.T) {
 		t.Fatalf("configured NS %v / %v", r.Answer, r.Extra)
 	}
 }
+
+// silentProber answers its addresses after their RTT and never answers the
+// others: their probes end with the context (a gateway dropping SYNs).
+type silentProber map[string]time.Duration
+
+func (p silentProber) Probe(ctx context.Context, addr string) (time.Duration, error) {
+	if d, ok := p[addr]; ok {
+		return d, nil
+	}
+	<-ctx.Done()
+	return 0, ctx.Err()
+}
+
+// A run still going at the answer deadline: the answer carries the
+// gateways heard from so far, with the short fallback TTL, and the TXT says
+// so; once the run is over the measured order carries the full TTL.
+func TestAnswerDeadlineShortTTL(t *testing.T) {
+	o := newPluginWith(t, "answer_deadline 50ms\n probe_timeout 1s\n deadline 2s\n ttl 60\n fallback_ttl 3", silentProber{"192.0.2.2:1": time.Millisecond})
+	r := query(t, o, "vpn.example.test.", dns.TypeA, "")
+	if len(r.Answer) != 2 || r.Answer[0].(*dns.A).A.String() != "192.0.2.2" || r.Answer[0].Header().Ttl != 3 {
+		t.Fatalf("at the answer deadline: %v, want gw2 first with TTL 3", r.Answer)
+	}
+	txt := strings.Join(query(t, o, "_ogs.vpn.example.test.", dns.TypeTXT, "").Answer[0].(*dns.TXT).Txt, "\n")
+	if !strings.Contains(txt, "OGS ping tests still running at the 50ms answer deadline; gateways answered so far used.") || !strings.Contains(txt, "gw1 192.0.2.1:1 RTT(ms) -") {
+		t.Fatalf("TXT:\n%s", txt)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		r = query(t, o, "vpn.example.test.", dns.TypeA, "")
+		if r.Answer[0].Header().Ttl == 60 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the finished run never answered with the full TTL: %v", r.Answer)
+		}
+	}
+	if r.Answer[0].(*dns.A).A.String() != "192.0.2.2" {
+		t.Fatalf("measured order %v", r.Answer)
+	}
+}

@@ -94,7 +94,9 @@ func TestFastFailuresSayWhy(t *testing.T) {
 	if strings.Contains(txt, "deadline") {
 		t.Fatalf("TXT speaks of a deadline:\n%s", txt)
 	}
-	// The process writes its log lines a moment after it answers: wait.
+	// The run is logged (and its metrics counted) just after it answered,
+	// and the log reaches us through a pipe: wait for it; the last line
+	// comes after the metrics.
 	for _, want := range []string{
 		"OGS ping results for gw2.example.test (location src:127.0.0.0/24): (- - -) last error: protocol: ",
 		"no gateway answered for location src:127.0.0.0/24, which has no previous selection: answering in configured order",

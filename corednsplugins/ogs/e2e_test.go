@@ -139,9 +139,24 @@ func TestSeedOrderCacheECSRestartAndDeletion(t *testing.T) {
 		t.Fatalf("after restart: %v runs, %v hits; want answers from the cache file", runs, hits)
 	}
 
-	// Deleting the file forces a new evaluation.
+	// Deleting the file forces a new evaluation. The plugin looks at the
+	// file every second; until it has noticed, the location's TXT still
+	// says "from OGS cache", and the first TXT query after that probes.
 	os.Remove(cacheFile)
-	time.Sleep(1500 * ms) // the plugin checks the file every second
+	d.WaitFor(t, "the cache file's deletion noticed", 30*time.Second, func() error {
+		if txt := dig(t, d.Addr, "_ogs.vpn.example.test", "TXT", "+short"); strings.Contains(txt, "Results obtained from OGS cache") {
+			return fmt.Errorf("still cached: %s", txt)
+		}
+		return nil
+	})
+	// The measured order, with the full TTL (not an answer given while the
+	// run was still going).
+	d.WaitFor(t, "the new probe run's result", 30*time.Second, func() error {
+		if out := dig(t, d.Addr, "vpn.example.test", "A", "+noall", "+answer"); !strings.Contains(out, "\t30\tIN\tA\t") {
+			return fmt.Errorf("answer %q", out)
+		}
+		return nil
+	})
 	if got := dig(t, d.Addr, "vpn.example.test", "A", "+short"); got != want {
 		t.Fatalf("answer after deletion %q", got)
 	}

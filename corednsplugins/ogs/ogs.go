@@ -25,20 +25,21 @@ type OGS struct {
 	Next plugin.Handler
 	Fall fall.F
 
-	names      []string // served names, FQDN, lower case: each a zone apex
-	diagnostic string   // TXT name of the selection results
-	ttl        uint32
-	records    int // 0: all
-	srv        bool
-	v4Prefix   int
-	v6Prefix   int
-	hasV4      bool // some gateway has an IPv4 address
-	hasV6      bool
-	soa        soaConfig
-	ns         []nsConfig      // empty: ns.dns.ZONE at the local address
-	resolv     *ogs.ResolvConf // location from resolver config, when set
-	networks   *ogs.Networks
-	lastWarn   atomic.Int64 // unix ns of the last resolver-config warning
+	names       []string // served names, FQDN, lower case: each a zone apex
+	diagnostic  string   // TXT name of the selection results
+	ttl         uint32
+	fallbackTTL uint32 // answers without a finished run's result; never above ttl
+	records     int    // 0: all
+	srv         bool
+	v4Prefix    int
+	v6Prefix    int
+	hasV4       bool // some gateway has an IPv4 address
+	hasV6       bool
+	soa         soaConfig
+	ns          []nsConfig      // empty: ns.dns.ZONE at the local address
+	resolv      *ogs.ResolvConf // location from resolver config, when set
+	networks    *ogs.Networks
+	lastWarn    atomic.Int64 // unix ns of the last resolver-config warning
 
 	// Process state, adopted across reloads (setup.go).
 	cfg    ogs.Config // this configuration's selector settings
@@ -74,7 +75,8 @@ func (o *OGS) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (i
 		scoped = true
 	case qname == zone && o.selects(qtype):
 		loc, _ := o.location(state)
-		m.Answer = o.answer(qname, qtype, o.selectFor(ctx, loc).Result)
+		sel := o.selectFor(ctx, loc)
+		m.Answer = o.answer(qname, qtype, sel.Result, o.ttlOf(sel.Source))
 		scoped = true
 	case qname == zone && qtype == dns.TypeSOA:
 		m.Answer = []dns.RR{o.soaRecord(zone)}
@@ -109,10 +111,20 @@ func (o *OGS) selectFor(ctx context.Context, loc string) ogs.Selection {
 	} else {
 		cacheMisses.WithLabelValues(server).Inc()
 	}
-	if sel.Source == ogs.Previous || sel.Source == ogs.Configured {
+	if !sel.Source.Fresh() {
 		fallbacks.WithLabelValues(server, sel.Source.String(), sel.Why.String()).Inc()
 	}
 	return sel
+}
+
+// ttlOf is the TTL of answers from source: a stand-in for a result still
+// being measured (or that could not be) is kept short, so that resolvers
+// ask again soon and get the measured order.
+func (o *OGS) ttlOf(source ogs.Source) uint32 {
+	if source.Fresh() {
+		return o.ttl
+	}
+	return min(o.fallbackTTL, o.ttl)
 }
 
 // selects reports whether a query of qtype at a served name is answered

@@ -284,11 +284,12 @@ func TestReloadKeepsLocations(t *testing.T) {
 // stops the old server, which closes its copy of the sockets and then waits
 // for its queries in flight, only after the new one serves; so the reload
 // completes only once the run has, and a query on the old server waiting
-// longer than CoreDNS's 5 s grace loses its answer: the run here is 2.4 s.)
+// longer than CoreDNS's 5 s grace loses its answer: the run here is 2.4 s,
+// and the answer deadline is raised above it so that both queries wait.)
 func TestReloadDuringProbeRun(t *testing.T) {
-	slow := startCountingGateway(t, "127.0.0.11", 1200*ms)
+	slow := startCountingGateway(t, "127.0.0.11", 2400*ms)
 	fast := startCountingGateway(t, "127.0.0.12", 5*ms)
-	cf := fmt.Sprintf("vpn.example.test {\n\tbind 127.0.0.1\n\togs {\n\t\tgateway gw1 %s\n\t\tgateway gw2 %s\n\t\tprobe http /\n\t\tprobes 2\n\t\trecheck off\n\t\tdeadline 20s\n\t}\n}\n", slow.Addr, fast.Addr)
+	cf := fmt.Sprintf("vpn.example.test {\n\tbind 127.0.0.1\n\togs {\n\t\tgateway gw1 %s\n\t\tgateway gw2 %s\n\t\tprobe http /\n\t\tprobes 2\n\t\trecheck off\n\t\tdeadline 20s\n\t\tprobe_timeout 10s\n\t\tanswer_deadline 15s\n\t}\n}\n", slow.Addr, fast.Addr)
 	d := startReloadable(t, cf)
 
 	answers := make(chan []string, 2)

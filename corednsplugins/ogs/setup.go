@@ -20,6 +20,10 @@ import (
 
 const pluginName = "ogs"
 
+// exchangeProbeTimeout is the default probe_timeout of the tls, http and
+// https probes.
+const exchangeProbeTimeout = 2 * time.Second
+
 var log = clog.NewWithPlugin(pluginName)
 
 func init() { plugin.Register(pluginName, setup) }
@@ -128,9 +132,12 @@ func (o *OGS) restartFailed() error {
 //		probe_verify_tls
 //		probes COUNT
 //		deadline DURATION
+//		probe_timeout DURATION
+//		answer_deadline DURATION
 //		cache_ttl DURATION
 //		retry DURATION
 //		ttl SECONDS
+//		fallback_ttl SECONDS
 //		records COUNT
 //		unmeasured last|omit
 //		prefix V4LEN V6LEN
@@ -146,7 +153,7 @@ func (o *OGS) restartFailed() error {
 //		fallthrough [ZONES...]
 //	}
 func parse(c *caddy.Controller) (*OGS, error) {
-	o := &OGS{ttl: 30, v4Prefix: 24, v6Prefix: 56, state: strings.Join(c.ServerBlockKeys, " ")}
+	o := &OGS{ttl: 30, fallbackTTL: 5, v4Prefix: 24, v6Prefix: 56, state: strings.Join(c.ServerBlockKeys, " ")}
 	cfg := ogs.Config{}
 	probe, path, verify := "https", "/", false
 	minimum := int64(-1) // SOA MINIMUM: default the answers' TTL
@@ -204,6 +211,15 @@ func parse(c *caddy.Controller) (*OGS, error) {
 					return nil, bad("takes no argument")
 				}
 				verify = true
+			case "fallback_ttl":
+				if len(args) != 1 {
+					return nil, bad("want seconds")
+				}
+				n, err := strconv.ParseUint(args[0], 10, 31)
+				if err != nil {
+					return nil, bad("want a whole number of seconds")
+				}
+				o.fallbackTTL = uint32(n)
 			case "probes", "records", "max_locations", "ttl":
 				if len(args) != 1 {
 					return nil, bad("want one number")
@@ -222,7 +238,7 @@ func parse(c *caddy.Controller) (*OGS, error) {
 				case "ttl":
 					o.ttl = uint32(n)
 				}
-			case "deadline", "cache_ttl", "retry":
+			case "deadline", "probe_timeout", "answer_deadline", "cache_ttl", "retry":
 				if len(args) != 1 {
 					return nil, bad("want one duration")
 				}
@@ -233,6 +249,10 @@ func parse(c *caddy.Controller) (*OGS, error) {
 				switch opt {
 				case "deadline":
 					cfg.Deadline = d
+				case "probe_timeout":
+					cfg.ProbeTimeout = d
+				case "answer_deadline":
+					cfg.AnswerDeadline = d
 				case "cache_ttl":
 					cfg.CacheTTL = d
 				case "retry":
@@ -344,6 +364,11 @@ func parse(c *caddy.Controller) (*OGS, error) {
 		// Like the seed: each probe its own connection, timed from the SYN
 		// to the end of the exchange.
 		cfg.Prober = latency.NewHTTPProber(probe, path, "", tlsCfg, true)
+	}
+	if cfg.ProbeTimeout == 0 && probe != "tcp" {
+		// A TLS handshake or an HTTPS exchange takes several round trips;
+		// a connect takes one (ogs.DefaultProbeTimeout).
+		cfg.ProbeTimeout = exchangeProbeTimeout
 	}
 	cfg.ProbeID = fmt.Sprintf("%s %s verify=%t", probe, path, verify)
 	if probe == "tcp" || probe == "tls" {

@@ -16,6 +16,9 @@ func TestParseFull(t *testing.T) {
 		probe tls
 		probes 5
 		deadline 3s
+		probe_timeout 300ms
+		answer_deadline 1s
+		fallback_ttl 2
 		cache_ttl 14d
 		retry 30s
 		ttl 60
@@ -40,7 +43,7 @@ func TestParseFull(t *testing.T) {
 	cfg := o.cfg
 	if len(cfg.Gateways) != 2 || cfg.Gateways[1].Backups[0] != "gw1" || cfg.Probes != 5 ||
 		cfg.Deadline != 3*time.Second || cfg.CacheTTL != 14*24*time.Hour || cfg.Retry != 30*time.Second ||
-		!cfg.OmitUnmeasured || cfg.MaxLocations != 10 {
+		!cfg.OmitUnmeasured || cfg.MaxLocations != 10 || cfg.ProbeTimeout != 300*time.Millisecond || cfg.AnswerDeadline != time.Second || o.fallbackTTL != 2 {
 		t.Fatalf("config %+v", cfg)
 	}
 	if o.names[0] != "vpn.example.test." || o.ttl != 60 || o.records != 2 || o.v4Prefix != 16 || o.v6Prefix != 48 ||
@@ -63,8 +66,13 @@ func TestParseDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := o.cfg
-	if cfg.Probes != 3 || cfg.Deadline != 7*time.Second || cfg.CacheTTL != 14*24*time.Hour || cfg.Recheck != time.Minute || o.soa.minimum != 30 {
+	if cfg.Probes != 3 || cfg.Deadline != 7*time.Second || cfg.CacheTTL != 14*24*time.Hour || cfg.Recheck != time.Minute || o.soa.minimum != 30 ||
+		cfg.ProbeTimeout != 2*time.Second || cfg.AnswerDeadline != 1500*time.Millisecond || o.fallbackTTL != 5 {
 		t.Fatalf("seed defaults: %+v", cfg)
+	}
+	c = caddy.NewTestController("dns", "ogs vpn.example.test {\n gateway gw1 192.0.2.1:443\n probe tcp\n}")
+	if tcp, err := parse(c); err != nil || tcp.cfg.ProbeTimeout != 500*time.Millisecond {
+		t.Fatalf("tcp probe timeout: %v %v", tcp.cfg.ProbeTimeout, err)
 	}
 	if o.names[0] != "vpn.example.test." || o.diagnostic != "_ogs.vpn.example.test." || o.ttl != 30 || o.state != "vpn.example.test:53" {
 		t.Fatalf("%v %v %v %q", o.names, o.diagnostic, o.ttl, o.state)
@@ -76,6 +84,9 @@ func TestParseErrorsNameOption(t *testing.T) {
 		"gateway a 192.0.2.1:1\nprobes 0":              "probes 0",
 		"gateway a 192.0.2.1:1\ndeadline 7":            "deadline 7",
 		"gateway a 192.0.2.1:1\ncache_ttl -1d":         "cache_ttl -1d",
+		"gateway a 192.0.2.1:1\nprobe_timeout 0s":      "probe_timeout 0s",
+		"gateway a 192.0.2.1:1\nanswer_deadline soon":  "answer_deadline soon",
+		"gateway a 192.0.2.1:1\nfallback_ttl -5":       "fallback_ttl -5",
 		"gateway a 192.0.2.1:1\ngateway a 192.0.2.2:1": "duplicate name",
 		"gateway a 192.0.2.1:1\ngateway b 192.0.2.1:1": "duplicate address",
 		"gateway a 192.0.2.1:1 backup c":               `backup "c"`,

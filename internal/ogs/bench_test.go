@@ -21,7 +21,7 @@ func BenchmarkProbeRun1000Gateways(b *testing.B) {
 	for i := range gws {
 		gws[i] = Gateway{Name: fmt.Sprintf("gw%d", i), Addr: e2e.ClosingListener(b)}
 	}
-	s, err := NewSelector(Config{Gateways: gws, Prober: latency.TCPProber{}, Deadline: DefaultDeadline})
+	s, err := NewSelector(Config{Gateways: gws, Prober: latency.TCPProber{}, Deadline: DefaultDeadline, AnswerDeadline: DefaultDeadline})
 	if err != nil {
 		b.Fatal(err)
 	}

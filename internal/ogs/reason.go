@@ -55,7 +55,9 @@ func Reason(err error) string {
 		return ReasonTimeout
 	case errors.Is(err, context.Canceled):
 		return ReasonCanceled
-	case strings.Contains(msg, "EOF"), strings.Contains(msg, "connection reset"):
+	case strings.Contains(msg, "EOF"), strings.Contains(msg, "connection reset"), strings.Contains(msg, "server closed idle connection"):
+		// Go's HTTP client reports a peer closing before the answer either
+		// way, depending on when the close is seen.
 		return ReasonReset
 	}
 	return ReasonOther

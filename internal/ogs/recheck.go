@@ -84,7 +84,7 @@ func (s *Selector) recheckOnce(cfg Config) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r := latency.Measure(s.ctx, cfg.Prober, g.Addr, 1, cfg.Deadline)
+			r := latency.Measure(s.ctx, cfg.Prober, g.Addr, 1, cfg.ProbeTimeout)
 			checks[i] = Recheck{Gateway: g, RTT: r.Best, Err: r.Err, Reason: Reason(r.Err)}
 		}()
 	}

@@ -62,7 +62,8 @@ func (c Change) String() string {
 //   - Changed backup lists or OmitUnmeasured reorder the cached results from
 //     their stored RTTs; a changed CacheTTL applies to each result's age.
 //   - Probe runs in flight finish and are mapped the same way; Deadline,
-//     Retry and Probes apply from the next run.
+//     ProbeTimeout, Retry and Probes apply from the next run; AnswerDeadline
+//     from the next query.
 //   - A lowered MaxLocations evicts the least recently used locations.
 //   - A new CacheFile is written with the results held; it is not read.
 func (s *Selector) Reconfigure(cfg Config) (Change, error) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -20,6 +21,17 @@ const (
 	DefaultMaxLocations = 100_000
 )
 
+// Defaults that keep a DNS client's first answer inside resolver timeouts
+// (unbound drops a reply still pending after 1.9 s; stub resolvers retry
+// after 5 s): a probe gives up after DefaultProbeTimeout, a gateway's probes
+// start DefaultProbeSpacing apart (so a run costs about one RTT, not three),
+// and no query waits longer than DefaultAnswerDeadline.
+const (
+	DefaultProbeTimeout   = 500 * time.Millisecond
+	DefaultProbeSpacing   = 20 * time.Millisecond
+	DefaultAnswerDeadline = 1500 * time.Millisecond
+)
+
 // Config configures a Selector. A running Selector takes a new one through
 // Reconfigure (a reload).
 type Config struct {
@@ -29,7 +41,10 @@ type Config struct {
 	// a change of it makes every cached measurement stale (Reconfigure).
 	ProbeID        string
 	Probes         int           // per gateway per run
-	Deadline       time.Duration // a whole probe run, and the longest a query waits
+	Deadline       time.Duration // the longest a whole probe run lasts
+	ProbeTimeout   time.Duration // the longest one probe lasts
+	ProbeSpacing   time.Duration // a gateway's probes start this far apart
+	AnswerDeadline time.Duration // the longest a query waits (never beyond Deadline)
 	CacheTTL       time.Duration // how long a location's result stands
 	Retry          time.Duration // after a run with no result, wait this long before the next
 	OmitUnmeasured bool
@@ -87,6 +102,12 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("probes %d: must be at least 1", c.Probes)
 	case c.Deadline < 0:
 		return fmt.Errorf("deadline %v: must be positive", c.Deadline)
+	case c.ProbeTimeout < 0:
+		return fmt.Errorf("probe_timeout %v: must be positive", c.ProbeTimeout)
+	case c.ProbeSpacing < 0:
+		return fmt.Errorf("probe spacing %v: must not be negative", c.ProbeSpacing)
+	case c.AnswerDeadline < 0:
+		return fmt.Errorf("answer_deadline %v: must be positive", c.AnswerDeadline)
 	case c.CacheTTL < 0:
 		return fmt.Errorf("cache_ttl %v: must be positive", c.CacheTTL)
 	case c.MaxLocations < 0:
@@ -94,6 +115,10 @@ func (c *Config) Validate() error {
 	}
 	return nil
 }
+
+// Wait is how long a query waits for its location's probe run: the answer
+// deadline, or the run's deadline when that is shorter.
+func (c *Config) Wait() time.Duration { return min(c.AnswerDeadline, c.Deadline) }
 
 // FillDefaults sets every unset field to its default.
 func (c *Config) FillDefaults() {
@@ -105,6 +130,15 @@ func (c *Config) FillDefaults() {
 	}
 	if c.Deadline == 0 {
 		c.Deadline = DefaultDeadline
+	}
+	if c.ProbeTimeout == 0 {
+		c.ProbeTimeout = DefaultProbeTimeout
+	}
+	if c.ProbeSpacing == 0 {
+		c.ProbeSpacing = DefaultProbeSpacing
+	}
+	if c.AnswerDeadline == 0 {
+		c.AnswerDeadline = DefaultAnswerDeadline
 	}
 	if c.CacheTTL == 0 {
 		c.CacheTTL = DefaultCacheTTL
@@ -128,18 +162,23 @@ const (
 	Cached                   // a location entry still inside its lifetime
 	Previous                 // no fresh result (see Why): the location's previous selection
 	Configured               // no fresh result and none before: the configured order
+	Partial                  // a probe run still going at the answer deadline: the gateways answered so far
 )
 
 func (s Source) String() string {
-	return [...]string{"probed", "cache", "previous", "configured"}[s]
+	return [...]string{"probed", "cache", "previous", "configured", "partial"}[s]
 }
+
+// Fresh reports whether the selection is a finished probe run's result
+// (answers may carry their full TTL), rather than a stand-in until one is.
+func (s Source) Fresh() bool { return s == Probed || s == Cached }
 
 // Why says why a Previous or Configured selection answered.
 type Why int
 
 const (
 	WhyNone      Why = iota
-	WhyDeadline      // the probe run was still going when the query's wait ended
+	WhyDeadline      // the probe run was still going at the answer deadline
 	WhyNoAnswer      // the probe run finished and no gateway answered
 	WhyRetryWait     // no gateway answered the last run; the next waits for Retry
 	WhyClosed        // the selector is shutting down
@@ -176,11 +215,23 @@ type entry struct {
 	epoch    uint64  // the measurement epoch res belongs to
 	failed   *Result // the latest run in which no gateway answered, if later than res
 	flight   chan struct{}
+	started  time.Time // when the run in flight started
+	progress *progress // the run in flight's measurements so far
 	retryAt  time.Time // no new run before this, after a run with no result
 	lastUsed time.Time
 	view     *Result // res as answered, given the re-check (recheck.go)
 	viewOf   *Result // the res view was derived from
 	viewVer  uint64  // the deadVer view was derived at
+}
+
+// progress is what a probe run has measured so far, so that a query whose
+// wait ends before the run does is answered with the gateways that answered.
+// Its fields are written and read with Selector.mu held.
+type progress struct {
+	gws     []Gateway
+	omit    bool
+	best    []time.Duration // lowest RTT so far per gateway (0: none yet)
+	reasons []string        // per gateway, why its last failed probe failed
 }
 
 // Selector answers "which gateways, in which order" per location. It is
@@ -243,8 +294,13 @@ func (s *Selector) fresh(e *entry, now time.Time) bool {
 // Select returns the order for location. A fresh cached result answers at
 // once. Otherwise one probe run starts for the location (never more than one
 // at a time, none within Retry of a run in which no gateway answered) and the
-// caller waits for it until the deadline; past that, or when no gateway
-// answered, it gets the previous selection, or the configured order.
+// caller waits for it, until the answer deadline (Config.Wait) after the
+// run started: the run goes on in the background and its result answers the
+// next queries. A query arriving later than that, or whose wait ends first,
+// gets, in this order of preference, the
+// gateways the run has heard from so far, ordered by the rule (Partial);
+// the location's previous selection; the configured order. A run that
+// finished with no gateway answering gives the last two at once.
 func (s *Selector) Select(ctx context.Context, location string) Selection {
 	now := s.now()
 	s.mu.Lock()
@@ -270,36 +326,73 @@ func (s *Selector) Select(ctx context.Context, location string) Selection {
 		why = WhyRetryWait
 	default:
 		flight = make(chan struct{})
-		e.flight = flight
+		e.flight, e.started = flight, now
+		e.progress = nil
 		s.wg.Add(1)
 		go s.run(location, e, flight, s.cfg, s.epoch)
 	}
-	deadline := s.cfg.Deadline
+	// The answer deadline counts from the run's start, not from this
+	// query's arrival: a resolver that retries a query (unbound resends
+	// after a few hundred milliseconds, each time with a new ID, and takes
+	// only the reply to the latest) must get its answer by then too.
+	wait := s.cfg.Wait() - now.Sub(e.started)
 	s.mu.Unlock()
 
-	if why != WhyClosed && why != WhyRetryWait {
-		timer := time.NewTimer(deadline)
+	if why != WhyClosed && why != WhyRetryWait && wait > 0 {
+		timer := time.NewTimer(wait)
 		defer timer.Stop()
 		select {
 		case <-flight:
-			s.mu.Lock()
-			fresh, res := s.fresh(e, s.now()), s.answered(e)
-			s.mu.Unlock()
-			if fresh {
-				return Selection{Result: res, Source: Probed}
-			}
 			why = WhyNoAnswer
 		case <-timer.C:
 		case <-ctx.Done():
 		}
 	}
+	if why == WhyDeadline {
+		select {
+		case <-flight: // ended without a result while we did not wait
+			why = WhyNoAnswer
+		default:
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	sel := Selection{Why: why, Failed: e.failed, RetryAt: e.retryAt, Result: s.answered(e), Source: Previous}
+	if s.fresh(e, s.now()) {
+		return Selection{Result: s.answered(e), Source: Probed}
+	}
+	sel := Selection{Why: why, Failed: e.failed, RetryAt: e.retryAt}
+	if why == WhyDeadline && e.flight != nil {
+		if res := s.partial(e.progress); res != nil {
+			sel.Result, sel.Source = res, Partial
+			return sel
+		}
+	}
+	sel.Result, sel.Source = s.answered(e), Previous
 	if sel.Result == nil {
 		sel.Result, sel.Source = s.configured(), Configured
 	}
 	return sel
+}
+
+// partial orders what a run in flight has measured so far, by the one rule
+// (gateways not heard from yet count as not measured), on the configuration
+// in force and with the re-check's findings; nil when no gateway has
+// answered yet. Called with s.mu held.
+func (s *Selector) partial(p *progress) *Result {
+	if p == nil || !slices.ContainsFunc(p.best, func(d time.Duration) bool { return d > 0 }) {
+		return nil
+	}
+	res := &Result{Gateways: p.gws, RTTs: slices.Clone(p.best), Reasons: slices.Clone(p.reasons), At: s.now()}
+	res.Order = Order(p.gws, res.RTTs, p.omit)
+	if !sameGateways(p.gws, s.cfg.Gateways) || p.omit != s.cfg.OmitUnmeasured {
+		if res = s.remap(res); res == nil {
+			return nil
+		}
+	}
+	if len(s.dead) > 0 {
+		res = s.demote(res)
+	}
+	return res
 }
 
 // configured is the configured order; called with s.mu held.
@@ -312,41 +405,61 @@ func (s *Selector) configured() *Result {
 	return r
 }
 
-// run probes every gateway of cfg in parallel, bounded by the deadline, and
-// stores the result unless nothing answered. cfg and epoch are those in
-// force when the run started; a reload during the run maps its result onto
-// the new configuration by gateway name (see Reconfigure).
+// run probes every gateway of cfg at once: each gateway's probes start
+// ProbeSpacing apart, each bounded by ProbeTimeout, and all by Deadline, so
+// a run lasts about the slowest answer (or one probe timeout, when a
+// gateway is silent) plus the spacing. Every probe that answers updates the
+// run's progress (see Select); when all have ended the result is stored,
+// unless nothing answered. cfg and epoch are those in force when the run
+// started; a reload during the run maps its result onto the new
+// configuration by gateway name (see Reconfigure).
 func (s *Selector) run(location string, e *entry, done chan struct{}, cfg Config, epoch uint64) {
 	defer s.wg.Done()
 	ctx, cancel := context.WithTimeout(s.ctx, cfg.Deadline)
 	defer cancel()
 	n := len(cfg.Gateways)
+	prog := &progress{gws: cfg.Gateways, omit: cfg.OmitUnmeasured, best: make([]time.Duration, n), reasons: make([]string, n)}
+	s.mu.Lock()
+	e.progress = prog
+	s.mu.Unlock()
 	all := make([][]time.Duration, n)
 	why := make([][]string, n)
-	errs := make([]error, n)
-	best := make([]time.Duration, n)
+	errsAt := make([][]error, n)
 	var wg sync.WaitGroup
 	for i, g := range cfg.Gateways {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			all[i] = make([]time.Duration, 0, cfg.Probes)
-			for range cfg.Probes {
-				r := latency.Measure(ctx, cfg.Prober, g.Addr, 1, cfg.Deadline)
-				all[i] = append(all[i], r.Best)
-				why[i] = append(why[i], Reason(r.Err))
-				if r.OK == 0 {
-					errs[i] = r.Err
-				} else if best[i] == 0 || r.Best < best[i] {
-					best[i] = r.Best
+		all[i] = make([]time.Duration, cfg.Probes)
+		why[i] = make([]string, cfg.Probes)
+		errsAt[i] = make([]error, cfg.Probes)
+		for k := range cfg.Probes {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if !sleep(ctx, time.Duration(k)*cfg.ProbeSpacing) {
+					all[i][k], why[i][k], errsAt[i][k] = 0, Reason(ctx.Err()), ctx.Err()
+					return
 				}
-				if ctx.Err() != nil {
-					break
+				r := latency.Measure(ctx, cfg.Prober, g.Addr, 1, cfg.ProbeTimeout)
+				all[i][k], why[i][k], errsAt[i][k] = r.Best, Reason(r.Err), r.Err
+				s.mu.Lock()
+				if r.OK > 0 && (prog.best[i] == 0 || r.Best < prog.best[i]) {
+					prog.best[i] = r.Best
+				} else if r.OK == 0 {
+					prog.reasons[i] = Reason(r.Err)
 				}
-			}
-		}()
+				s.mu.Unlock()
+			}()
+		}
 	}
 	wg.Wait()
+	errs := make([]error, n)
+	for i := range errsAt {
+		for _, err := range errsAt[i] {
+			if err != nil {
+				errs[i] = err // the last failed probe's, in probe order
+			}
+		}
+	}
+	best := prog.best // no writer is left
 	reasons := make([]string, n)
 	any := false
 	for i := range best {
@@ -368,7 +481,7 @@ func (s *Selector) run(location string, e *entry, done chan struct{}, cfg Config
 		e.retryAt = s.now().Add(cfg.Retry)
 		e.failed = &Result{Gateways: cfg.Gateways, RTTs: best, Reasons: reasons, At: s.now()}
 	}
-	e.flight = nil
+	e.flight, e.progress = nil, nil
 	run := Run{Location: location, Gateways: cfg.Gateways, RTTs: all, Reasons: why, Errors: errs, Result: res, RetryAt: e.retryAt}
 	if res == nil {
 		run.Previous = e.res
@@ -381,6 +494,21 @@ func (s *Selector) run(location string, e *entry, done chan struct{}, cfg Config
 	}
 	if res != nil {
 		s.requestSave()
+	}
+}
+
+// sleep waits d, or until ctx ends; it reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }
 
