@@ -20,7 +20,7 @@ missing=()
 while read -r cmd pkg; do
 	case "$cmd" in "" | \#*) continue ;; esac
 	command -v "$cmd" >/dev/null 2>&1 || missing+=("$pkg")
-done <scripts/test-deps.txt
+done < <(cat scripts/test-deps.txt; echo) # a last line without a newline still counts
 if [ ${#missing[@]} -gt 0 ]; then
 	echo "installing: ${missing[*]}"
 	sudo=
