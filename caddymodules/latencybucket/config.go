@@ -7,12 +7,14 @@ package latencybucket
 
 import (
 	"crypto/tls"
+	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
-	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
 	"github.com/edgesteer/edgesteer/internal/latency"
 	"github.com/edgesteer/edgesteer/internal/pubsel"
@@ -81,6 +83,25 @@ type Config struct {
 	StickyMaxEntries int            `json:"sticky_max_entries,omitempty"`
 }
 
+// choices lists the words an option of a few values takes (empty means
+// the first); the Caddyfile parser and Validate both check against it.
+var choices = map[string][]string{
+	"latency":              {"on", "off"},
+	"within":               {"random", "least_conn"},
+	"probe":                {"tcp", "tls", "http", "https", "h2c"},
+	"sticky":               {"on", "off"},
+	"sticky_user_fallback": {"client_ip", "none"},
+}
+
+// checkChoice says why v is not one of opt's choices, or nil.
+func checkChoice(opt, v string) error {
+	words := choices[opt]
+	if v == "" || slices.Contains(words, v) {
+		return nil
+	}
+	return errors.New("want " + strings.Join(words[:len(words)-1], ", ") + " or " + words[len(words)-1])
+}
+
 const (
 	defaultStickyTTL        = time.Hour
 	defaultStickyMaxEntries = 100_000
@@ -91,10 +112,13 @@ func (c *Config) Validate(layer4 bool) error {
 	bad := func(opt string, v any, why string) error {
 		return fmt.Errorf("latency_bucket: %s %v: %s", opt, v, why)
 	}
-	switch c.Latency {
-	case "", "on", "off":
-	default:
-		return bad("latency", strconv.Quote(c.Latency), "want on or off")
+	for _, o := range []struct{ opt, v string }{
+		{"latency", c.Latency}, {"within", c.Within}, {"probe", c.Probe},
+		{"sticky", c.Sticky}, {"sticky_user_fallback", c.StickyUserFallback},
+	} {
+		if err := checkChoice(o.opt, o.v); err != nil {
+			return bad(o.opt, strconv.Quote(o.v), err.Error())
+		}
 	}
 	if c.BucketWidth < 0 {
 		return bad("bucket_width", time.Duration(c.BucketWidth), "must be positive")
@@ -102,19 +126,8 @@ func (c *Config) Validate(layer4 bool) error {
 	if c.Hysteresis != nil && (*c.Hysteresis < 0 || *c.Hysteresis >= 1) {
 		return bad("hysteresis", *c.Hysteresis, "must be in [0, 1)")
 	}
-	switch c.Within {
-	case "", "random":
-	case "least_conn":
-		if layer4 {
-			return bad("within", c.Within, "layer4 upstreams do not expose connection counts; use random")
-		}
-	default:
-		return bad("within", strconv.Quote(c.Within), "want random or least_conn")
-	}
-	switch c.Probe {
-	case "", "tcp", "tls", "http", "https", "h2c":
-	default:
-		return bad("probe", strconv.Quote(c.Probe), "unknown probe kind; want tcp, tls, http, https or h2c")
+	if c.Within == "least_conn" && layer4 {
+		return bad("within", c.Within, "layer4 upstreams do not expose connection counts; use random")
 	}
 	if (c.ProbePath != "" || c.ProbeHost != "") && c.Probe != "http" && c.Probe != "https" && c.Probe != "h2c" {
 		return bad("probe_path/probe_host", c.ProbePath+c.ProbeHost, "apply to http, https and h2c probes only")
@@ -135,16 +148,6 @@ func (c *Config) Validate(layer4 bool) error {
 		if d < 0 {
 			return bad("segment "+addr, time.Duration(d), "must not be negative")
 		}
-	}
-	switch c.Sticky {
-	case "", "on", "off":
-	default:
-		return bad("sticky", strconv.Quote(c.Sticky), "want on or off")
-	}
-	switch c.StickyUserFallback {
-	case "", "client_ip", "none":
-	default:
-		return bad("sticky_user_fallback", strconv.Quote(c.StickyUserFallback), "want client_ip or none")
 	}
 	if c.StickyTTL < 0 {
 		return bad("sticky_ttl", time.Duration(c.StickyTTL), "must be positive")
@@ -208,162 +211,4 @@ func (c *Config) probeID() string {
 		kind = "tcp"
 	}
 	return fmt.Sprintf("%s path=%q host=%q insecure=%v", kind, c.ProbePath, c.ProbeHost, c.ProbeInsecureSkipVerify)
-}
-
-// UnmarshalCaddyfile reads
-//
-//	lb_policy latency_bucket {
-//		name <name>
-//		latency on|off
-//		bucket_width <duration>
-//		hysteresis <fraction>
-//		within random|least_conn
-//		probe tcp|tls|http|https|h2c [<path>]
-//		probe_host <host>
-//		probe_insecure_skip_verify
-//		probes <count>
-//		probe_interval <duration>
-//		probe_timeout <duration>
-//		probe_window <rounds>
-//		segment <upstream host:port> <duration>
-//		sticky on|off
-//		sticky_user <placeholder>
-//		sticky_user_fallback client_ip|none
-//		sticky_app <placeholder>
-//		sticky_ttl <duration>
-//		sticky_max_entries <count>
-//	}
-func (c *Config) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
-	d.Next() // policy name
-	if d.NextArg() {
-		return d.ArgErr()
-	}
-	for d.NextBlock(0) {
-		opt := d.Val()
-		var err error
-		switch opt {
-		case "name":
-			err = oneArg(d, &c.Name)
-		case "latency":
-			err = oneArg(d, &c.Latency)
-		case "bucket_width":
-			err = durationArg(d, &c.BucketWidth)
-		case "hysteresis":
-			var s string
-			if err = oneArg(d, &s); err == nil {
-				var h float64
-				if h, err = strconv.ParseFloat(s, 64); err != nil {
-					return d.Errf("hysteresis %q: not a number", s)
-				}
-				c.Hysteresis = &h
-			}
-		case "within":
-			err = oneArg(d, &c.Within)
-		case "probe":
-			if !d.NextArg() {
-				return d.ArgErr()
-			}
-			c.Probe = d.Val()
-			if d.NextArg() {
-				c.ProbePath = d.Val()
-			}
-			if d.NextArg() {
-				return d.ArgErr()
-			}
-		case "probe_host":
-			err = oneArg(d, &c.ProbeHost)
-		case "probe_insecure_skip_verify":
-			if d.NextArg() {
-				return d.ArgErr()
-			}
-			c.ProbeInsecureSkipVerify = true
-		case "probes":
-			err = intArg(d, &c.Probes)
-		case "probe_interval":
-			err = durationArg(d, &c.ProbeInterval)
-		case "probe_timeout":
-			err = durationArg(d, &c.ProbeTimeout)
-		case "probe_window":
-			err = intArg(d, &c.ProbeWindow)
-		case "segment":
-			args := d.RemainingArgs()
-			if len(args) != 2 {
-				return d.ArgErr()
-			}
-			dur, perr := caddy.ParseDuration(args[1])
-			if perr != nil || dur < 0 {
-				return d.Errf("latency_bucket: segment %s %q: want a duration of zero or more", args[0], args[1])
-			}
-			if c.Segments == nil {
-				c.Segments = map[string]caddy.Duration{}
-			}
-			c.Segments[args[0]] = caddy.Duration(dur)
-		case "sticky":
-			err = oneArg(d, &c.Sticky)
-		case "sticky_user":
-			err = oneArg(d, &c.StickyUser)
-		case "sticky_user_fallback":
-			err = oneArg(d, &c.StickyUserFallback)
-		case "sticky_app":
-			err = oneArg(d, &c.StickyApp)
-		case "sticky_ttl":
-			err = durationArg(d, &c.StickyTTL)
-		case "sticky_max_entries":
-			err = intArg(d, &c.StickyMaxEntries)
-		default:
-			return d.Errf("latency_bucket: unknown option %q", opt)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// oneArg reads exactly one argument into dst.
-func oneArg(d *caddyfile.Dispenser, dst *string) error {
-	if !d.NextArg() {
-		return d.ArgErr()
-	}
-	*dst = d.Val()
-	if d.NextArg() {
-		return d.ArgErr()
-	}
-	return nil
-}
-
-// durationArg reads one positive duration (in JSON zero means "default", so
-// a Caddyfile zero is surely a mistake).
-func durationArg(d *caddyfile.Dispenser, dst *caddy.Duration) error {
-	opt := d.Val()
-	var s string
-	if err := oneArg(d, &s); err != nil {
-		return err
-	}
-	v, err := caddy.ParseDuration(s)
-	if err != nil {
-		return d.Errf("latency_bucket: %s %q: %v", opt, s, err)
-	}
-	if v <= 0 {
-		return d.Errf("latency_bucket: %s %s: must be positive", opt, s)
-	}
-	*dst = caddy.Duration(v)
-	return nil
-}
-
-func intArg(d *caddyfile.Dispenser, dst *int) error {
-	opt := d.Val()
-	var s string
-	if err := oneArg(d, &s); err != nil {
-		return err
-	}
-	v, err := strconv.Atoi(s)
-	if err != nil {
-		return d.Errf("latency_bucket: %s %q: not a whole number", opt, s)
-	}
-	if v < 1 {
-		return d.Errf("latency_bucket: %s %d: must be at least 1", opt, v)
-	}
-	*dst = v
-	return nil
 }

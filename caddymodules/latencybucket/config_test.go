@@ -4,9 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	_ "github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
@@ -14,81 +12,26 @@ import (
 	_ "github.com/mholt/caddy-l4"
 )
 
-func TestUnmarshalCaddyfileAllOptions(t *testing.T) {
-	d := caddyfile.NewTestDispenser(`latency_bucket {
-		name apps
-		latency on
-		bucket_width 20ms
-		hysteresis 0.2
-		within least_conn
-		probe https /healthz
-		probe_host example.test
-		probe_insecure_skip_verify
-		probes 5
-		probe_interval 2s
-		probe_timeout 500ms
-		probe_window 4
-		segment 10.0.0.1:443 15ms
-		segment 10.0.0.2:443 0
-		sticky on
-		sticky_user {http.request.header.X-User}
-		sticky_user_fallback none
-		sticky_app {http.request.host}
-		sticky_ttl 10m
-		sticky_max_entries 5000
-	}`)
-	var c Config
-	if err := c.UnmarshalCaddyfile(d); err != nil {
-		t.Fatal(err)
-	}
-	h := 0.2
-	want := Config{
-		Name: "apps", Latency: "on", BucketWidth: caddy.Duration(20 * time.Millisecond), Hysteresis: &h,
-		Within: "least_conn", Probe: "https", ProbePath: "/healthz", ProbeHost: "example.test",
-		ProbeInsecureSkipVerify: true, Probes: 5, ProbeInterval: caddy.Duration(2 * time.Second),
-		ProbeTimeout: caddy.Duration(500 * time.Millisecond), ProbeWindow: 4,
-		Segments: map[string]caddy.Duration{"10.0.0.1:443": caddy.Duration(15 * time.Millisecond), "10.0.0.2:443": 0},
-		Sticky:   "on", StickyUser: "{http.request.header.X-User}", StickyUserFallback: "none",
-		StickyApp: "{http.request.host}", StickyTTL: caddy.Duration(10 * time.Minute), StickyMaxEntries: 5000,
-	}
-	got, _ := json.Marshal(c)
-	exp, _ := json.Marshal(want)
-	if string(got) != string(exp) {
-		t.Fatalf("got  %s\nwant %s", got, exp)
-	}
-	if err := c.Validate(false); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Validate(true); err == nil || !strings.Contains(err.Error(), "within") {
-		t.Fatalf("least_conn in layer4: %v", err)
-	}
-}
-
-// Bad config fails at load and names the option and value.
-func TestBadConfigNamesOption(t *testing.T) {
-	for _, tc := range []struct{ body, want string }{
-		{"bucket_width 0", "bucket_width 0: must be positive"},
-		{"bucket_width -5ms", "bucket_width -5ms"},
-		{"probes 0", "probes 0: must be at least 1"},
-		{"probes three", `probes "three"`},
-		{"segment 10.0.0.1:443 -3ms", "segment"},
-		{"probe icmp", `probe "icmp": unknown probe kind`},
-		{"latency maybe", `latency "maybe"`},
-		{"within fastest", `within "fastest"`},
-		{"hysteresis 1.5", "hysteresis 1.5"},
-		{"no_such_option 1", `unknown option "no_such_option"`},
-		{"probe_path /x", "unknown option"},
-		{"probe tcp /x", "probe_path/probe_host"},
-		{"sticky sometimes", `sticky "sometimes"`},
-		{"sticky_user_fallback anonymous", `sticky_user_fallback "anonymous": want client_ip or none`},
+// What the Caddyfile parser cannot see alone (options that depend on each
+// other, the layer) fails at load through Validate, naming the option and
+// value.
+func TestCaddyfileValidate(t *testing.T) {
+	for _, tc := range []struct {
+		body   string
+		layer4 bool
+		want   string
+	}{
+		{"probe_host example.test", false, "latency_bucket: probe_path/probe_host example.test: apply to http, https and h2c probes only"},
+		{"probe tls\nprobe_host example.test", false, "probe_path/probe_host example.test"},
+		{"within least_conn", true, "latency_bucket: within least_conn: layer4 upstreams do not expose connection counts"},
 	} {
 		t.Run(tc.body, func(t *testing.T) {
 			var c Config
 			err := c.UnmarshalCaddyfile(caddyfile.NewTestDispenser("latency_bucket {\n" + tc.body + "\n}"))
-			if err == nil {
-				err = c.Validate(false)
+			if err != nil {
+				t.Fatalf("parse: %v", err)
 			}
-			if err == nil || !strings.Contains(err.Error(), tc.want) {
+			if err := c.Validate(tc.layer4); err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("got %v, want an error containing %q", err, tc.want)
 			}
 		})
