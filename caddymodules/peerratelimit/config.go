@@ -22,12 +22,19 @@ type ProfileConfig struct {
 	// Peer is a placeholder naming the peer whose limits apply. Default:
 	// the client IP (HTTP) or remote IP (layer4).
 	Peer string `json:"peer,omitempty"`
+	// MissingPeer is what happens when Peer's value is empty (a header
+	// the request lacks): "fallback" (default) limits the request under
+	// the key the profile uses without Peer — the client IP (HTTP,
+	// honouring trusted_proxies), the remote IP (layer4), the CER's
+	// Origin-Host or the remote IP (Diameter) — kept apart from the keys
+	// Peer names; "refuse" refuses it as the action says.
+	MissingPeer string `json:"missing_peer,omitempty"`
 	// PeerCIDRs: the profile covers only clients in these ranges (a named
 	// peer group). Default: every client. The first profile that covers a
 	// client applies.
 	PeerCIDRs []string `json:"peer_cidrs,omitempty"`
 	// Rate is the overall limit per peer in messages per second (0: none);
-	// Burst its burst (default 1/20 s of traffic).
+	// Burst its burst (default ⌈Rate/20⌉ + 1: 1/20 s of traffic plus one).
 	Rate  float64 `json:"rate,omitempty"`
 	Burst int     `json:"burst,omitempty"`
 	// Messages are limits per message type; other types are forwarded as
@@ -61,6 +68,12 @@ type MessageConfig struct {
 
 const defaultMaxPeers = 100_000
 
+// Values of missing_peer.
+const (
+	missingFallback = "fallback"
+	missingRefuse   = "refuse"
+)
+
 // build validates the profile and returns its engine form.
 func (p *ProfileConfig) build() (*ratelimit.Profile, error) {
 	bad := func(opt string, v any, why string) error {
@@ -73,6 +86,11 @@ func (p *ProfileConfig) build() (*ratelimit.Profile, error) {
 	case "", "reject", "drop":
 	default:
 		return nil, bad("action", strconv.Quote(p.Action), "want reject or drop")
+	}
+	switch p.MissingPeer {
+	case "", missingFallback, missingRefuse:
+	default:
+		return nil, bad("missing_peer", strconv.Quote(p.MissingPeer), "want fallback or refuse")
 	}
 	if p.Status != 0 && (p.Status < 400 || p.Status > 599) {
 		return nil, bad("status", p.Status, "want a 4xx or 5xx code")
@@ -144,6 +162,7 @@ func (p *ProfileConfig) covers(a netip.Addr) bool {
 //
 //	profile <name> {
 //		peer <placeholder>
+//		missing_peer fallback | refuse
 //		peer_cidr <cidr...>
 //		rate <per second> [burst]
 //		message <type> {
@@ -184,6 +203,10 @@ func unmarshalProfileBlock(d *caddyfile.Dispenser, name string, matcher messageO
 				return p, d.ArgErr()
 			}
 			p.Peer = d.Val()
+		case "missing_peer":
+			if !d.Args(&p.MissingPeer) || d.NextArg() {
+				return p, d.ArgErr()
+			}
 		case "peer_cidr":
 			args := d.RemainingArgs()
 			if len(args) == 0 {

@@ -197,18 +197,21 @@ func (c *diameterConn) admit(in diameter.Info, msg []byte) bool {
 	if p == nil {
 		return true
 	}
-	key := c.identity
-	if p.cfg.Peer != "" {
-		key = repl.ReplaceAll(p.cfg.Peer, "")
-	} else if key == "" {
-		key = c.addr()
+	fallback := c.identity
+	if fallback == "" {
+		fallback = c.addr()
 	}
 	typ := in.Type()
 	idx, msgType := 0, ""
 	if i := slices.IndexFunc(p.cfg.Messages, func(m MessageConfig) bool { return m.Type == typ }); i >= 0 {
 		idx, msgType = i+1, typ
 	}
-	verdict, _ := p.decide(key, idx, msgType, repl, l4Placeholders)
+	var verdict int
+	if key, ok := p.peerKey(repl, fallback); ok {
+		verdict, _ = p.decide(key, idx, msgType, repl, l4Placeholders)
+	} else {
+		verdict = p.refuseUnnamed(idx, repl, l4Placeholders)
+	}
 	switch verdict {
 	case admitted:
 		return true

@@ -122,11 +122,12 @@ func (h *L4Handler) Handle(cx *layer4.Connection, next layer4.Handler) error {
 		return next.Handle(cx)
 	}
 	repl := cx.Replacer()
-	key := remoteAddr(cx).String()
-	if p.cfg.Peer != "" {
-		key = repl.ReplaceAll(p.cfg.Peer, "")
+	var verdict int
+	if key, ok := p.peerKey(repl, remoteAddr(cx).String()); ok {
+		verdict, _ = p.decide(key, 0, "", repl, l4Placeholders)
+	} else {
+		verdict = p.refuseUnnamed(0, repl, l4Placeholders)
 	}
-	verdict, _ := p.decide(key, 0, "", repl, l4Placeholders)
 	switch verdict {
 	case admitted:
 		return next.Handle(cx)

@@ -54,9 +54,10 @@ var (
 var verdicts = [3]string{"admitted", "rejected", "dropped"}
 
 var (
-	verdictVals     = [3]any{"admitted", "rejected", "dropped"}
-	overallVal  any = "overall"
-	emptyVal    any = ""
+	verdictVals      = [3]any{"admitted", "rejected", "dropped"}
+	overallVal   any = "overall"
+	peerLimitVal any = peerLimit
+	emptyVal     any = ""
 )
 
 // buildProfiles builds the engines and counters of cfgs and returns the
@@ -182,9 +183,60 @@ func (p *profile) decide(key string, msg int, msgType string, repl *caddy.Replac
 	return verdict, limit
 }
 
-// rejection is the status, body and Retry-After seconds of a rejection by
-// the named limit.
+// missingKeyPrefix sets the keys of requests whose peer placeholder was
+// empty apart from the keys the placeholder names: a client that names
+// itself "10.0.0.5" by a header does not share the bucket of the client at
+// 10.0.0.5 that sent none. (Header values cannot hold a NUL.)
+const missingKeyPrefix = "\x00"
+
+// peerKey returns the key a request of this profile is limited under: the
+// value of the profile's peer placeholder, or fallback (the key without
+// one: the client IP, the remote IP, the CER's Origin-Host) when it has
+// none. When a placeholder in peer is empty or unknown (a header the
+// request lacks), every such request would share one key, so that one
+// client could use up the limit of all the others: the request falls back
+// to its own fallback key instead, or, with missing_peer refuse, ok is
+// false and the request is to be refused.
+func (p *profile) peerKey(repl *caddy.Replacer, fallback string) (key string, ok bool) {
+	if p.cfg.Peer == "" {
+		return fallback, true
+	}
+	key, err := repl.ReplaceOrErr(p.cfg.Peer, true, true)
+	if err == nil && key != "" {
+		return key, true
+	}
+	if p.cfg.MissingPeer == missingRefuse {
+		return "", false
+	}
+	return missingKeyPrefix + fallback, true
+}
+
+// refuseUnnamed refuses a message whose peer placeholder was empty under
+// missing_peer refuse, as the profile's action says: it counts the verdict
+// and sets the placeholders ({…limit} is "peer") like decide.
+func (p *profile) refuseUnnamed(msg int, repl *caddy.Replacer, ph *placeholders) int {
+	verdict := rejected
+	if p.cfg.Action == "drop" {
+		verdict = dropped
+	}
+	p.counters[msg][verdict].Inc()
+	repl.Set(ph.verdict, verdictVals[verdict])
+	repl.Set(ph.profile, p.nameVal)
+	repl.Set(ph.messageType, p.typeVals[msg])
+	repl.Set(ph.limit, peerLimitVal)
+	return verdict
+}
+
+// peerLimit names the "limit" that refuses a request without a peer.
+const peerLimit = "peer"
+
+// rejection is the status, body and Retry-After seconds (0: none) of a
+// rejection by the named limit.
 func (p *profile) rejection(limit string) (int, string, int) {
+	if limit == peerLimit {
+		// Not a limit: waiting will not help, the request lacks its peer.
+		return http.StatusBadRequest, "peer identity missing\n", 0
+	}
 	rule := p.engine.Overall
 	if limit != "overall" {
 		rule = p.engine.Message(limit)

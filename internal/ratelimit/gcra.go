@@ -26,9 +26,17 @@ type Rule struct {
 	throttle  atomic.Int64 // percent of Rate withheld (dynamic throttling)
 }
 
-// DefaultBurst is 1/20 s of traffic (at least 1): over any 10 s window
-// the admitted count exceeds the rate by at most 0.5 %.
-func DefaultBurst(rate float64) int { return max(1, int(math.Ceil(rate/20))) }
+// DefaultBurst is 1/20 s of traffic plus one request: 1 + ⌈rate/20⌉, so at
+// least 2. Its tolerance — how early a request may come, (burst − 1)
+// intervals — is then at least 50 ms and at least one interval. Both floors
+// matter at low rates: with a burst of 1 the tolerance is zero, so a client
+// paced at the limit loses every request that scheduling jitter brings a
+// little early, and a client offering a little more than the limit is
+// admitted at about half of it (each refused request wastes the interval
+// until the next one). With them, such clients are admitted at the limit.
+// Over any 10 s the admitted count exceeds the rate by at most 0.5 % plus
+// two requests.
+func DefaultBurst(rate float64) int { return 1 + int(math.Ceil(rate/20)) }
 
 // NewRule returns a rule; burst 0 means DefaultBurst.
 func NewRule(name string, rate float64, burst int) (*Rule, error) {

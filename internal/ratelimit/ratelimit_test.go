@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -125,6 +126,52 @@ func TestGCRAAccuracyRealClock(t *testing.T) {
 	max := 500*elapsed + float64(rule.Burst) + 1
 	if got > max || got < 500*2*0.9 {
 		t.Fatalf("admitted %v over %.2fs; want at most %.0f and not far below 1000", got, elapsed, max)
+	}
+}
+
+// A limit of R admits R (issue 14): over 10 s of simulated time, a client
+// paced at R whose requests scheduling delays by up to 20 ms, and one
+// offering 1.1 × R with the same jitter, are each admitted at ≥ 0.99 × R,
+// at every rate from 1/s up, under the default burst. Never more than the
+// rate and the burst.
+func TestDefaultBurstAdmitsPacedClients(t *testing.T) {
+	const window = int64(10 * time.Second)
+	const jitter = int64(20 * time.Millisecond)
+	for _, r := range []float64{1, 2, 5, 10, 19, 20, 21, 39, 40, 41, 100, 333, 1000, 10_000, 50_000} {
+		for _, offered := range []float64{1, 1.1} {
+			rule, _ := NewRule("x", r, 0)
+			rng := rand.New(rand.NewPCG(uint64(r), uint64(offered*10)))
+			var b Bucket
+			gap := float64(time.Second) / (r * offered)
+			sent, admitted := 0, 0
+			last := int64(0)
+			for k := 0; ; k++ {
+				// The pacer sends on its own schedule (k × gap); the
+				// scheduler delays each request by up to jitter. Requests
+				// may arrive out of order, as concurrent ones do.
+				at := int64(float64(k)*gap) + rng.Int64N(jitter+1)
+				if int64(float64(k)*gap) >= window {
+					break
+				}
+				sent++
+				last = max(last, at)
+				if b.Allow(rule, at) {
+					admitted++
+				}
+			}
+			elapsed := float64(last) / float64(time.Second)
+			want := 0.99 * r * min(elapsed, 10)
+			if offered == 1 {
+				want = 0.99 * float64(sent)
+			}
+			if float64(admitted) < want {
+				t.Errorf("rate %v, client at %v × the rate: admitted %d of %d in %.3f s, want at least %.1f (burst %d)",
+					r, offered, admitted, sent, elapsed, want, rule.Burst)
+			}
+			if most := int(r*elapsed) + rule.Burst + 1; admitted > most {
+				t.Errorf("rate %v, client at %v × the rate: admitted %d in %.3f s, more than %d", r, offered, admitted, elapsed, most)
+			}
+		}
 	}
 }
 
