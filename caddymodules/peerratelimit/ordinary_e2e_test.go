@@ -301,3 +301,46 @@ func TestLayer4MissingPeerFallsBackToRemoteIP(t *testing.T) {
 		}
 	}
 }
+
+// max_peers 100 holds 100 peers, and a peer at its limit keeps its bucket
+// while another client cycles through fresh names in the X-Peer header
+// (fewer than 100 between two of its requests): it is never handed a
+// fresh burst. With the bound split over 64 shards of one peer each, the
+// table held 64 and the active peer was evicted whenever a new name landed
+// in its shard, several times a second.
+func TestHTTPSmallTableFloodKeepsActivePeer(t *testing.T) {
+	front := e2e.Addr(t)
+	c := e2e.StartCaddy(t, "caddyfile", fmt.Sprintf(`http://%s {
+	bind 127.0.0.1
+	peer_rate_limit {
+		name small
+		profile all {
+			peer {http.request.header.X-Peer}
+			rate 20
+			max_peers 100
+		}
+	}
+	respond ok
+}`, front))
+	c.WaitTCP(t, front)
+	url := "http://" + front + "/"
+	var active, rotating *outcome
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		active = burstWith(t, url, 4*time.Second, 2, func() string { return "steady" })
+	}()
+	go func() { defer wg.Done(); rotating = burstPeers(t, url, 4*time.Second, 2) }()
+	wg.Wait()
+	if got, limit := active.ok.Load(), most(20, burstOf(20), active.elapsed); got > limit || active.rejected.Load() == 0 {
+		t.Errorf("the active peer was admitted %d times in %v (%d rejected) next to %d rotating names; want at most %d: its bucket was evicted while in use",
+			got, active.elapsed, active.rejected.Load(), rotating.ok.Load()+rotating.rejected.Load(), limit)
+	}
+	if rotating.ok.Load() < 200 {
+		t.Fatalf("only %d rotating names sent: the flood did not happen", rotating.ok.Load())
+	}
+	if v := handlerView(adminView(t, c), "small"); len(v.Profiles) != 1 || v.Profiles[0].Keys != 100 {
+		t.Errorf("admin view %+v: want 100 peers tracked (max_peers)", v)
+	}
+}

@@ -217,6 +217,48 @@ func TestTableBoundedAndSwept(t *testing.T) {
 	}
 }
 
+// The bound means what it says, and a peer in use keeps its bucket under a
+// key-rotation flood (issue 14): a table of n holds n peers, and while
+// another client cycles through fresh names — fewer than n between two
+// requests of an active peer — the active peer, offering twice its limit,
+// never gets a fresh burst: it is admitted at most rate × time + burst, at
+// every size. (With the bound split over 64 shards, max_peers 100 held 64
+// peers and any new name landing in the active peer's shard evicted it.)
+func TestSmallTableKeyRotationFloodNextToActivePeer(t *testing.T) {
+	for _, n := range []int{2, 10, 100, 1000, 5000, 20_000} {
+		tb := NewTable(n)
+		for i := range n {
+			tb.Bucket(fmt.Sprint("fill-", i), 0)
+		}
+		if got := tb.Len(); got != n {
+			t.Errorf("size %d: holds %d after %d keys", n, got, n)
+		}
+		rule, _ := NewRule("x", 10, 0)
+		admitted, rotated := 0, 0
+		step := int64(time.Second) / 20 // twice the limit
+		end := int64(10 * time.Second)
+		for now := int64(0); now < end; now += step {
+			if tb.Bucket("active", now).Allow(rule, now) {
+				admitted++
+			}
+			for range max(1, n/2) {
+				tb.Bucket(fmt.Sprint("rotating-", rotated), now)
+				rotated++
+			}
+			if got := tb.Len(); got > n {
+				t.Fatalf("size %d: holds %d", n, got)
+			}
+		}
+		if most := int(rule.Rate*float64(end)/float64(time.Second)) + rule.Burst + 1; admitted > most {
+			t.Errorf("size %d: the active peer was admitted %d times in 10 s next to %d rotating names, want at most %d: its bucket was evicted while in use",
+				n, admitted, rotated, most)
+		}
+		if got := tb.Len(); got != n {
+			t.Errorf("size %d: holds %d at the end", n, got)
+		}
+	}
+}
+
 // Decision cost against golang.org/x/time/rate's Allow (the anchor).
 func BenchmarkAllow(b *testing.B) {
 	b.Run("anchor_x_time_rate/serial", func(b *testing.B) {
