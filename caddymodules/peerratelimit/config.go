@@ -7,7 +7,9 @@ package peerratelimit
 import (
 	"fmt"
 	"net/netip"
+	"path"
 	"strconv"
+	"strings"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
@@ -33,6 +35,11 @@ type ProfileConfig struct {
 	// peer group). Default: every client. The first profile that covers a
 	// client applies.
 	PeerCIDRs []string `json:"peer_cidrs,omitempty"`
+	// Select: the profile covers only requests whose placeholder has one
+	// of the values (a named peer group: a header naming the peer, the
+	// Diameter Origin-Host, a TLS client certificate name). With
+	// PeerCIDRs, both must hold.
+	Select *SelectConfig `json:"select,omitempty"`
 	// Rate is the overall limit per peer in messages per second (0: none);
 	// Burst its burst (default ⌈Rate/20⌉ + 1: 1/20 s of traffic plus one).
 	Rate  float64 `json:"rate,omitempty"`
@@ -52,6 +59,29 @@ type ProfileConfig struct {
 	Dynamic bool `json:"dynamic,omitempty"`
 
 	prefixes []netip.Prefix
+}
+
+// SelectConfig selects a profile by a placeholder's value.
+type SelectConfig struct {
+	// Placeholder, e.g. "{http.request.header.X-Peer}".
+	Placeholder string `json:"placeholder"`
+	// Values the placeholder may have; shell patterns (path.Match: *, ?,
+	// [...]) match several, e.g. "pgw*.example". An empty value never
+	// matches.
+	Values []string `json:"values"`
+}
+
+// matches reports whether v is one of the values.
+func (s *SelectConfig) matches(v string) bool {
+	if v == "" {
+		return false
+	}
+	for _, pat := range s.Values {
+		if ok, _ := path.Match(pat, v); ok {
+			return true
+		}
+	}
+	return false
 }
 
 // MessageConfig is a message rate-limit profile.
@@ -101,6 +131,16 @@ func (p *ProfileConfig) build() (*ratelimit.Profile, error) {
 	if p.MaxPeers < 0 {
 		return nil, bad("max_peers", p.MaxPeers, "must be positive")
 	}
+	if sel := p.Select; sel != nil {
+		if !strings.Contains(sel.Placeholder, "{") || len(sel.Values) == 0 {
+			return nil, bad("select", strconv.Quote(sel.Placeholder), "want a placeholder and at least one value")
+		}
+		for _, v := range sel.Values {
+			if _, err := path.Match(v, ""); err != nil || v == "" {
+				return nil, bad("select "+sel.Placeholder, strconv.Quote(v), "not a value or pattern")
+			}
+		}
+	}
 	p.prefixes = p.prefixes[:0]
 	for _, c := range p.PeerCIDRs {
 		pfx, err := netip.ParsePrefix(c)
@@ -144,8 +184,13 @@ func (p *ProfileConfig) build() (*ratelimit.Profile, error) {
 	return ratelimit.NewProfile(p.Name, overall, rules, max), nil
 }
 
-// covers reports whether the profile applies to a client address.
-func (p *ProfileConfig) covers(a netip.Addr) bool {
+// covers reports whether the profile applies to a client address and, if
+// it selects by a placeholder, to the request whose placeholders repl
+// holds.
+func (p *ProfileConfig) covers(a netip.Addr, repl *caddy.Replacer) bool {
+	if p.Select != nil && !p.Select.matches(repl.ReplaceAll(p.Select.Placeholder, "")) {
+		return false
+	}
 	if len(p.prefixes) == 0 {
 		return true
 	}
@@ -163,6 +208,7 @@ func (p *ProfileConfig) covers(a netip.Addr) bool {
 //	profile <name> {
 //		peer <placeholder>
 //		missing_peer fallback | refuse
+//		select <placeholder> <value...>
 //		peer_cidr <cidr...>
 //		rate <per second> [burst]
 //		message <type> {
@@ -207,6 +253,12 @@ func unmarshalProfileBlock(d *caddyfile.Dispenser, name string, matcher messageO
 			if !d.Args(&p.MissingPeer) || d.NextArg() {
 				return p, d.ArgErr()
 			}
+		case "select":
+			args := d.RemainingArgs()
+			if len(args) < 2 {
+				return p, d.Errf("peer_rate_limit: profile %s: select: want select <placeholder> <value...>", p.Name)
+			}
+			p.Select = &SelectConfig{Placeholder: args[0], Values: args[1:]}
 		case "peer_cidr":
 			args := d.RemainingArgs()
 			if len(args) == 0 {

@@ -301,9 +301,13 @@ func TestHTTPDynamicFollowsMetric(t *testing.T) {
 	// The effective limit is what the handler enforces.
 	load.Store(67)
 	wait(100, "load 67 % again")
+	// The burst follows the throttle: 100/s's, not 200/s's.
+	if l := limitOf(adminView(t, c), "pgw2", "gx-ccr-t"); l.EffectiveBurst != burstOf(100) || l.Burst != burstOf(200) {
+		t.Fatalf("CCR-T at 50 %% throttled: burst %d, effective burst %d; want %d and %d", l.Burst, l.EffectiveBurst, burstOf(200), burstOf(100))
+	}
 	o := burst(t, "http://"+front+"/gx/ccr-t", "pgw9", 2*time.Second)
-	if got := o.ok.Load(); got > most(100, burstOf(200), o.elapsed) || got < 100*2/2 || o.rejected.Load() == 0 { // the configured rate's burst
-		t.Fatalf("CCR-T admitted %d in %v at 50 %% throttle (%d rejected), want ~200, at most %d", got, o.elapsed, o.rejected.Load(), most(100, burstOf(200), o.elapsed))
+	if got := o.ok.Load(); got > most(100, burstOf(100), o.elapsed) || got < 100*2/2 || o.rejected.Load() == 0 { // the burst follows the throttle
+		t.Fatalf("CCR-T admitted %d in %v at 50 %% throttle (%d rejected), want ~200, at most %d", got, o.elapsed, o.rejected.Load(), most(100, burstOf(100), o.elapsed))
 	}
 	// An unreadable source keeps the level, says so, and counts it.
 	load.Store(-1)

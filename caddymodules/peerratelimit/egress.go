@@ -85,8 +85,8 @@ func (t *EgressTransport) Provision(ctx caddy.Context) error {
 	t.inner = rt
 	cfgs := make([]ProfileConfig, len(t.Groups))
 	for i, g := range t.Groups {
-		if g.Peer != "" || len(g.PeerCIDRs) > 0 || g.MissingPeer != "" {
-			return fmt.Errorf("peer_rate_limit: group %s: peer, missing_peer and peer_cidr do not apply to egress groups", g.Name)
+		if g.Peer != "" || len(g.PeerCIDRs) > 0 || g.MissingPeer != "" || g.Select != nil {
+			return fmt.Errorf("peer_rate_limit: group %s: peer, missing_peer, select and peer_cidr do not apply to egress groups", g.Name)
 		}
 		if len(g.Upstreams) == 0 {
 			return fmt.Errorf("peer_rate_limit: group %s lists no upstream", g.Name)

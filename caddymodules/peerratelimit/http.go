@@ -70,19 +70,19 @@ func (h *HTTPHandler) Provision(ctx caddy.Context) error {
 func (h *HTTPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	clientIP, _ := caddyhttp.GetVar(r.Context(), caddyhttp.ClientIPVarKey).(string)
 	addr, _ := netip.ParseAddr(clientIP)
+	repl, _ := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
+	if repl == nil {
+		repl = caddy.NewReplacer()
+	}
 	var p *httpProfile
 	for _, cand := range h.profiles {
-		if cand.cfg.covers(addr) {
+		if cand.cfg.covers(addr, repl) {
 			p = cand
 			break
 		}
 	}
 	if p == nil {
 		return next.ServeHTTP(w, r)
-	}
-	repl, _ := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
-	if repl == nil {
-		repl = caddy.NewReplacer()
 	}
 	verdict, limit := 0, peerLimit
 	if key, ok := p.peerKey(repl, clientIP); ok {

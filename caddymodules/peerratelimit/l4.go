@@ -100,11 +100,12 @@ func remoteAddr(cx *layer4.Connection) netip.Addr {
 	return netip.Addr{}
 }
 
-// profileFor returns the first profile covering the connection's peer.
+// profileFor returns the first profile covering the connection's peer (or,
+// in Diameter mode, the request being decided).
 func (h *L4Handler) profileFor(cx *layer4.Connection) *profile {
-	addr := remoteAddr(cx)
+	addr, repl := remoteAddr(cx), cx.Replacer()
 	for _, p := range h.profiles {
-		if p.cfg.covers(addr) {
+		if p.cfg.covers(addr, repl) {
 			return p
 		}
 	}

@@ -344,3 +344,44 @@ func TestHTTPSmallTableFloodKeepsActivePeer(t *testing.T) {
 		t.Errorf("admin view %+v: want 100 peers tracked (max_peers)", v)
 	}
 }
+
+// A profile selected by a placeholder's value: peers named by the X-Peer
+// header (pgw1, and pgw2* by pattern) get their own strict profile, from
+// the same client address as everyone else; other names and requests
+// without the header fall through to the next profile.
+func TestHTTPProfileSelectedByHeader(t *testing.T) {
+	front := e2e.Addr(t)
+	c := e2e.StartCaddy(t, "caddyfile", fmt.Sprintf(`http://%s {
+	bind 127.0.0.1
+	peer_rate_limit {
+		profile named {
+			select {http.request.header.X-Peer} pgw1 pgw2*
+			peer {http.request.header.X-Peer}
+			rate 0.01 1
+		}
+		profile others {
+			peer {http.request.header.X-Peer}
+			rate 1000
+		}
+	}
+	respond ok
+}`, front))
+	c.WaitTCP(t, front)
+	cl := clientFrom("127.0.0.2", 1)
+	url := "http://" + front + "/"
+	for _, s := range []struct {
+		peer string
+		want int
+	}{
+		{"pgw1", 200}, {"pgw1", 429}, {"pgw2b", 200}, {"pgw2b", 429},
+		{"pgw3", 200}, {"pgw3", 200}, {"", 200}, {"", 200},
+	} {
+		h := []string{}
+		if s.peer != "" {
+			h = []string{"X-Peer", s.peer}
+		}
+		if got, _ := getFrom(t, cl, url, h...); got != s.want {
+			t.Errorf("X-Peer %q: %d, want %d", s.peer, got, s.want)
+		}
+	}
+}

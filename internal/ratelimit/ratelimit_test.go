@@ -175,6 +175,43 @@ func TestDefaultBurstAdmitsPacedClients(t *testing.T) {
 	}
 }
 
+// The burst follows the dynamic throttle (issue 14): at 75 % throttled, a
+// limit of 1000 admits 250/s with the default burst of 250/s (14), so over
+// 10 s of a client at twice the rate the overshoot is at most 0.5 % plus
+// two requests, as unthrottled — not the 2 % that 1000/s's burst of 51
+// would allow. A configured burst keeps its span of traffic.
+func TestBurstFollowsThrottle(t *testing.T) {
+	rule, _ := NewRule("x", 1000, 0)
+	rule.SetThrottle(75)
+	if got := rule.EffectiveBurst(); got != DefaultBurst(250) {
+		t.Fatalf("burst at 75 %% throttled: %d, want %d", got, DefaultBurst(250))
+	}
+	var b Bucket
+	admitted := 0
+	for now := int64(0); now < int64(10*time.Second); now += int64(time.Second) / 500 {
+		if b.Allow(rule, now) {
+			admitted++
+		}
+	}
+	if most := 2512 + 2 + 1; admitted > most || admitted < 2500 {
+		t.Errorf("75 %% throttled, 10 s at 500/s: admitted %d, want 2500 to %d", admitted, most)
+	}
+	rule.SetThrottle(0)
+	if rule.EffectiveBurst() != rule.Burst {
+		t.Errorf("unthrottled burst %d, want %d", rule.EffectiveBurst(), rule.Burst)
+	}
+	set, _ := NewRule("y", 100, 10)
+	for pct, want := range map[int]int{0: 10, 50: 5, 80: 2, 95: 2} {
+		if set.SetThrottle(pct); set.EffectiveBurst() != want {
+			t.Errorf("configured burst 10 at rate 100, %d %% throttled: %d, want %d", pct, set.EffectiveBurst(), want)
+		}
+	}
+	one, _ := NewRule("z", 100, 1)
+	if one.SetThrottle(50); one.EffectiveBurst() != 1 {
+		t.Errorf("configured burst 1, throttled: %d, want 1", one.EffectiveBurst())
+	}
+}
+
 func TestThrottleToZeroAdmitsNothing(t *testing.T) {
 	rule, _ := NewRule("x", 100, 0)
 	rule.SetThrottle(100)
