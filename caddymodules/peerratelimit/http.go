@@ -102,6 +102,11 @@ func (h *HTTPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request, next cad
 		panic(http.ErrAbortHandler)
 	}
 	status, body, retry := p.rejection(limit)
+	if isGRPC(r.Header) {
+		grpcRefusal(w.Header(), r.Header.Get("Content-Type"), limit, body)
+		w.WriteHeader(http.StatusOK)
+		return nil
+	}
 	if retry > 0 {
 		w.Header().Set("Retry-After", strconv.Itoa(retry))
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -249,6 +250,43 @@ func (p *profile) rejection(limit string) (int, string, int) {
 		body = "rate limit exceeded"
 	}
 	return status, body + "\n", retryAfter(rule)
+}
+
+// isGRPC reports whether a request is a gRPC call (Content-Type
+// application/grpc, application/grpc+proto, application/grpc-web, …).
+func isGRPC(h http.Header) bool {
+	return strings.HasPrefix(h.Get("Content-Type"), "application/grpc")
+}
+
+// grpcRefusal is a gRPC client's form of a rejection: HTTP 200 whose
+// headers carry the call's status (a trailers-only response: headers, no
+// body, end of stream), so that the client sees RESOURCE_EXHAUSTED — a
+// status clients do not retry by default — instead of the UNAVAILABLE
+// they make of an HTTP 429, which many retry at once. A request refused
+// for lacking its peer gets INVALID_ARGUMENT. The Content-Type is the
+// request's.
+func grpcRefusal(h http.Header, contentType, limit, body string) {
+	code := "8" // RESOURCE_EXHAUSTED
+	if limit == peerLimit {
+		code = "3" // INVALID_ARGUMENT
+	}
+	h.Set("Content-Type", contentType)
+	h.Set("Grpc-Status", code)
+	h.Set("Grpc-Message", grpcPercentEncode(strings.TrimSuffix(body, "\n")))
+}
+
+// grpcPercentEncode encodes a grpc-message value: bytes outside printable
+// ASCII, and '%', as %XX (the gRPC over HTTP/2 spec).
+func grpcPercentEncode(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '%' {
+			fmt.Fprintf(&b, "%%%02X", c)
+		} else {
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
 }
 
 // retryAfter is the whole seconds until the rule admits again: at least 1.
