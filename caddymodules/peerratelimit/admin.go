@@ -54,6 +54,8 @@ type RuleView struct {
 	Burst           int     `json:"burst"`
 	ThrottlePercent int     `json:"throttle_percent"`
 	Effective       float64 `json:"effective_rate"`
+	// EffectiveBurst is the burst at the effective rate.
+	EffectiveBurst int `json:"effective_burst"`
 }
 
 // DynamicView is the dynamic controller's state.
@@ -83,7 +85,7 @@ func serveAdmin(w http.ResponseWriter, r *http.Request) error {
 			pv := ProfileView{Name: e.Name, Keys: e.Keys()}
 			for _, rule := range e.Rules() {
 				pv.Limits = append(pv.Limits, RuleView{Name: rule.Name, Rate: rule.Rate, Burst: rule.Burst,
-					ThrottlePercent: rule.Throttle(), Effective: rule.Effective()})
+					ThrottlePercent: rule.Throttle(), Effective: rule.Effective(), EffectiveBurst: rule.EffectiveBurst()})
 			}
 			slices.SortFunc(pv.Limits, func(a, b RuleView) int { return strings.Compare(a.Name, b.Name) })
 			v.Profiles = append(v.Profiles, pv)

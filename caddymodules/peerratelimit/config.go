@@ -7,7 +7,9 @@ package peerratelimit
 import (
 	"fmt"
 	"net/netip"
+	"path"
 	"strconv"
+	"strings"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
@@ -22,12 +24,24 @@ type ProfileConfig struct {
 	// Peer is a placeholder naming the peer whose limits apply. Default:
 	// the client IP (HTTP) or remote IP (layer4).
 	Peer string `json:"peer,omitempty"`
+	// MissingPeer is what happens when Peer's value is empty (a header
+	// the request lacks): "fallback" (default) limits the request under
+	// the key the profile uses without Peer — the client IP (HTTP,
+	// honouring trusted_proxies), the remote IP (layer4), the CER's
+	// Origin-Host or the remote IP (Diameter) — kept apart from the keys
+	// Peer names; "refuse" refuses it as the action says.
+	MissingPeer string `json:"missing_peer,omitempty"`
 	// PeerCIDRs: the profile covers only clients in these ranges (a named
 	// peer group). Default: every client. The first profile that covers a
 	// client applies.
 	PeerCIDRs []string `json:"peer_cidrs,omitempty"`
+	// Select: the profile covers only requests whose placeholder has one
+	// of the values (a named peer group: a header naming the peer, the
+	// Diameter Origin-Host, a TLS client certificate name). With
+	// PeerCIDRs, both must hold.
+	Select *SelectConfig `json:"select,omitempty"`
 	// Rate is the overall limit per peer in messages per second (0: none);
-	// Burst its burst (default 1/20 s of traffic).
+	// Burst its burst (default ⌈Rate/20⌉ + 1: 1/20 s of traffic plus one).
 	Rate  float64 `json:"rate,omitempty"`
 	Burst int     `json:"burst,omitempty"`
 	// Messages are limits per message type; other types are forwarded as
@@ -47,6 +61,29 @@ type ProfileConfig struct {
 	prefixes []netip.Prefix
 }
 
+// SelectConfig selects a profile by a placeholder's value.
+type SelectConfig struct {
+	// Placeholder, e.g. "{http.request.header.X-Peer}".
+	Placeholder string `json:"placeholder"`
+	// Values the placeholder may have; shell patterns (path.Match: *, ?,
+	// [...]) match several, e.g. "pgw*.example". An empty value never
+	// matches.
+	Values []string `json:"values"`
+}
+
+// matches reports whether v is one of the values.
+func (s *SelectConfig) matches(v string) bool {
+	if v == "" {
+		return false
+	}
+	for _, pat := range s.Values {
+		if ok, _ := path.Match(pat, v); ok {
+			return true
+		}
+	}
+	return false
+}
+
 // MessageConfig is a message rate-limit profile.
 type MessageConfig struct {
 	// Type names the message type, e.g. "gx-ccr-i".
@@ -61,6 +98,12 @@ type MessageConfig struct {
 
 const defaultMaxPeers = 100_000
 
+// Values of missing_peer.
+const (
+	missingFallback = "fallback"
+	missingRefuse   = "refuse"
+)
+
 // build validates the profile and returns its engine form.
 func (p *ProfileConfig) build() (*ratelimit.Profile, error) {
 	bad := func(opt string, v any, why string) error {
@@ -74,6 +117,11 @@ func (p *ProfileConfig) build() (*ratelimit.Profile, error) {
 	default:
 		return nil, bad("action", strconv.Quote(p.Action), "want reject or drop")
 	}
+	switch p.MissingPeer {
+	case "", missingFallback, missingRefuse:
+	default:
+		return nil, bad("missing_peer", strconv.Quote(p.MissingPeer), "want fallback or refuse")
+	}
 	if p.Status != 0 && (p.Status < 400 || p.Status > 599) {
 		return nil, bad("status", p.Status, "want a 4xx or 5xx code")
 	}
@@ -82,6 +130,16 @@ func (p *ProfileConfig) build() (*ratelimit.Profile, error) {
 	}
 	if p.MaxPeers < 0 {
 		return nil, bad("max_peers", p.MaxPeers, "must be positive")
+	}
+	if sel := p.Select; sel != nil {
+		if !strings.Contains(sel.Placeholder, "{") || len(sel.Values) == 0 {
+			return nil, bad("select", strconv.Quote(sel.Placeholder), "want a placeholder and at least one value")
+		}
+		for _, v := range sel.Values {
+			if _, err := path.Match(v, ""); err != nil || v == "" {
+				return nil, bad("select "+sel.Placeholder, strconv.Quote(v), "not a value or pattern")
+			}
+		}
 	}
 	p.prefixes = p.prefixes[:0]
 	for _, c := range p.PeerCIDRs {
@@ -126,8 +184,13 @@ func (p *ProfileConfig) build() (*ratelimit.Profile, error) {
 	return ratelimit.NewProfile(p.Name, overall, rules, max), nil
 }
 
-// covers reports whether the profile applies to a client address.
-func (p *ProfileConfig) covers(a netip.Addr) bool {
+// covers reports whether the profile applies to a client address and, if
+// it selects by a placeholder, to the request whose placeholders repl
+// holds.
+func (p *ProfileConfig) covers(a netip.Addr, repl *caddy.Replacer) bool {
+	if p.Select != nil && !p.Select.matches(repl.ReplaceAll(p.Select.Placeholder, "")) {
+		return false
+	}
 	if len(p.prefixes) == 0 {
 		return true
 	}
@@ -144,6 +207,8 @@ func (p *ProfileConfig) covers(a netip.Addr) bool {
 //
 //	profile <name> {
 //		peer <placeholder>
+//		missing_peer fallback | refuse
+//		select <placeholder> <value...>
 //		peer_cidr <cidr...>
 //		rate <per second> [burst]
 //		message <type> {
@@ -184,6 +249,16 @@ func unmarshalProfileBlock(d *caddyfile.Dispenser, name string, matcher messageO
 				return p, d.ArgErr()
 			}
 			p.Peer = d.Val()
+		case "missing_peer":
+			if !d.Args(&p.MissingPeer) || d.NextArg() {
+				return p, d.ArgErr()
+			}
+		case "select":
+			args := d.RemainingArgs()
+			if len(args) < 2 {
+				return p, d.Errf("peer_rate_limit: profile %s: select: want select <placeholder> <value...>", p.Name)
+			}
+			p.Select = &SelectConfig{Placeholder: args[0], Values: args[1:]}
 		case "peer_cidr":
 			args := d.RemainingArgs()
 			if len(args) == 0 {

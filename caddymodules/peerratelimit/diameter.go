@@ -145,6 +145,11 @@ type diameterConn struct {
 // profile's peer (peer {l4.peer_rate_limit.origin_host}).
 const originHostPlaceholder = "l4.peer_rate_limit.origin_host"
 
+// cerOriginHostPlaceholder is the Origin-Host of the connection's CER (empty
+// before one), the identity a peer cannot change per request: the one to
+// select a profile by (select {l4.peer_rate_limit.cer_origin_host} …).
+const cerOriginHostPlaceholder = "l4.peer_rate_limit.cer_origin_host"
+
 // Read returns admitted client messages.
 func (c *diameterConn) Read(p []byte) (int, error) {
 	for len(c.pending) == 0 {
@@ -184,6 +189,7 @@ func (c *diameterConn) admit(in diameter.Info, msg []byte) bool {
 	h := c.h.current()
 	repl := c.cx.Replacer()
 	repl.Set(originHostPlaceholder, in.OriginHost)
+	repl.Set(cerOriginHostPlaceholder, c.identity)
 	if c.identity != "" && in.OriginHost != c.identity {
 		h.originMismatch.Inc()
 		if !c.mismatchLogged {
@@ -197,18 +203,21 @@ func (c *diameterConn) admit(in diameter.Info, msg []byte) bool {
 	if p == nil {
 		return true
 	}
-	key := c.identity
-	if p.cfg.Peer != "" {
-		key = repl.ReplaceAll(p.cfg.Peer, "")
-	} else if key == "" {
-		key = c.addr()
+	fallback := c.identity
+	if fallback == "" {
+		fallback = c.addr()
 	}
 	typ := in.Type()
 	idx, msgType := 0, ""
 	if i := slices.IndexFunc(p.cfg.Messages, func(m MessageConfig) bool { return m.Type == typ }); i >= 0 {
 		idx, msgType = i+1, typ
 	}
-	verdict, _ := p.decide(key, idx, msgType, repl, l4Placeholders)
+	var verdict int
+	if key, ok := p.peerKey(repl, fallback); ok {
+		verdict, _ = p.decide(key, idx, msgType, repl, l4Placeholders)
+	} else {
+		verdict = p.refuseUnnamed(idx, repl, l4Placeholders)
+	}
 	switch verdict {
 	case admitted:
 		return true

@@ -260,7 +260,7 @@ func TestDiameterPerMessageLimitsAndRefusals(t *testing.T) {
 			t.Fatalf("answer %+v", a)
 		}
 	}
-	max := int(200*elapsed) + 10 + 1 // rate × time + burst
+	max := int(200*elapsed) + burstOf(200) + 1 // rate × time + burst
 	for _, rt := range []uint32{1, 3} {
 		if ok[rt] > max || ok[rt] == 0 || refused[rt] == 0 {
 			t.Errorf("CC-Request-Type %d: %d admitted (at most %d in %.2fs), %d refused", rt, ok[rt], max, elapsed, refused[rt])
@@ -513,7 +513,7 @@ func TestDiameterKeyIsTheCERIdentity(t *testing.T) {
 	pgw.send(t, again)
 	pgw.waitFor(t, 2, 10*time.Second)
 	got, took := rotating(pgw)
-	if max := int(most(200, 10, took)); got > max || got == 0 {
+	if max := int(most(200, burstOf(200), took)); got > max || got == 0 {
 		t.Errorf("after a CER, rotating Origin-Hosts: %d of %d admitted in %v, want at most one bucket's %d", got, n, took, max)
 	}
 	if v := metricOf(t, c, mismatch); v != n-n/16 {
@@ -523,7 +523,7 @@ func TestDiameterKeyIsTheCERIdentity(t *testing.T) {
 
 	// Before a CER: one bucket, the remote address's; nothing to compare.
 	got, took = rotating(dialNoCER(t, byCER))
-	if max := int(most(200, 10, took)); got > max || got == 0 {
+	if max := int(most(200, burstOf(200), took)); got > max || got == 0 {
 		t.Errorf("without a CER, rotating Origin-Hosts: %d of %d admitted in %v, want at most one bucket's %d", got, n, took, max)
 	}
 	if v := metricOf(t, c, mismatch); v != n-n/16 {
@@ -533,7 +533,7 @@ func TestDiameterKeyIsTheCERIdentity(t *testing.T) {
 	// Keyed by the placeholder: a bucket per Origin-Host, so more than
 	// one bucket could admit.
 	got, took = rotating(dialDiameter(t, byOrigin))
-	if one := int(most(200, 10, took)); got <= one {
+	if one := int(most(200, burstOf(200), took)); got <= one {
 		t.Errorf("keyed by {l4.peer_rate_limit.origin_host}: %d of %d admitted in %v, want more than one bucket's %d", got, n, took, one)
 	}
 }

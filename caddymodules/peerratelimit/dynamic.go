@@ -110,7 +110,7 @@ func (c *DynamicConfig) build(rules []*ratelimit.Rule, logger *zap.Logger) (*dyn
 		every = 5 * time.Second
 	}
 	if len(rules) == 0 {
-		return nil, nil, fmt.Errorf("peer_rate_limit: dynamic is configured but no message limit is marked dynamic")
+		return nil, nil, fmt.Errorf("peer_rate_limit: dynamic is configured but no limit is marked dynamic: mark a message limit (dynamic in its message block) or a profile's overall rate (dynamic in the profile)")
 	}
 	return &dynamicSettings{src: src, every: every, logger: logger}, ctl, nil
 }

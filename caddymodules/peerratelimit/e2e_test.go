@@ -184,8 +184,8 @@ func TestHTTPStaticLimitsPerPeerAndType(t *testing.T) {
 	// The lower bound only shows the limit is not refusing far more than
 	// it should: how fast the client can send depends on the machine.
 	for name, o := range map[string]*outcome{"pgw2": a, "pgw1": b} {
-		if got := o.ok.Load(); got > most(200, 10, o.elapsed) || got < 200*secs/2 {
-			t.Errorf("%s CCR-I admitted %d in %v, want ~%d, at most %d", name, got, o.elapsed, 200*secs, most(200, 10, o.elapsed))
+		if got := o.ok.Load(); got > most(200, burstOf(200), o.elapsed) || got < 200*secs/2 {
+			t.Errorf("%s CCR-I admitted %d in %v, want ~%d, at most %d", name, got, o.elapsed, 200*secs, most(200, burstOf(200), o.elapsed))
 		}
 		if o.rejected.Load() == 0 || o.other.Load() != 0 {
 			t.Errorf("%s: %d rejected, %d other failures", name, o.rejected.Load(), o.other.Load())
@@ -194,7 +194,7 @@ func TestHTTPStaticLimitsPerPeerAndType(t *testing.T) {
 	// Each peer has its own bucket: together they got more than one
 	// bucket can ever admit in the time both bursts took. (Were the
 	// bucket shared, the sum would be within that bound every time.)
-	if sum, one := a.ok.Load()+b.ok.Load(), most(200, 10, both); sum <= one {
+	if sum, one := a.ok.Load()+b.ok.Load(), most(200, burstOf(200), both); sum <= one {
 		t.Errorf("pgw2 and pgw1 admitted %d + %d CCR-I in %v: no more than one shared bucket's %d", a.ok.Load(), b.ok.Load(), both, one)
 	}
 	if ra, body := a.retryAfter.Load(), a.body.Load(); ra != "1" || body != "rate limit exceeded\n" {
@@ -202,8 +202,8 @@ func TestHTTPStaticLimitsPerPeerAndType(t *testing.T) {
 	}
 	// CCR-U has no limit of its own: past CCR-I's 200/s, up to the
 	// overall 1000/s.
-	if got := u.ok.Load(); got > most(1000, 50, u.elapsed) || got <= 200*secs+10 {
-		t.Errorf("CCR-U admitted %d in %v, want more than CCR-I's limit and at most the overall %d", got, u.elapsed, most(1000, 50, u.elapsed))
+	if got := u.ok.Load(); got > most(1000, burstOf(1000), u.elapsed) || got <= 200*secs+10 {
+		t.Errorf("CCR-U admitted %d in %v, want more than CCR-I's limit and at most the overall %d", got, u.elapsed, most(1000, burstOf(1000), u.elapsed))
 	}
 }
 
@@ -301,9 +301,13 @@ func TestHTTPDynamicFollowsMetric(t *testing.T) {
 	// The effective limit is what the handler enforces.
 	load.Store(67)
 	wait(100, "load 67 % again")
+	// The burst follows the throttle: 100/s's, not 200/s's.
+	if l := limitOf(adminView(t, c), "pgw2", "gx-ccr-t"); l.EffectiveBurst != burstOf(100) || l.Burst != burstOf(200) {
+		t.Fatalf("CCR-T at 50 %% throttled: burst %d, effective burst %d; want %d and %d", l.Burst, l.EffectiveBurst, burstOf(200), burstOf(100))
+	}
 	o := burst(t, "http://"+front+"/gx/ccr-t", "pgw9", 2*time.Second)
-	if got := o.ok.Load(); got > most(100, 10, o.elapsed) || got < 100*2/2 || o.rejected.Load() == 0 { // burst 10
-		t.Fatalf("CCR-T admitted %d in %v at 50 %% throttle (%d rejected), want ~200, at most %d", got, o.elapsed, o.rejected.Load(), most(100, 10, o.elapsed))
+	if got := o.ok.Load(); got > most(100, burstOf(100), o.elapsed) || got < 100*2/2 || o.rejected.Load() == 0 { // the burst follows the throttle
+		t.Fatalf("CCR-T admitted %d in %v at 50 %% throttle (%d rejected), want ~200, at most %d", got, o.elapsed, o.rejected.Load(), most(100, burstOf(100), o.elapsed))
 	}
 	// An unreadable source keeps the level, says so, and counts it.
 	load.Store(-1)
@@ -358,8 +362,8 @@ func TestHTTPEgressPerGroup(t *testing.T) {
 	go func() { defer wg.Done(); gy = burstPeers(t, "http://"+front+"/gy/ccr", secs*time.Second, 4) }()
 	go func() { defer wg.Done(); gx = burstPeers(t, "http://"+front+"/gx/ccr-u", secs*time.Second, 8) }()
 	wg.Wait()
-	if got := gy.ok.Load(); got > most(100, 5, gy.elapsed) || got < 100*secs/2 || gy.rejected.Load() == 0 {
-		t.Errorf("OCS group admitted %d in %v (rejected %d), want ~%d, at most %d", got, gy.elapsed, gy.rejected.Load(), 100*secs, most(100, 5, gy.elapsed))
+	if got := gy.ok.Load(); got > most(100, burstOf(100), gy.elapsed) || got < 100*secs/2 || gy.rejected.Load() == 0 {
+		t.Errorf("OCS group admitted %d in %v (rejected %d), want ~%d, at most %d", got, gy.elapsed, gy.rejected.Load(), 100*secs, most(100, burstOf(100), gy.elapsed))
 	}
 	if gy.status.Load() != 503 || gy.body.Load() != "OCS group overloaded\n" {
 		t.Errorf("OCS refusal: %d %q", gy.status.Load(), gy.body.Load())
@@ -376,9 +380,9 @@ func TestHTTPEgressPerGroup(t *testing.T) {
 	// Both PCRF peers served, their sum within the group's limit, which
 	// the client reached (a client too slow to reach it proves nothing).
 	p1, p2 := n(gx, "pcrf1"), n(gx, "pcrf2")
-	if p1 == 0 || p2 == 0 || p1+p2 > most(800, 40, gx.elapsed) || p1+p2 != gx.ok.Load() || gx.rejected.Load() == 0 {
+	if p1 == 0 || p2 == 0 || p1+p2 > most(800, burstOf(800), gx.elapsed) || p1+p2 != gx.ok.Load() || gx.rejected.Load() == 0 {
 		t.Errorf("PCRF group: pcrf1 %d + pcrf2 %d admitted of %d in %v (at most %d), %d rejected",
-			p1, p2, gx.ok.Load(), gx.elapsed, most(800, 40, gx.elapsed), gx.rejected.Load())
+			p1, p2, gx.ok.Load(), gx.elapsed, most(800, burstOf(800), gx.elapsed), gx.rejected.Load())
 	}
 }
 

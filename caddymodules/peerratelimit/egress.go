@@ -85,8 +85,8 @@ func (t *EgressTransport) Provision(ctx caddy.Context) error {
 	t.inner = rt
 	cfgs := make([]ProfileConfig, len(t.Groups))
 	for i, g := range t.Groups {
-		if g.Peer != "" || len(g.PeerCIDRs) > 0 {
-			return fmt.Errorf("peer_rate_limit: group %s: peer and peer_cidr do not apply to egress groups", g.Name)
+		if g.Peer != "" || len(g.PeerCIDRs) > 0 || g.MissingPeer != "" || g.Select != nil {
+			return fmt.Errorf("peer_rate_limit: group %s: peer, missing_peer, select and peer_cidr do not apply to egress groups", g.Name)
 		}
 		if len(g.Upstreams) == 0 {
 			return fmt.Errorf("peer_rate_limit: group %s lists no upstream", g.Name)
@@ -154,6 +154,18 @@ func (t *EgressTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		panic(http.ErrAbortHandler)
 	}
 	status, body, retry := p.rejection(limit)
+	if isGRPC(req.Header) {
+		// Trailers-only: a known empty body (ContentLength 0, not -1)
+		// makes reverse_proxy write the headers and end the stream in one
+		// frame, rather than flush them ahead of an empty body.
+		h := http.Header{}
+		grpcRefusal(h, req.Header.Get("Content-Type"), limit, body)
+		return &http.Response{
+			Status: "200 OK", StatusCode: http.StatusOK,
+			Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+			Header: h, Body: http.NoBody, ContentLength: 0, Request: req,
+		}, nil
+	}
 	return &http.Response{
 		Status:     strconv.Itoa(status) + " " + http.StatusText(status),
 		StatusCode: status,

@@ -70,9 +70,13 @@ func (h *HTTPHandler) Provision(ctx caddy.Context) error {
 func (h *HTTPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	clientIP, _ := caddyhttp.GetVar(r.Context(), caddyhttp.ClientIPVarKey).(string)
 	addr, _ := netip.ParseAddr(clientIP)
+	repl, _ := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
+	if repl == nil {
+		repl = caddy.NewReplacer()
+	}
 	var p *httpProfile
 	for _, cand := range h.profiles {
-		if cand.cfg.covers(addr) {
+		if cand.cfg.covers(addr, repl) {
 			p = cand
 			break
 		}
@@ -80,17 +84,14 @@ func (h *HTTPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request, next cad
 	if p == nil {
 		return next.ServeHTTP(w, r)
 	}
-	repl, _ := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
-	if repl == nil {
-		repl = caddy.NewReplacer()
-	}
-	key := clientIP
-	if p.cfg.Peer != "" {
-		key = repl.ReplaceAll(p.cfg.Peer, "")
-	}
-	verdict, limit, err := p.decide(r, key, repl, httpPlaceholders)
-	if err != nil {
-		return err
+	verdict, limit := 0, peerLimit
+	if key, ok := p.peerKey(repl, clientIP); ok {
+		var err error
+		if verdict, limit, err = p.decide(r, key, repl, httpPlaceholders); err != nil {
+			return err
+		}
+	} else {
+		verdict = p.refuseUnnamed(0, repl, httpPlaceholders)
 	}
 	switch verdict {
 	case admitted:
@@ -101,10 +102,17 @@ func (h *HTTPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request, next cad
 		panic(http.ErrAbortHandler)
 	}
 	status, body, retry := p.rejection(limit)
-	w.Header().Set("Retry-After", strconv.Itoa(retry))
+	if isGRPC(r.Header) {
+		grpcRefusal(w.Header(), r.Header.Get("Content-Type"), limit, body)
+		w.WriteHeader(http.StatusOK)
+		return nil
+	}
+	if retry > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(retry))
+	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.WriteHeader(status)
-	_, err = w.Write([]byte(body))
+	_, err := w.Write([]byte(body))
 	return err
 }
 

@@ -100,11 +100,12 @@ func remoteAddr(cx *layer4.Connection) netip.Addr {
 	return netip.Addr{}
 }
 
-// profileFor returns the first profile covering the connection's peer.
+// profileFor returns the first profile covering the connection's peer (or,
+// in Diameter mode, the request being decided).
 func (h *L4Handler) profileFor(cx *layer4.Connection) *profile {
-	addr := remoteAddr(cx)
+	addr, repl := remoteAddr(cx), cx.Replacer()
 	for _, p := range h.profiles {
-		if p.cfg.covers(addr) {
+		if p.cfg.covers(addr, repl) {
 			return p
 		}
 	}
@@ -122,11 +123,12 @@ func (h *L4Handler) Handle(cx *layer4.Connection, next layer4.Handler) error {
 		return next.Handle(cx)
 	}
 	repl := cx.Replacer()
-	key := remoteAddr(cx).String()
-	if p.cfg.Peer != "" {
-		key = repl.ReplaceAll(p.cfg.Peer, "")
+	var verdict int
+	if key, ok := p.peerKey(repl, remoteAddr(cx).String()); ok {
+		verdict, _ = p.decide(key, 0, "", repl, l4Placeholders)
+	} else {
+		verdict = p.refuseUnnamed(0, repl, l4Placeholders)
 	}
-	verdict, _ := p.decide(key, 0, "", repl, l4Placeholders)
 	switch verdict {
 	case admitted:
 		return next.Handle(cx)

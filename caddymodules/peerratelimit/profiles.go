@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -54,9 +55,10 @@ var (
 var verdicts = [3]string{"admitted", "rejected", "dropped"}
 
 var (
-	verdictVals     = [3]any{"admitted", "rejected", "dropped"}
-	overallVal  any = "overall"
-	emptyVal    any = ""
+	verdictVals      = [3]any{"admitted", "rejected", "dropped"}
+	overallVal   any = "overall"
+	peerLimitVal any = peerLimit
+	emptyVal     any = ""
 )
 
 // buildProfiles builds the engines and counters of cfgs and returns the
@@ -182,9 +184,60 @@ func (p *profile) decide(key string, msg int, msgType string, repl *caddy.Replac
 	return verdict, limit
 }
 
-// rejection is the status, body and Retry-After seconds of a rejection by
-// the named limit.
+// missingKeyPrefix sets the keys of requests whose peer placeholder was
+// empty apart from the keys the placeholder names: a client that names
+// itself "10.0.0.5" by a header does not share the bucket of the client at
+// 10.0.0.5 that sent none. (Header values cannot hold a NUL.)
+const missingKeyPrefix = "\x00"
+
+// peerKey returns the key a request of this profile is limited under: the
+// value of the profile's peer placeholder, or fallback (the key without
+// one: the client IP, the remote IP, the CER's Origin-Host) when it has
+// none. When a placeholder in peer is empty or unknown (a header the
+// request lacks), every such request would share one key, so that one
+// client could use up the limit of all the others: the request falls back
+// to its own fallback key instead, or, with missing_peer refuse, ok is
+// false and the request is to be refused.
+func (p *profile) peerKey(repl *caddy.Replacer, fallback string) (key string, ok bool) {
+	if p.cfg.Peer == "" {
+		return fallback, true
+	}
+	key, err := repl.ReplaceOrErr(p.cfg.Peer, true, true)
+	if err == nil && key != "" {
+		return key, true
+	}
+	if p.cfg.MissingPeer == missingRefuse {
+		return "", false
+	}
+	return missingKeyPrefix + fallback, true
+}
+
+// refuseUnnamed refuses a message whose peer placeholder was empty under
+// missing_peer refuse, as the profile's action says: it counts the verdict
+// and sets the placeholders ({…limit} is "peer") like decide.
+func (p *profile) refuseUnnamed(msg int, repl *caddy.Replacer, ph *placeholders) int {
+	verdict := rejected
+	if p.cfg.Action == "drop" {
+		verdict = dropped
+	}
+	p.counters[msg][verdict].Inc()
+	repl.Set(ph.verdict, verdictVals[verdict])
+	repl.Set(ph.profile, p.nameVal)
+	repl.Set(ph.messageType, p.typeVals[msg])
+	repl.Set(ph.limit, peerLimitVal)
+	return verdict
+}
+
+// peerLimit names the "limit" that refuses a request without a peer.
+const peerLimit = "peer"
+
+// rejection is the status, body and Retry-After seconds (0: none) of a
+// rejection by the named limit.
 func (p *profile) rejection(limit string) (int, string, int) {
+	if limit == peerLimit {
+		// Not a limit: waiting will not help, the request lacks its peer.
+		return http.StatusBadRequest, "peer identity missing\n", 0
+	}
 	rule := p.engine.Overall
 	if limit != "overall" {
 		rule = p.engine.Message(limit)
@@ -197,6 +250,43 @@ func (p *profile) rejection(limit string) (int, string, int) {
 		body = "rate limit exceeded"
 	}
 	return status, body + "\n", retryAfter(rule)
+}
+
+// isGRPC reports whether a request is a gRPC call (Content-Type
+// application/grpc, application/grpc+proto, application/grpc-web, …).
+func isGRPC(h http.Header) bool {
+	return strings.HasPrefix(h.Get("Content-Type"), "application/grpc")
+}
+
+// grpcRefusal is a gRPC client's form of a rejection: HTTP 200 whose
+// headers carry the call's status (a trailers-only response: headers, no
+// body, end of stream), so that the client sees RESOURCE_EXHAUSTED — a
+// status clients do not retry by default — instead of the UNAVAILABLE
+// they make of an HTTP 429, which many retry at once. A request refused
+// for lacking its peer gets INVALID_ARGUMENT. The Content-Type is the
+// request's.
+func grpcRefusal(h http.Header, contentType, limit, body string) {
+	code := "8" // RESOURCE_EXHAUSTED
+	if limit == peerLimit {
+		code = "3" // INVALID_ARGUMENT
+	}
+	h.Set("Content-Type", contentType)
+	h.Set("Grpc-Status", code)
+	h.Set("Grpc-Message", grpcPercentEncode(strings.TrimSuffix(body, "\n")))
+}
+
+// grpcPercentEncode encodes a grpc-message value: bytes outside printable
+// ASCII, and '%', as %XX (the gRPC over HTTP/2 spec).
+func grpcPercentEncode(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '%' {
+			fmt.Fprintf(&b, "%%%02X", c)
+		} else {
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
 }
 
 // retryAfter is the whole seconds until the rule admits again: at least 1.

@@ -20,15 +20,27 @@ type Rule struct {
 	Rate  float64 // configured requests per second
 	Burst int
 
+	// defaultBurst: Burst was not configured but is DefaultBurst(Rate).
+	defaultBurst bool
+
 	// Derived from the effective rate; read on every decision.
 	interval  atomic.Int64 // ns between admissions (GCRA emission interval)
 	tolerance atomic.Int64 // ns of burst tolerance
 	throttle  atomic.Int64 // percent of Rate withheld (dynamic throttling)
+	burst     atomic.Int64 // the burst at the effective rate
 }
 
-// DefaultBurst is 1/20 s of traffic (at least 1): over any 10 s window
-// the admitted count exceeds the rate by at most 0.5 %.
-func DefaultBurst(rate float64) int { return max(1, int(math.Ceil(rate/20))) }
+// DefaultBurst is 1/20 s of traffic plus one request: 1 + ⌈rate/20⌉, so at
+// least 2. Its tolerance — how early a request may come, (burst − 1)
+// intervals — is then at least 50 ms and at least one interval. Both floors
+// matter at low rates: with a burst of 1 the tolerance is zero, so a client
+// paced at the limit loses every request that scheduling jitter brings a
+// little early, and a client offering a little more than the limit is
+// admitted at about half of it (each refused request wastes the interval
+// until the next one). With them, such clients are admitted at the limit.
+// Over any 10 s the admitted count exceeds the rate by at most 0.5 % plus
+// two requests.
+func DefaultBurst(rate float64) int { return 1 + int(math.Ceil(rate/20)) }
 
 // NewRule returns a rule; burst 0 means DefaultBurst.
 func NewRule(name string, rate float64, burst int) (*Rule, error) {
@@ -38,15 +50,17 @@ func NewRule(name string, rate float64, burst int) (*Rule, error) {
 	if burst < 0 {
 		return nil, fmt.Errorf("burst %d: must not be negative", burst)
 	}
-	if burst == 0 {
-		burst = DefaultBurst(rate)
-	}
 	r := &Rule{Name: name, Rate: rate, Burst: burst}
+	if burst == 0 {
+		r.Burst, r.defaultBurst = DefaultBurst(rate), true
+	}
 	r.SetThrottle(0)
 	return r, nil
 }
 
-// SetThrottle withholds pct percent (0–100) of the rule's rate.
+// SetThrottle withholds pct percent (0–100) of the rule's rate. The burst
+// follows the effective rate (see BurstAt), so a throttled limit overshoots
+// no more, in proportion, than an unthrottled one.
 func (r *Rule) SetThrottle(pct int) {
 	pct = min(max(pct, 0), 100)
 	r.throttle.Store(int64(pct))
@@ -54,12 +68,30 @@ func (r *Rule) SetThrottle(pct int) {
 	if eff <= 0 {
 		r.interval.Store(never)
 		r.tolerance.Store(0)
+		r.burst.Store(0)
 		return
 	}
 	iv := int64(float64(time.Second) / eff)
+	b := r.BurstAt(eff)
 	r.interval.Store(iv)
-	r.tolerance.Store(iv * int64(r.Burst-1))
+	r.tolerance.Store(iv * int64(b-1))
+	r.burst.Store(int64(b))
 }
+
+// BurstAt is the burst at an effective rate eff: the default burst is the
+// default at eff (⌈eff/20⌉ + 1); a configured burst is the same span of
+// traffic at eff as at the configured rate, ⌈burst × eff/rate⌉, but never
+// fewer than 2 requests unless 1 was configured (a burst of 1 refuses
+// every request that comes a little early).
+func (r *Rule) BurstAt(eff float64) int {
+	if r.defaultBurst {
+		return DefaultBurst(eff)
+	}
+	return max(min(r.Burst, 2), int(math.Ceil(float64(r.Burst)*eff/r.Rate)))
+}
+
+// EffectiveBurst returns the burst in force (0 when throttled to zero).
+func (r *Rule) EffectiveBurst() int { return int(r.burst.Load()) }
 
 // Throttle returns the percent withheld.
 func (r *Rule) Throttle() int { return int(r.throttle.Load()) }

@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -128,6 +129,89 @@ func TestGCRAAccuracyRealClock(t *testing.T) {
 	}
 }
 
+// A limit of R admits R (issue 14): over 10 s of simulated time, a client
+// paced at R whose requests scheduling delays by up to 20 ms, and one
+// offering 1.1 × R with the same jitter, are each admitted at ≥ 0.99 × R,
+// at every rate from 1/s up, under the default burst. Never more than the
+// rate and the burst.
+func TestDefaultBurstAdmitsPacedClients(t *testing.T) {
+	const window = int64(10 * time.Second)
+	const jitter = int64(20 * time.Millisecond)
+	for _, r := range []float64{1, 2, 5, 10, 19, 20, 21, 39, 40, 41, 100, 333, 1000, 10_000, 50_000} {
+		for _, offered := range []float64{1, 1.1} {
+			rule, _ := NewRule("x", r, 0)
+			rng := rand.New(rand.NewPCG(uint64(r), uint64(offered*10)))
+			var b Bucket
+			gap := float64(time.Second) / (r * offered)
+			sent, admitted := 0, 0
+			last := int64(0)
+			for k := 0; ; k++ {
+				// The pacer sends on its own schedule (k × gap); the
+				// scheduler delays each request by up to jitter. Requests
+				// may arrive out of order, as concurrent ones do.
+				at := int64(float64(k)*gap) + rng.Int64N(jitter+1)
+				if int64(float64(k)*gap) >= window {
+					break
+				}
+				sent++
+				last = max(last, at)
+				if b.Allow(rule, at) {
+					admitted++
+				}
+			}
+			elapsed := float64(last) / float64(time.Second)
+			want := 0.99 * r * min(elapsed, 10)
+			if offered == 1 {
+				want = 0.99 * float64(sent)
+			}
+			if float64(admitted) < want {
+				t.Errorf("rate %v, client at %v × the rate: admitted %d of %d in %.3f s, want at least %.1f (burst %d)",
+					r, offered, admitted, sent, elapsed, want, rule.Burst)
+			}
+			if most := int(r*elapsed) + rule.Burst + 1; admitted > most {
+				t.Errorf("rate %v, client at %v × the rate: admitted %d in %.3f s, more than %d", r, offered, admitted, elapsed, most)
+			}
+		}
+	}
+}
+
+// The burst follows the dynamic throttle (issue 14): at 75 % throttled, a
+// limit of 1000 admits 250/s with the default burst of 250/s (14), so over
+// 10 s of a client at twice the rate the overshoot is at most 0.5 % plus
+// two requests, as unthrottled — not the 2 % that 1000/s's burst of 51
+// would allow. A configured burst keeps its span of traffic.
+func TestBurstFollowsThrottle(t *testing.T) {
+	rule, _ := NewRule("x", 1000, 0)
+	rule.SetThrottle(75)
+	if got := rule.EffectiveBurst(); got != DefaultBurst(250) {
+		t.Fatalf("burst at 75 %% throttled: %d, want %d", got, DefaultBurst(250))
+	}
+	var b Bucket
+	admitted := 0
+	for now := int64(0); now < int64(10*time.Second); now += int64(time.Second) / 500 {
+		if b.Allow(rule, now) {
+			admitted++
+		}
+	}
+	if most := 2512 + 2 + 1; admitted > most || admitted < 2500 {
+		t.Errorf("75 %% throttled, 10 s at 500/s: admitted %d, want 2500 to %d", admitted, most)
+	}
+	rule.SetThrottle(0)
+	if rule.EffectiveBurst() != rule.Burst {
+		t.Errorf("unthrottled burst %d, want %d", rule.EffectiveBurst(), rule.Burst)
+	}
+	set, _ := NewRule("y", 100, 10)
+	for pct, want := range map[int]int{0: 10, 50: 5, 80: 2, 95: 2} {
+		if set.SetThrottle(pct); set.EffectiveBurst() != want {
+			t.Errorf("configured burst 10 at rate 100, %d %% throttled: %d, want %d", pct, set.EffectiveBurst(), want)
+		}
+	}
+	one, _ := NewRule("z", 100, 1)
+	if one.SetThrottle(50); one.EffectiveBurst() != 1 {
+		t.Errorf("configured burst 1, throttled: %d, want 1", one.EffectiveBurst())
+	}
+}
+
 func TestThrottleToZeroAdmitsNothing(t *testing.T) {
 	rule, _ := NewRule("x", 100, 0)
 	rule.SetThrottle(100)
@@ -167,6 +251,48 @@ func TestTableBoundedAndSwept(t *testing.T) {
 	later := int64(time.Hour)
 	if n := tb.Sweep(later, later); n == 0 || tb.Len() != 0 {
 		t.Fatalf("sweep dropped %d, %d left", n, tb.Len())
+	}
+}
+
+// The bound means what it says, and a peer in use keeps its bucket under a
+// key-rotation flood (issue 14): a table of n holds n peers, and while
+// another client cycles through fresh names — fewer than n between two
+// requests of an active peer — the active peer, offering twice its limit,
+// never gets a fresh burst: it is admitted at most rate × time + burst, at
+// every size. (With the bound split over 64 shards, max_peers 100 held 64
+// peers and any new name landing in the active peer's shard evicted it.)
+func TestSmallTableKeyRotationFloodNextToActivePeer(t *testing.T) {
+	for _, n := range []int{2, 10, 100, 1000, 5000, 20_000} {
+		tb := NewTable(n)
+		for i := range n {
+			tb.Bucket(fmt.Sprint("fill-", i), 0)
+		}
+		if got := tb.Len(); got != n {
+			t.Errorf("size %d: holds %d after %d keys", n, got, n)
+		}
+		rule, _ := NewRule("x", 10, 0)
+		admitted, rotated := 0, 0
+		step := int64(time.Second) / 20 // twice the limit
+		end := int64(10 * time.Second)
+		for now := int64(0); now < end; now += step {
+			if tb.Bucket("active", now).Allow(rule, now) {
+				admitted++
+			}
+			for range max(1, n/2) {
+				tb.Bucket(fmt.Sprint("rotating-", rotated), now)
+				rotated++
+			}
+			if got := tb.Len(); got > n {
+				t.Fatalf("size %d: holds %d", n, got)
+			}
+		}
+		if most := int(rule.Rate*float64(end)/float64(time.Second)) + rule.Burst + 1; admitted > most {
+			t.Errorf("size %d: the active peer was admitted %d times in 10 s next to %d rotating names, want at most %d: its bucket was evicted while in use",
+				n, admitted, rotated, most)
+		}
+		if got := tb.Len(); got != n {
+			t.Errorf("size %d: holds %d at the end", n, got)
+		}
 	}
 }
 

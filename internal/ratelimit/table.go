@@ -2,127 +2,68 @@ package ratelimit
 
 import (
 	"hash/maphash"
-	"sync"
+	"time"
 
 	"github.com/edgesteer/edgesteer/internal/bounded"
 )
 
-const shardCount = 64
-
 // Table holds one Bucket per key (a peer, a peer and message type), for
-// keys that clients control: it is bounded, and when full it drops the
-// least recently used of a few sampled entries. A dropped bucket that had
-// refilled loses nothing; only under a flood of more live keys than the
-// bound does a key restart with a full burst. Keys are stored as 64-bit
-// hashes (two keys sharing one would share a bucket; odds ~n²/2⁶⁵).
+// keys that clients control. It is an internal/bounded table: it holds
+// exactly its bound of keys, and when full it drops one not used recently
+// (CLOCK, close to least-recently-used at every size: one shard below 4096
+// keys, and across shards above). So a peer in use keeps its bucket while
+// other keys come and go, unless more keys than the bound arrive between
+// two of its uses. A dropped bucket that had refilled loses nothing; only
+// under a flood of more live keys than the bound does a key restart with a
+// full burst. Keys are stored as 64-bit hashes (two keys sharing one would
+// share a bucket; odds ~n²/2⁶⁵).
 type Table struct {
-	seed   maphash.Seed
-	shards [shardCount]tableShard
+	seed maphash.Seed
+	t    *bounded.Table[*Bucket]
 }
 
-type tableShard struct {
-	mu  sync.Mutex
-	m   map[uint64]*entry
-	cap int
-	_   [40]byte
-}
-
-type entry struct {
-	Bucket
-	seen int64 // unix ns of the last use, under the shard lock
-}
-
-// NewTable returns a table of at most size buckets (at least 64).
+// NewTable returns a table of at most size buckets (at least 1).
 func NewTable(size int) *Table {
-	t := &Table{seed: maphash.MakeSeed()}
-	per := max(1, size/shardCount)
-	for i := range t.shards {
-		t.shards[i].m = make(map[uint64]*entry)
-		t.shards[i].cap = per
-	}
-	return t
+	return &Table{seed: maphash.MakeSeed(), t: bounded.New[*Bucket](size)}
 }
 
-// SetSize changes the bound to size buckets (at least 64), as a reload
-// that changes max_peers does: a lowered bound evicts at once (the least
-// recently used of sampled entries, as when full), a raised one only lets
-// the table grow.
-func (t *Table) SetSize(size int) {
-	per := max(1, size/shardCount)
-	for i := range t.shards {
-		s := &t.shards[i]
-		s.mu.Lock()
-		s.cap = per
-		for len(s.m) > per {
-			bounded.EvictOldest(s.m, func(e *entry) int64 { return e.seen })
-		}
-		s.mu.Unlock()
-	}
-}
+// SetSize changes the bound to size buckets, as a reload that changes
+// max_peers does: a lowered bound evicts at once (in eviction order, as
+// when full), a raised one only lets the table grow. (The number of
+// shards stays as the table was made.)
+func (t *Table) SetSize(size int) { t.t.SetLimits(size, 0) }
 
-// Bucket returns key's bucket, creating it if needed.
+func seconds(ns int64) uint32 { return uint32(ns / int64(time.Second)) }
+
+func newBucket() *Bucket { return new(Bucket) }
+
+// Bucket returns key's bucket, creating it if needed, and marks it used
+// at now.
 func (t *Table) Bucket(key string, now int64) *Bucket {
-	h := maphash.String(t.seed, key)
-	s := &t.shards[h>>58]
-	s.mu.Lock()
-	e := s.m[h]
-	if e == nil {
-		if len(s.m) >= s.cap {
-			bounded.EvictOldest(s.m, func(e *entry) int64 { return e.seen })
-		}
-		e = &entry{}
-		s.m[h] = e
-	}
-	e.seen = now
-	s.mu.Unlock()
-	return &e.Bucket
+	return t.t.GetOrPut(maphash.String(t.seed, key), seconds(now), newBucket)
 }
 
 // Rescale multiplies every bucket's debt at now (tat − now, where
 // positive) by factor: a reload that changes a rate from r to r' keeps the
 // number of admissions each key has outstanding with factor r/r'.
 func (t *Table) Rescale(factor float64, now int64) {
-	for i := range t.shards {
-		s := &t.shards[i]
-		s.mu.Lock()
-		for _, e := range s.m {
-			for {
-				old := e.tat.Load()
-				if old <= now || e.tat.CompareAndSwap(old, now+int64(float64(old-now)*factor)) {
-					break
-				}
+	t.t.Each(seconds(now), func(b *Bucket) {
+		for {
+			old := b.tat.Load()
+			if old <= now || b.tat.CompareAndSwap(old, now+int64(float64(old-now)*factor)) {
+				return
 			}
 		}
-		s.mu.Unlock()
-	}
+	})
 }
 
 // Len returns the number of buckets.
-func (t *Table) Len() int {
-	n := 0
-	for i := range t.shards {
-		s := &t.shards[i]
-		s.mu.Lock()
-		n += len(s.m)
-		s.mu.Unlock()
-	}
-	return n
-}
+func (t *Table) Len() int { return t.t.Len() }
 
-// Sweep drops buckets unused since before idleBefore whose GCRA state has
-// refilled (tat ≤ now), and returns how many it dropped.
+// Sweep drops buckets unused since before idleBefore (to the second)
+// whose GCRA state has refilled (tat ≤ now), and returns how many it
+// dropped.
 func (t *Table) Sweep(idleBefore, now int64) int {
-	dropped := 0
-	for i := range t.shards {
-		s := &t.shards[i]
-		s.mu.Lock()
-		for k, e := range s.m {
-			if e.seen < idleBefore && e.tat.Load() <= now {
-				delete(s.m, k)
-				dropped++
-			}
-		}
-		s.mu.Unlock()
-	}
-	return dropped
+	idle := seconds(idleBefore)
+	return t.t.RemoveIf(func(b *Bucket, seen uint32) bool { return seen < idle && b.tat.Load() <= now })
 }
