@@ -1,23 +1,16 @@
 package tenantroute_test
 
 import (
-	"encoding/json"
-	"strings"
 	"testing"
 
-	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
-
+	"github.com/edgesteer/edgesteer/caddymodules/internal/cfparse/cfparsetest"
 	"github.com/edgesteer/edgesteer/caddymodules/tenantroute"
 )
 
 func TestUnmarshalCaddyfile(t *testing.T) {
-	tests := []struct {
-		input       string
-		expected    string // the JSON config
-		expectedErr string // with the file and line; empty: must parse
-	}{
-		{input: "tenant_route", expected: `{}`},
-		{input: `tenant_route {
+	tests := []cfparsetest.Case{
+		{Input: "tenant_route", Expected: `{}`},
+		{Input: `tenant_route {
 			name ldap
 			nodes 127.0.0.1:3891 127.0.0.1:3892
 			nodes 127.0.0.1:3893
@@ -35,60 +28,46 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 				prefix /ldap/nodes/
 				assignment_prefix /ldap/assign/
 			}
-		}`, expected: `{"name":"ldap","nodes":["127.0.0.1:3891","127.0.0.1:3892","127.0.0.1:3893"],` +
+		}`, Expected: `{"name":"ldap","nodes":["127.0.0.1:3891","127.0.0.1:3892","127.0.0.1:3893"],` +
 			`"etcd":{"endpoints":["http://127.0.0.1:2379","http://127.0.0.1:2380"],"prefix":"/ldap/nodes/","assignment_prefix":"/ldap/assign/"},` +
 			`"partitions":2,"tenant_partitions":{"bigcorp":3,"smallcorp":1},` +
 			`"tenant_rdn":"o","tenant_regexp":",o=([^,]+),","tenant":"{l4.tls.server_name}",` +
 			`"dial_timeout":3000000000,"cool_off":86400000000000,"first_response_timeout":500000000,"max_message_length":65536}`},
 
 		// Loose numbers.
-		{input: "tenant_route {\npartitions 3x\n}", expectedErr: `tenant_route: partitions "3x": want a whole number of at least 1, at Testfile:2`},
-		{input: "tenant_route {\npartitions 0x10\n}", expectedErr: `tenant_route: partitions "0x10": want a whole number of at least 1, at Testfile:2`},
-		{input: "tenant_route {\npartitions -1\n}", expectedErr: `tenant_route: partitions "-1"`},
-		{input: "tenant_route {\npartitions 0\n}", expectedErr: `tenant_route: partitions "0"`},
-		{input: "tenant_route {\ntenant_partitions acme 2x\n}", expectedErr: `tenant_route: tenant_partitions "2x": want a whole number of at least 1, at Testfile:2`},
-		{input: "tenant_route {\ntenant_partitions acme 0\n}", expectedErr: `tenant_route: tenant_partitions "0"`},
-		{input: "tenant_route {\nmax_message_length 64k\n}", expectedErr: `tenant_route: max_message_length "64k": want a whole number of at least 1`},
-		{input: "tenant_route {\ndial_timeout 3\n}", expectedErr: `tenant_route: dial_timeout "3": want a positive duration`},
-		{input: "tenant_route {\ncool_off 0s\n}", expectedErr: `tenant_route: cool_off "0s": want a positive duration`},
-		{input: "tenant_route {\nfirst_response_timeout -1s\n}", expectedErr: `tenant_route: first_response_timeout "-1s": want a positive duration, such as 250ms, 30s or 1d, at Testfile:2`},
+		{Input: "tenant_route {\npartitions 3x\n}", ExpectedErr: `tenant_route: partitions "3x": want a whole number of at least 1, at Testfile:2`},
+		{Input: "tenant_route {\npartitions 0x10\n}", ExpectedErr: `tenant_route: partitions "0x10": want a whole number of at least 1, at Testfile:2`},
+		{Input: "tenant_route {\npartitions -1\n}", ExpectedErr: `tenant_route: partitions "-1"`},
+		{Input: "tenant_route {\npartitions 0\n}", ExpectedErr: `tenant_route: partitions "0"`},
+		{Input: "tenant_route {\ntenant_partitions acme 2x\n}", ExpectedErr: `tenant_route: tenant_partitions "2x": want a whole number of at least 1, at Testfile:2`},
+		{Input: "tenant_route {\ntenant_partitions acme 0\n}", ExpectedErr: `tenant_route: tenant_partitions "0"`},
+		{Input: "tenant_route {\nmax_message_length 64k\n}", ExpectedErr: `tenant_route: max_message_length "64k": want a whole number of at least 1`},
+		{Input: "tenant_route {\ndial_timeout 3\n}", ExpectedErr: `tenant_route: dial_timeout "3": want a positive duration`},
+		{Input: "tenant_route {\ncool_off 0s\n}", ExpectedErr: `tenant_route: cool_off "0s": want a positive duration`},
+		{Input: "tenant_route {\nfirst_response_timeout -1s\n}", ExpectedErr: `tenant_route: first_response_timeout "-1s": want a positive duration, such as 250ms, 30s or 1d, at Testfile:2`},
 
 		// Extra and missing arguments.
-		{input: "tenant_route ldap", expectedErr: "tenant_route: want no arguments, got 1: ldap, at Testfile:1"},
-		{input: "tenant_route {\npartitions 3 4\n}", expectedErr: "tenant_route: partitions: want 1 argument, got 2: 3 4, at Testfile:2"},
-		{input: "tenant_route {\nname a b\n}", expectedErr: "tenant_route: name: want 1 argument, got 2: a b"},
-		{input: "tenant_route {\ndial_timeout 3s 5s\n}", expectedErr: "tenant_route: dial_timeout: want 1 argument, got 2: 3s 5s"},
-		{input: "tenant_route {\ntenant_partitions acme\n}", expectedErr: "tenant_route: tenant_partitions: want 2 arguments, got 1: acme, at Testfile:2"},
-		{input: "tenant_route {\ntenant_partitions acme 2 3\n}", expectedErr: "tenant_route: tenant_partitions: want 2 arguments, got 3: acme 2 3"},
-		{input: "tenant_route {\nnodes\n}", expectedErr: "tenant_route: nodes: want at least 1 argument, got none, at Testfile:2"},
-		{input: "tenant_route {\netcd {\nprefix /p/\n}\n}", expectedErr: "tenant_route: etcd: want at least 1 argument, got none, at Testfile:2"},
-		{input: "tenant_route {\netcd e {\nprefix /p/ /q/\n}\n}", expectedErr: "tenant_route: etcd: prefix: want 1 argument, got 2: /p/ /q/, at Testfile:3"},
-		{input: "tenant_route {\ncool_off 30s {\nx\n}\n}", expectedErr: "tenant_route: cool_off takes no block, at Testfile:2"},
+		{Input: "tenant_route ldap", ExpectedErr: "tenant_route: want no arguments, got 1: ldap, at Testfile:1"},
+		{Input: "tenant_route {\npartitions 3 4\n}", ExpectedErr: "tenant_route: partitions: want 1 argument, got 2: 3 4, at Testfile:2"},
+		{Input: "tenant_route {\nname a b\n}", ExpectedErr: "tenant_route: name: want 1 argument, got 2: a b"},
+		{Input: "tenant_route {\ndial_timeout 3s 5s\n}", ExpectedErr: "tenant_route: dial_timeout: want 1 argument, got 2: 3s 5s"},
+		{Input: "tenant_route {\ntenant_partitions acme\n}", ExpectedErr: "tenant_route: tenant_partitions: want 2 arguments, got 1: acme, at Testfile:2"},
+		{Input: "tenant_route {\ntenant_partitions acme 2 3\n}", ExpectedErr: "tenant_route: tenant_partitions: want 2 arguments, got 3: acme 2 3"},
+		{Input: "tenant_route {\nnodes\n}", ExpectedErr: "tenant_route: nodes: want at least 1 argument, got none, at Testfile:2"},
+		{Input: "tenant_route {\netcd {\nprefix /p/\n}\n}", ExpectedErr: "tenant_route: etcd: want at least 1 argument, got none, at Testfile:2"},
+		{Input: "tenant_route {\netcd e {\nprefix /p/ /q/\n}\n}", ExpectedErr: "tenant_route: etcd: prefix: want 1 argument, got 2: /p/ /q/, at Testfile:3"},
+		{Input: "tenant_route {\ncool_off 30s {\nx\n}\n}", ExpectedErr: "tenant_route: cool_off takes no block, at Testfile:2"},
 
 		// Repeats: single options once, tenant_partitions once per tenant.
-		{input: "tenant_route {\npartitions 2\npartitions 3\n}", expectedErr: "tenant_route: partitions given twice (first at Testfile:2), at Testfile:3"},
-		{input: "tenant_route {\nname a\nnodes x:1\nname b\n}", expectedErr: "tenant_route: name given twice (first at Testfile:2), at Testfile:4"},
-		{input: "tenant_route {\ntenant_partitions acme 2\ntenant_partitions acme 3\n}", expectedErr: "tenant_route: tenant_partitions acme given twice (first at Testfile:2), at Testfile:3"},
-		{input: "tenant_route {\ndial_timeout 1s\ndial_timeout 1s\n}", expectedErr: "tenant_route: dial_timeout given twice"},
-		{input: "tenant_route {\netcd a {\nprefix /p/\n}\netcd b {\nprefix /p/\n}\n}", expectedErr: "tenant_route: etcd given twice (first at Testfile:2), at Testfile:5"},
-		{input: "tenant_route {\netcd a {\nprefix /p/\nprefix /q/\n}\n}", expectedErr: "tenant_route: etcd: prefix given twice (first at Testfile:3), at Testfile:4"},
+		{Input: "tenant_route {\npartitions 2\npartitions 3\n}", ExpectedErr: "tenant_route: partitions given twice (first at Testfile:2), at Testfile:3"},
+		{Input: "tenant_route {\nname a\nnodes x:1\nname b\n}", ExpectedErr: "tenant_route: name given twice (first at Testfile:2), at Testfile:4"},
+		{Input: "tenant_route {\ntenant_partitions acme 2\ntenant_partitions acme 3\n}", ExpectedErr: "tenant_route: tenant_partitions acme given twice (first at Testfile:2), at Testfile:3"},
+		{Input: "tenant_route {\ndial_timeout 1s\ndial_timeout 1s\n}", ExpectedErr: "tenant_route: dial_timeout given twice"},
+		{Input: "tenant_route {\netcd a {\nprefix /p/\n}\netcd b {\nprefix /p/\n}\n}", ExpectedErr: "tenant_route: etcd given twice (first at Testfile:2), at Testfile:5"},
+		{Input: "tenant_route {\netcd a {\nprefix /p/\nprefix /q/\n}\n}", ExpectedErr: "tenant_route: etcd: prefix given twice (first at Testfile:3), at Testfile:4"},
 
-		{input: "tenant_route {\ncolour blue\n}", expectedErr: `tenant_route: unknown option "colour", at Testfile:2`},
-		{input: "tenant_route {\netcd a {\ncolour blue\n}\n}", expectedErr: `tenant_route: etcd: unknown option "colour", at Testfile:3`},
+		{Input: "tenant_route {\ncolour blue\n}", ExpectedErr: `tenant_route: unknown option "colour", at Testfile:2`},
+		{Input: "tenant_route {\netcd a {\ncolour blue\n}\n}", ExpectedErr: `tenant_route: etcd: unknown option "colour", at Testfile:3`},
 	}
-	for i, test := range tests {
-		tr := new(tenantroute.TenantRoute)
-		err := tr.UnmarshalCaddyfile(caddyfile.NewTestDispenser(test.input))
-		if test.expectedErr != "" {
-			if err == nil || !strings.Contains(err.Error(), test.expectedErr) {
-				t.Errorf("test %d: want an error containing %q, got %v", i, test.expectedErr, err)
-			}
-			continue
-		}
-		if err != nil {
-			t.Errorf("test %d: %v", i, err)
-		} else if got, _ := json.Marshal(tr); string(got) != test.expected {
-			t.Errorf("test %d: got %s\nwant %s", i, got, test.expected)
-		}
-	}
+	cfparsetest.Check(t, func() *tenantroute.TenantRoute { return new(tenantroute.TenantRoute) }, tests, nil)
 }
