@@ -1,0 +1,77 @@
+// Package quota divides a cluster-wide per-peer rate limit among the
+// replicas that enforce it, with a shared store (Redis) as the only shared
+// part and no store call per request. It is the quota-assignment scheme of
+// Envoy's rate-limit-quota service with the store in the server's place.
+//
+// Each replica enforces a local share of the limit per peer with a GCRA
+// bucket (internal/ratelimit). Every sync interval (default 250 ms) it sends
+// its counts of the peers that had traffic since the last sync, adding them
+// to the store's per-peer totals of the current epoch (epoch = now ÷
+// interval), reads the totals of the previous, complete epoch for the peers
+// it saw in the last two intervals, and re-divides:
+//
+//   - own demand d > 0 in the previous epoch, cluster demand D:
+//     share = max(floor, limit × d ÷ D);
+//   - own demand 0, cluster demand 0 (a peer new to the cluster):
+//     share = limit ÷ replicas, the equal share;
+//   - own demand 0, cluster demand > 0, or no traffic here in the last two
+//     intervals: share = floor = Floor × limit ÷ replicas, so an idle
+//     replica starts admitting at once (its first requests at once, within
+//     the burst) and gets its proportional share from the next sync.
+//
+// Demand is offered requests (admitted or not), so a starved replica's
+// demand is not understated. The shares of replicas with demand add up to
+// the limit; the floor is on top of it (a replica uses it only when traffic
+// arrives, and for at most one or two intervals before it becomes
+// proportional). Syncs should fall mid-epoch (NextSync): every replica's
+// counts of epoch e are written by the middle of epoch e+1, when they are
+// read. The limit is the effective one: dynamic throttling (SetThrottle)
+// lowers every share at once.
+//
+// Replicas register with a heartbeat whose lifetime is ReplicaTTL (default
+// 4 intervals); the replica count sets the floor and the fallback. A dead
+// replica's demand is absent from the next epoch's totals, so its share
+// returns to the others within two intervals. Store unreachable (or its
+// round trip failing): every peer's share is limit ÷ (last known replica
+// count), the state says so, and the next successful sync resyncs — keeping
+// the fallback share one more interval for peers whose previous epoch this
+// replica could not write. Store answers that do not parse (another
+// program's key, a value of the wrong type, a total below this replica's own
+// contribution) are ignored and counted (State.Malformed), never used as a
+// limit.
+//
+// Tracked peers are bounded (MaxPeers; peers are client-controlled keys):
+// a peer with no traffic for IdleSyncs syncs whose bucket has refilled is
+// dropped; beyond the bound, new peers share one overflow bucket at the
+// floor rate until room is made, and are counted.
+//
+// # Store layout (Redis commands, one pipelined round trip per sync)
+//
+//	ZADD {prefix}:replicas <now ms> <replica>
+//	ZREMRANGEBYSCORE {prefix}:replicas -inf (<now ms − ReplicaTTL ms>
+//	ZCARD {prefix}:replicas
+//	per peer with traffic since the last sync, K = {prefix:peer}:<epoch>:
+//	  HINCRBY K a <admitted>; HINCRBY K d <demanded>; PEXPIRE K <3 intervals>
+//	per peer with traffic in the last two intervals, K' = {prefix:peer}:<epoch−1>:
+//	  HMGET K' a d
+//
+// Peer keys are hash-tagged by prefix and peer, so Redis Cluster spreads
+// peers over its shards (a cluster client splits the pipeline per shard,
+// still one round trip per shard, in parallel). Values are decimal
+// integers, validated on read.
+//
+// # Cost model
+//
+// R replicas, A active (replica, peer) pairs per interval per replica —
+// peers with traffic at that replica; idle peers cost nothing — and Δ the
+// interval. Per replica per sync: 3 + 3A + A' commands, A' ≤ 2A the peers
+// with traffic in the last two intervals, in one round trip. Cluster-wide:
+//
+//	ops/s   = R × (3 + 3A + A') ÷ Δ        ≈ 4–5 × R × A ÷ Δ
+//	bytes/sync per replica ≈ 3 × ~90 + A × ~200 (sent: three commands of
+//	~55 B + key; received: three integers, ~35 B HMGET reply) + A' × ~70
+//
+// (the exact figures, from the fake store's RESP accounting, are in
+// BENCHMARKS.md). Store memory: one small hash per active peer per epoch,
+// three epochs live.
+package quota

@@ -1,0 +1,478 @@
+package quota
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/edgesteer/edgesteer/internal/ratelimit"
+)
+
+// Config is one cluster-wide limit: Limit requests per second per peer,
+// shared by all replicas with the same Prefix.
+type Config struct {
+	Prefix  string // store key prefix (module and profile name)
+	Replica string // this replica's unique name
+	Limit   float64
+	Burst   int // cluster-wide burst; 0: ratelimit.DefaultBurst(Limit)
+
+	Interval         time.Duration // sync interval; default 250 ms
+	Floor            float64       // floor share, a fraction of the equal share; default 0.1
+	ReplicaTTL       time.Duration // heartbeat lifetime; default 4 intervals
+	MaxPeers         int           // tracked peers; default 10,000
+	IdleSyncs        int           // syncs without traffic before a peer is dropped; default 4
+	ExpectedReplicas int           // replica count assumed before the first sync; default 1
+}
+
+func (c *Config) defaults() error {
+	if c.Replica == "" {
+		return fmt.Errorf("replica name is empty")
+	}
+	if !(c.Limit > 0) || math.IsInf(c.Limit, 0) {
+		return fmt.Errorf("limit %v: must be a positive number per second", c.Limit)
+	}
+	if c.Burst < 0 {
+		return fmt.Errorf("burst %d: must not be negative", c.Burst)
+	}
+	if c.Burst == 0 {
+		c.Burst = ratelimit.DefaultBurst(c.Limit)
+	}
+	if c.Interval == 0 {
+		c.Interval = 250 * time.Millisecond
+	}
+	if c.Interval < time.Millisecond {
+		return fmt.Errorf("sync interval %v: must be at least 1ms", c.Interval)
+	}
+	if c.Floor == 0 {
+		c.Floor = 0.1
+	}
+	if c.Floor < 0 || c.Floor > 1 {
+		return fmt.Errorf("floor %v: must be within 0-1 (a fraction of the equal share)", c.Floor)
+	}
+	if c.ReplicaTTL == 0 {
+		c.ReplicaTTL = 4 * c.Interval
+	}
+	if c.ReplicaTTL < c.Interval {
+		return fmt.Errorf("replica TTL %v: must be at least the sync interval %v", c.ReplicaTTL, c.Interval)
+	}
+	if c.MaxPeers == 0 {
+		c.MaxPeers = 10000
+	}
+	if c.MaxPeers < 1 {
+		return fmt.Errorf("max peers %d: must be positive", c.MaxPeers)
+	}
+	if c.IdleSyncs == 0 {
+		c.IdleSyncs = 4
+	}
+	if c.ExpectedReplicas == 0 {
+		c.ExpectedReplicas = 1
+	}
+	if c.IdleSyncs < 1 || c.ExpectedReplicas < 1 {
+		return fmt.Errorf("idle syncs %d, expected replicas %d: must be positive", c.IdleSyncs, c.ExpectedReplicas)
+	}
+	return nil
+}
+
+// Quota is one replica's side of a cluster-wide limit. Allow is safe for
+// concurrent use; Sync is called by one timer (calls are serialized).
+type Quota struct {
+	cfg   Config
+	store Store
+
+	throttle atomic.Int64 // percent of the limit withheld
+
+	mu       sync.RWMutex
+	peers    map[string]*peer
+	overflow *peer // shared by new peers beyond MaxPeers
+
+	syncMu sync.Mutex // serializes Sync; guards the peers' sync fields
+	stMu   sync.Mutex
+	st     State
+	// Epochs of the last successful and failed syncs.
+	lastOK, lastFailed int64
+}
+
+type peer struct {
+	bucket             ratelimit.Bucket
+	rule               atomic.Pointer[ratelimit.Rule]
+	admitted, demanded atomic.Uint64
+
+	frac float64 // share as a fraction of the limit (under Quota.mu)
+
+	// Sync's own (under syncMu).
+	own  [2]epochCount // this replica's demand written per epoch
+	idle int           // syncs in a row without traffic
+}
+
+type epochCount struct {
+	epoch int64
+	d     uint64
+}
+
+func (p *peer) addOwn(e int64, d uint64) {
+	for i := range p.own {
+		if p.own[i].epoch == e {
+			p.own[i].d += d
+			return
+		}
+	}
+	i := 0
+	if p.own[1].epoch < p.own[0].epoch {
+		i = 1
+	}
+	p.own[i] = epochCount{e, d}
+}
+
+func (p *peer) ownAt(e int64) uint64 {
+	for _, c := range p.own {
+		if c.epoch == e {
+			return c.d
+		}
+	}
+	return 0
+}
+
+// State is what the admin view shows of a replica's quota.
+type State struct {
+	Replica     string
+	Replicas    int       // live replicas at the last sync (or assumed)
+	LastSync    time.Time // last successful sync
+	LastAttempt time.Time
+	Healthy     bool   // the last sync succeeded
+	Fallback    bool   // shares are limit ÷ Replicas (store unreachable)
+	LastError   string // of the last failed sync
+	StoreErrors uint64 // failed syncs
+	Malformed   uint64 // store answers ignored (did not parse)
+	Peers       int    // tracked peers
+	Overflowed  uint64 // requests of new peers beyond MaxPeers
+	Limit       float64
+	Effective   float64 // the limit after throttling
+	Throttle    int
+}
+
+// New returns a replica's quota over store.
+func New(cfg Config, store Store) (*Quota, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	q := &Quota{cfg: cfg, store: store, peers: map[string]*peer{}, lastOK: math.MinInt64, lastFailed: math.MinInt64}
+	q.st = State{Replica: cfg.Replica, Replicas: cfg.ExpectedReplicas, Limit: cfg.Limit, Effective: cfg.Limit}
+	q.overflow = &peer{}
+	q.mu.Lock()
+	q.overflow.frac = q.floorFrac(cfg.ExpectedReplicas)
+	q.apply(q.overflow)
+	q.mu.Unlock()
+	return q, nil
+}
+
+// Config returns the configuration with defaults filled in.
+func (q *Quota) Config() Config { return q.cfg }
+
+func (q *Quota) floorFrac(replicas int) float64 { return q.cfg.Floor / float64(replicas) }
+
+func (q *Quota) effective() float64 {
+	return q.cfg.Limit * float64(100-q.throttle.Load()) / 100
+}
+
+// apply sets p's rule from its fraction (under q.mu). The burst is the
+// cluster-wide burst scaled to the share, at least 2 (see
+// ratelimit.Rule.BurstAt for why not 1).
+func (q *Quota) apply(p *peer) {
+	rate := p.frac * q.effective()
+	if r := p.rule.Load(); r != nil && r.Rate == rate {
+		return
+	}
+	if !(rate > 0) {
+		r, _ := ratelimit.NewRule("", 1, 2)
+		r.SetThrottle(100)
+		p.rule.Store(r)
+		return
+	}
+	burst := max(2, int(math.Ceil(float64(q.cfg.Burst)*rate/q.cfg.Limit)))
+	r, err := ratelimit.NewRule("", rate, burst)
+	if err != nil { // unreachable: rate is positive and finite
+		panic(err)
+	}
+	p.rule.Store(r)
+}
+
+// Allow admits one request of peer at now (unix ns) under this replica's
+// share, or refuses it, and counts it for the next sync.
+func (q *Quota) Allow(key string, now int64) bool {
+	p := q.lookup(key)
+	p.demanded.Add(1)
+	if !p.bucket.Allow(p.rule.Load(), now) {
+		return false
+	}
+	p.admitted.Add(1)
+	return true
+}
+
+func (q *Quota) lookup(key string) *peer {
+	q.mu.RLock()
+	p := q.peers[key]
+	q.mu.RUnlock()
+	if p != nil {
+		return p
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if p = q.peers[key]; p != nil {
+		return p
+	}
+	if len(q.peers) >= q.cfg.MaxPeers {
+		q.stMu.Lock()
+		q.st.Overflowed++
+		q.stMu.Unlock()
+		return q.overflow
+	}
+	p = &peer{}
+	q.stMu.Lock()
+	n, fallback := q.st.Replicas, q.st.Fallback
+	q.stMu.Unlock()
+	if fallback {
+		p.frac = 1 / float64(n)
+	} else {
+		p.frac = q.floorFrac(n)
+	}
+	q.apply(p)
+	q.peers[key] = p
+	return p
+}
+
+// SetThrottle withholds pct percent (0–100) of the cluster-wide limit:
+// every share follows at once.
+func (q *Quota) SetThrottle(pct int) {
+	q.throttle.Store(int64(min(max(pct, 0), 100)))
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, p := range q.peers {
+		q.apply(p)
+	}
+	q.apply(q.overflow)
+	q.stMu.Lock()
+	q.st.Throttle, q.st.Effective = int(q.throttle.Load()), q.effective()
+	q.stMu.Unlock()
+}
+
+// Epoch returns the epoch of t.
+func (q *Quota) Epoch(t time.Time) int64 { return floorDiv(t.UnixNano(), int64(q.cfg.Interval)) }
+
+func floorDiv(a, b int64) int64 {
+	d := a / b
+	if a%b != 0 && (a < 0) != (b < 0) {
+		d--
+	}
+	return d
+}
+
+// NextSync returns when to sync next after now: the middle of the next
+// epoch, so that every replica's counts of an epoch are in the store when
+// they are read (timer jitter up to half an interval is harmless).
+func (q *Quota) NextSync(now time.Time) time.Time {
+	iv := int64(q.cfg.Interval)
+	t := (q.Epoch(now)+1)*iv + iv/2
+	if t-iv > now.UnixNano() {
+		t -= iv
+	}
+	return time.Unix(0, t)
+}
+
+// Sync sends the counts since the last sync and recomputes the shares; on
+// a store failure it falls back to limit ÷ (last known replicas). It
+// returns the store's error, if any (already recorded in State).
+func (q *Quota) Sync(ctx context.Context, now time.Time) error {
+	q.syncMu.Lock()
+	defer q.syncMu.Unlock()
+	e := q.Epoch(now)
+	b := &Batch{
+		Prefix: q.cfg.Prefix, Replica: q.cfg.Replica, Now: now, Epoch: e,
+		ReplicaTTL: q.cfg.ReplicaTTL, KeyTTL: 3 * q.cfg.Interval,
+	}
+	var read, counted []*peer
+	q.mu.RLock()
+	for k, p := range q.peers {
+		a, d := p.admitted.Swap(0), p.demanded.Swap(0)
+		if d > 0 {
+			b.Counts = append(b.Counts, Count{Peer: k, Admitted: a, Demanded: d})
+			counted = append(counted, p)
+			p.idle = 0
+		} else {
+			p.idle++
+		}
+		if d > 0 || p.ownAt(e-1) > 0 {
+			b.Read = append(b.Read, k)
+			read = append(read, p)
+		}
+	}
+	q.overflow.admitted.Swap(0)
+	q.overflow.demanded.Swap(0)
+	q.mu.RUnlock()
+
+	ans, err := q.store.Sync(ctx, b)
+	if err == nil && (len(ans.Totals) != len(b.Read) || len(ans.CountErrs) != len(b.Counts)) {
+		err = fmt.Errorf("store answered %d totals for %d peers, %d count results for %d", len(ans.Totals), len(b.Read), len(ans.CountErrs), len(b.Counts))
+	}
+
+	q.stMu.Lock()
+	st := &q.st
+	st.LastAttempt = now
+	if err != nil {
+		st.Healthy, st.Fallback, st.LastError = false, true, err.Error()
+		st.StoreErrors++
+		n := st.Replicas
+		q.stMu.Unlock()
+		q.lastFailed = e
+		q.fallback(n)
+		return err
+	}
+	var malformed uint64
+	if ans.ReplicasErr != nil || ans.Replicas < 1 || ans.Replicas > 1<<20 {
+		malformed++ // keep the last known count
+	} else {
+		st.Replicas = int(ans.Replicas)
+	}
+	n := st.Replicas
+	prevOK := q.lastOK
+	st.Healthy, st.Fallback, st.LastSync = true, false, now
+	q.stMu.Unlock()
+	q.lastOK = e
+	for i, c := range b.Counts {
+		if ans.CountErrs[i] != nil {
+			malformed++ // e.g. another program's key of another type
+			continue
+		}
+		counted[i].addOwn(e, c.Demanded)
+	}
+
+	// Recompute. If this replica's counts of epoch e−1 may be missing (a
+	// failed sync then, or none in it), peers keep their share one more
+	// interval instead of reading as idle here.
+	known := q.lastFailed < e-1 && (prevOK == e-1 || prevOK == math.MinInt64)
+	fresh := make(map[*peer]float64, len(read))
+	for i, p := range read {
+		f, ok := q.share(p, ans.Totals[i], e, n, known)
+		if !ok {
+			malformed++
+			continue
+		}
+		if f >= 0 {
+			fresh[p] = f
+		}
+	}
+	q.mu.Lock()
+	for k, p := range q.peers {
+		if f, ok := fresh[p]; ok {
+			p.frac = f
+		} else if p.idle > 0 && known {
+			p.frac = q.floorFrac(n)
+		}
+		if p.idle >= q.cfg.IdleSyncs && p.bucket.Full(now.UnixNano()) {
+			delete(q.peers, k)
+			continue
+		}
+		q.apply(p)
+	}
+	q.overflow.frac = q.floorFrac(n)
+	q.apply(q.overflow)
+	peers := len(q.peers)
+	q.mu.Unlock()
+
+	q.stMu.Lock()
+	st.Malformed += malformed
+	st.Peers = peers
+	q.stMu.Unlock()
+	return nil
+}
+
+// share computes p's new fraction from the totals of epoch e−1; −1 keeps
+// the current one; ok=false: the answer did not parse.
+func (q *Quota) share(p *peer, raw Raw, e int64, n int, known bool) (float64, bool) {
+	if raw.Err != nil {
+		return -1, false
+	}
+	if _, ok := parseCount(raw.Admitted); !ok {
+		return -1, false
+	}
+	total, ok := parseCount(raw.Demanded)
+	if !ok {
+		return -1, false
+	}
+	own := p.ownAt(e - 1)
+	if total < own {
+		return -1, false // the store lost or rewrote our counts
+	}
+	floor := q.floorFrac(n)
+	switch {
+	case own > 0:
+		return max(floor, float64(own)/float64(total)), true
+	case !known:
+		return -1, true
+	case total == 0:
+		return 1 / float64(n), true
+	default:
+		return floor, true
+	}
+}
+
+func (q *Quota) fallback(n int) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, p := range q.peers {
+		p.frac = 1 / float64(n)
+		q.apply(p)
+	}
+	q.overflow.frac = q.floorFrac(n)
+	q.apply(q.overflow)
+}
+
+// State returns the replica's state for the admin view.
+func (q *Quota) State() State {
+	q.stMu.Lock()
+	defer q.stMu.Unlock()
+	return q.st
+}
+
+// PeerShare is one tracked peer's share.
+type PeerShare struct {
+	Peer     string
+	Share    float64 // requests per second admitted here
+	Fraction float64 // of the effective cluster-wide limit
+}
+
+// Shares returns the tracked peers' shares, largest first, at most limit
+// of them (0: all).
+func (q *Quota) Shares(limit int) []PeerShare {
+	q.mu.RLock()
+	eff := q.effective()
+	out := make([]PeerShare, 0, len(q.peers))
+	for k, p := range q.peers {
+		out = append(out, PeerShare{Peer: k, Share: p.frac * eff, Fraction: p.frac})
+	}
+	q.mu.RUnlock()
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Share != out[j].Share {
+			return out[i].Share > out[j].Share
+		}
+		return out[i].Peer < out[j].Peer
+	})
+	if limit > 0 && len(out) > limit {
+		out = out[:limit]
+	}
+	return out
+}
+
+// Share returns peer's share in requests per second, if tracked.
+func (q *Quota) Share(key string) (float64, bool) {
+	q.mu.RLock()
+	defer q.mu.RUnlock()
+	p := q.peers[key]
+	if p == nil {
+		return 0, false
+	}
+	return p.frac * q.effective(), true
+}

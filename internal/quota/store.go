@@ -1,0 +1,102 @@
+package quota
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Store is what one pipelined round trip to the shared store does for a
+// sync (see the package comment for the Redis commands). An implementation
+// only carries bytes: the engine validates every answer.
+type Store interface {
+	// Sync runs the batch. An error means the round trip failed as a
+	// whole (store unreachable); errors of single commands go in the
+	// Answer.
+	Sync(ctx context.Context, b *Batch) (*Answer, error)
+}
+
+// Batch is one replica's sync.
+type Batch struct {
+	Prefix     string
+	Replica    string
+	Now        time.Time
+	ReplicaTTL time.Duration // heartbeat lifetime
+	KeyTTL     time.Duration // lifetime of an epoch's counters
+	Epoch      int64         // epoch the counts are added to
+	Counts     []Count       // peers with traffic since the last sync
+	Read       []string      // peers whose totals of epoch Epoch−1 to read
+}
+
+// Count is one peer's counts since the last sync.
+type Count struct {
+	Peer               string
+	Admitted, Demanded uint64
+}
+
+// Answer is the store's reply to a Batch, unparsed.
+type Answer struct {
+	// Replicas is the live replica count (ZCARD), or ReplicasErr.
+	Replicas    int64
+	ReplicasErr error
+	// Totals holds one entry per Batch.Read peer, in order.
+	Totals []Raw
+	// CountErrs holds one entry per Batch.Counts peer: nil, or the error
+	// of one of its commands.
+	CountErrs []error
+}
+
+// Raw is one peer's totals as the store returned them: nil for a missing
+// field, Err for a failed command.
+type Raw struct {
+	Admitted, Demanded []byte
+	Err                error
+}
+
+// ReplicasKey is the sorted set of live replicas.
+func ReplicasKey(prefix string) string { return "{" + prefix + "}:replicas" }
+
+// PeerKey is the hash of a peer's totals in an epoch: hash-tagged by prefix
+// and peer so that Redis Cluster spreads peers over its shards. '%', '{'
+// and '}' in the peer (client-controlled) are percent-escaped so that the
+// tag stays the whole of prefix and peer and two peers never share a key.
+func PeerKey(prefix, peer string, epoch int64) string {
+	return "{" + prefix + ":" + escape(peer) + "}:" + strconv.FormatInt(epoch, 10)
+}
+
+func escape(s string) string {
+	if !strings.ContainsAny(s, "%{}") {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case '%', '{', '}':
+			fmt.Fprintf(&b, "%%%02X", c)
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
+
+// maxCount bounds a count read from the store: 2⁴⁰ requests in one epoch
+// is far beyond any cluster, so a larger value is not a count.
+const maxCount = 1 << 40
+
+// parseCount validates one count field; a missing field is zero.
+func parseCount(b []byte) (uint64, bool) {
+	if b == nil {
+		return 0, true
+	}
+	if len(b) == 0 || len(b) > 13 {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(string(b), 10, 64)
+	if err != nil || n > maxCount {
+		return 0, false
+	}
+	return n, true
+}
