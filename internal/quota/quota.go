@@ -97,14 +97,16 @@ type Quota struct {
 }
 
 type peer struct {
-	bucket             ratelimit.Bucket
-	rule               atomic.Pointer[ratelimit.Rule]
+	lim                limiter
 	admitted, demanded atomic.Uint64
 
 	frac float64 // share as a fraction of the limit (under Quota.mu)
 
 	// Sync's own (under syncMu).
 	own  [2]epochCount // this replica's demand written per epoch
+	// Smoothed own and cluster demand per epoch (EWMA), so that shares
+	// follow the demand's rate rather than one interval's noise.
+	ownE, totE float64
 	idle int           // syncs in a row without traffic
 }
 
@@ -164,7 +166,7 @@ func New(cfg Config, store Store) (*Quota, error) {
 	q.overflow = &peer{}
 	q.mu.Lock()
 	q.overflow.frac = q.floorFrac(cfg.ExpectedReplicas)
-	q.apply(q.overflow)
+	q.apply(q.overflow, 0)
 	q.mu.Unlock()
 	return q, nil
 }
@@ -178,41 +180,31 @@ func (q *Quota) effective() float64 {
 	return q.cfg.Limit * float64(100-q.throttle.Load()) / 100
 }
 
-// apply sets p's rule from its fraction (under q.mu). The burst is the
-// cluster-wide burst scaled to the share, at least 2 (see
+// apply sets p's limiter from its fraction at now (under q.mu). The burst
+// is the cluster-wide burst scaled to the share, at least 2 (see
 // ratelimit.Rule.BurstAt for why not 1).
-func (q *Quota) apply(p *peer) {
+func (q *Quota) apply(p *peer, now int64) {
 	rate := p.frac * q.effective()
-	if r := p.rule.Load(); r != nil && r.Rate == rate {
-		return
-	}
-	if !(rate > 0) {
-		r, _ := ratelimit.NewRule("", 1, 2)
-		r.SetThrottle(100)
-		p.rule.Store(r)
+	if old := p.lim.params.Load(); old != nil && old.rate == rate && (rate > 0) == (old.interval != never) {
 		return
 	}
 	burst := max(2, int(math.Ceil(float64(q.cfg.Burst)*rate/q.cfg.Limit)))
-	r, err := ratelimit.NewRule("", rate, burst)
-	if err != nil { // unreachable: rate is positive and finite
-		panic(err)
-	}
-	p.rule.Store(r)
+	p.lim.set(newParams(rate, burst), now)
 }
 
 // Allow admits one request of peer at now (unix ns) under this replica's
 // share, or refuses it, and counts it for the next sync.
 func (q *Quota) Allow(key string, now int64) bool {
-	p := q.lookup(key)
+	p := q.lookup(key, now)
 	p.demanded.Add(1)
-	if !p.bucket.Allow(p.rule.Load(), now) {
+	if !p.lim.allow(now) {
 		return false
 	}
 	p.admitted.Add(1)
 	return true
 }
 
-func (q *Quota) lookup(key string) *peer {
+func (q *Quota) lookup(key string, now int64) *peer {
 	q.mu.RLock()
 	p := q.peers[key]
 	q.mu.RUnlock()
@@ -239,21 +231,21 @@ func (q *Quota) lookup(key string) *peer {
 	} else {
 		p.frac = q.floorFrac(n)
 	}
-	q.apply(p)
+	q.apply(p, now)
 	q.peers[key] = p
 	return p
 }
 
-// SetThrottle withholds pct percent (0–100) of the cluster-wide limit:
-// every share follows at once.
-func (q *Quota) SetThrottle(pct int) {
+// SetThrottle withholds pct percent (0–100) of the cluster-wide limit from
+// now on: every share follows at once.
+func (q *Quota) SetThrottle(pct int, now time.Time) {
 	q.throttle.Store(int64(min(max(pct, 0), 100)))
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for _, p := range q.peers {
-		q.apply(p)
+		q.apply(p, now.UnixNano())
 	}
-	q.apply(q.overflow)
+	q.apply(q.overflow, now.UnixNano())
 	q.stMu.Lock()
 	q.st.Throttle, q.st.Effective = int(q.throttle.Load()), q.effective()
 	q.stMu.Unlock()
@@ -327,7 +319,7 @@ func (q *Quota) Sync(ctx context.Context, now time.Time) error {
 		n := st.Replicas
 		q.stMu.Unlock()
 		q.lastFailed = e
-		q.fallback(n)
+		q.fallback(n, now.UnixNano())
 		return err
 	}
 	var malformed uint64
@@ -371,14 +363,14 @@ func (q *Quota) Sync(ctx context.Context, now time.Time) error {
 		} else if p.idle > 0 && known {
 			p.frac = q.floorFrac(n)
 		}
-		if p.idle >= q.cfg.IdleSyncs && p.bucket.Full(now.UnixNano()) {
+		if p.idle >= q.cfg.IdleSyncs && p.lim.full(now.UnixNano()) {
 			delete(q.peers, k)
 			continue
 		}
-		q.apply(p)
+		q.apply(p, now.UnixNano())
 	}
 	q.overflow.frac = q.floorFrac(n)
-	q.apply(q.overflow)
+	q.apply(q.overflow, now.UnixNano())
 	peers := len(q.peers)
 	q.mu.Unlock()
 
@@ -409,7 +401,20 @@ func (q *Quota) share(p *peer, raw Raw, e int64, n int, known bool) (float64, bo
 	floor := q.floorFrac(n)
 	switch {
 	case own > 0:
-		return max(floor, float64(own)/float64(total)), true
+		if p.totE == 0 {
+			p.ownE, p.totE = float64(own), float64(total)
+		} else {
+			p.ownE += smoothing * (float64(own) - p.ownE)
+			p.totE += smoothing * (float64(total) - p.totE)
+		}
+		// Below the limit, each replica gets its demand and an equal part
+		// of the rest; above, a part in proportion to its demand. Either
+		// way the replicas' shares add up to the limit.
+		perEpoch := q.effective() * q.cfg.Interval.Seconds()
+		if spare := perEpoch - p.totE; spare > 0 {
+			return max(floor, (p.ownE+spare/float64(n))/perEpoch), true
+		}
+		return max(floor, p.ownE/p.totE), true
 	case !known:
 		return -1, true
 	case total == 0:
@@ -419,15 +424,20 @@ func (q *Quota) share(p *peer, raw Raw, e int64, n int, known bool) (float64, bo
 	}
 }
 
-func (q *Quota) fallback(n int) {
+// smoothing is the EWMA weight of the newest epoch's demand. 1 (no
+// smoothing) so that a dead replica's share returns at the next epoch;
+// the simulation measures what smoothing would trade (BENCHMARKS.md).
+var smoothing = 1.0
+
+func (q *Quota) fallback(n int, now int64) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for _, p := range q.peers {
 		p.frac = 1 / float64(n)
-		q.apply(p)
+		q.apply(p, now)
 	}
 	q.overflow.frac = q.floorFrac(n)
-	q.apply(q.overflow)
+	q.apply(q.overflow, now)
 }
 
 // State returns the replica's state for the admin view.

@@ -335,13 +335,13 @@ func TestBoundedPeers(t *testing.T) {
 func TestThrottle(t *testing.T) {
 	c := newCluster(t, 2, []string{"x"}, Config{Prefix: "p", Limit: 400})
 	c.run(time.Second, func(rep, _ int) float64 { return []float64{900, 300}[rep] })
-	c.reps[0].SetThrottle(50)
+	c.reps[0].SetThrottle(50, c.now)
 	s, _ := c.reps[0].Share("x")
 	near(t, "throttled share", s, 150, 1)
 	if st := c.reps[0].State(); st.Effective != 200 || st.Throttle != 50 {
 		t.Errorf("state %+v", st)
 	}
-	c.reps[0].SetThrottle(100)
+	c.reps[0].SetThrottle(100, c.now)
 	if c.reps[0].Allow("x", c.now.Add(time.Hour).UnixNano()) {
 		t.Error("admitted at 100% throttle")
 	}

@@ -1,0 +1,130 @@
+package quota
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// countingStore records the size of each batch.
+type countingStore struct {
+	Store
+	syncs, counts, reads int64
+}
+
+func (s *countingStore) Sync(ctx context.Context, b *Batch) (*Answer, error) {
+	s.syncs++
+	s.counts += int64(len(b.Counts))
+	s.reads += int64(len(b.Read))
+	return s.Store.Sync(ctx, b)
+}
+
+// TestClusterSimulation is the simulation: 100 replicas × 100,000
+// peers, Zipf demand, 10 simulated seconds at a 250 ms sync, over the fake
+// store. Opt-in (it takes tens of seconds): QUOTA_SIM=1 go test -run
+// TestClusterSimulation -v ./internal/quota/. QUOTA_SIM_RATE sets the
+// cluster-wide request rate (default 2,000,000/s).
+func TestClusterSimulation(t *testing.T) {
+	if os.Getenv("QUOTA_SIM") == "" {
+		t.Skip("opt-in: QUOTA_SIM=1")
+	}
+	const (
+		replicas = 100
+		peers    = 100_000
+		limit    = 1000.0 // per peer, cluster-wide
+		dur      = 10 * time.Second
+		interval = 250 * time.Millisecond
+	)
+	rate := 2_000_000.0
+	if v := os.Getenv("QUOTA_SIM_RATE"); v != "" {
+		rate, _ = strconv.ParseFloat(v, 64)
+	}
+	now := t0
+	fake := NewFakeStore()
+	fake.Now = func() time.Time { return now }
+	store := &countingStore{Store: fake}
+	reps := make([]*Quota, replicas)
+	for i := range reps {
+		q, err := New(Config{Prefix: "sim", Replica: fmt.Sprintf("r%d", i), Limit: limit, Interval: interval,
+			MaxPeers: peers, ExpectedReplicas: replicas}, store)
+		if err != nil {
+			t.Fatal(err)
+		}
+		reps[i] = q
+	}
+	keys := make([]string, peers)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("peer%d", i)
+	}
+	rng := rand.New(rand.NewPCG(1, 15))
+	zipf := rand.NewZipf(rng, 1.1, 1, peers-1)
+	demand := make([]int64, peers)
+	admitted := make([]int64, peers)
+
+	start := time.Now()
+	const step = time.Millisecond
+	perStep := rate * step.Seconds()
+	owed := 0.0
+	var syncTime time.Duration
+	for now.Before(t0.Add(dur)) {
+		ns := now.UnixNano()
+		// Replica i syncs i ms after the middle of each epoch.
+		if off := (ns - int64(interval)/2) % int64(interval); off >= 0 && off < int64(replicas)*int64(time.Millisecond) {
+			s := time.Now()
+			_ = reps[off/int64(time.Millisecond)].Sync(context.Background(), now)
+			syncTime += time.Since(s)
+		}
+		owed += perStep
+		for ; owed >= 1; owed-- {
+			p := zipf.Uint64()
+			demand[p]++
+			if reps[rng.IntN(replicas)].Allow(keys[p], ns) {
+				admitted[p]++
+			}
+		}
+		now = now.Add(step)
+	}
+	wall := time.Since(start)
+
+	var over, under []float64
+	for p := range peers {
+		lim := limit * dur.Seconds()
+		switch d := float64(demand[p]); {
+		case d >= 1.2*lim:
+			over = append(over, float64(admitted[p])/lim)
+		case d > 0 && d <= 0.8*lim:
+			under = append(under, float64(admitted[p])/d)
+		}
+	}
+	st := fake.Stats()
+	secs := dur.Seconds()
+	syncs := float64(store.syncs)
+	t.Logf("%d replicas, %d peers, Zipf s=1.1, %.0f req/s, limit %.0f/s per peer, %v simulated at sync %v; wall %v (syncs %v)",
+		replicas, peers, rate, limit, dur, interval, wall.Round(time.Millisecond), syncTime.Round(time.Millisecond))
+	t.Logf("over-limit peers (demand ≥ 1.2× limit): %d; admitted÷limit p1 %.4f p50 %.4f p99 %.4f max %.4f",
+		len(over), pct(over, 1), pct(over, 50), pct(over, 99), pct(over, 100))
+	t.Logf("under-limit peers (demand ≤ 0.8× limit): %d; admitted÷demand p1 %.4f p50 %.4f min %.4f",
+		len(under), pct(under, 1), pct(under, 50), pct(under, 0))
+	t.Logf("per replica per sync: %.0f counted peers (A), %.0f read (A'); commands %.0f; bytes to store %.0f, from store %.0f",
+		float64(store.counts)/syncs, float64(store.reads)/syncs, float64(st.Commands)/syncs,
+		float64(st.BytesIn)/syncs, float64(st.BytesOut)/syncs)
+	t.Logf("cluster: %.0f commands/s, %.0f round trips/s, %.1f MB/s to and %.1f MB/s from the store; live keys at the end %d",
+		float64(st.Commands)/secs, float64(st.RoundTrips)/secs, float64(st.BytesIn)/secs/1e6, float64(st.BytesOut)/secs/1e6, fake.Keys())
+	if len(over) == 0 || pct(over, 50) < 0.97 || pct(over, 50) > 1.03 {
+		t.Errorf("median admitted÷limit of over-limit peers %.4f, want 0.97–1.03", pct(over, 50))
+	}
+}
+
+func pct(v []float64, p float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Sorted(slices.Values(v))
+	i := int(p / 100 * float64(len(s)-1))
+	return s[i]
+}
