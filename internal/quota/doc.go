@@ -4,14 +4,18 @@
 // Envoy's rate-limit-quota service with the store in the server's place.
 //
 // Each replica enforces a local share of the limit per peer with a GCRA
-// bucket (internal/ratelimit). Every sync interval (default 250 ms) it sends
+// bucket (the rule of internal/ratelimit, plus rescaling the debt when the
+// share changes: see limiter). Every sync interval (default 250 ms) it sends
 // its counts of the peers that had traffic since the last sync, adding them
 // to the store's per-peer totals of the current epoch (epoch = now ÷
 // interval), reads the totals of the previous, complete epoch for the peers
 // it saw in the last two intervals, and re-divides:
 //
-//   - own demand d > 0 in the previous epoch, cluster demand D:
-//     share = max(floor, limit × d ÷ D);
+//   - own demand d > 0 in the previous epoch, cluster demand D (both per
+//     epoch, limit as requests per epoch): share = max(floor, limit × d ÷ D)
+//     when D ≥ limit; below it, d + (limit − D) ÷ replicas — its demand and
+//     an equal part of the rest, so a replica whose demand rises a little
+//     is not refused while the cluster is under the limit;
 //   - own demand 0, cluster demand 0 (a peer new to the cluster):
 //     share = limit ÷ replicas, the equal share;
 //   - own demand 0, cluster demand > 0, or no traffic here in the last two
@@ -67,11 +71,10 @@
 // interval. Per replica per sync: 3 + 3A + A' commands, A' ≤ 2A the peers
 // with traffic in the last two intervals, in one round trip. Cluster-wide:
 //
-//	ops/s   = R × (3 + 3A + A') ÷ Δ        ≈ 4–5 × R × A ÷ Δ
-//	bytes/sync per replica ≈ 3 × ~90 + A × ~200 (sent: three commands of
-//	~55 B + key; received: three integers, ~35 B HMGET reply) + A' × ~70
+//	ops/s = R × (3 + 3A + A') ÷ Δ   (A' ≈ 1.7 A under Zipf demand)
+//	bytes/sync per replica ≈ 3·k + A × (3·k + 15) + A' × (k + 40)
 //
-// (the exact figures, from the fake store's RESP accounting, are in
-// BENCHMARKS.md). Store memory: one small hash per active peer per epoch,
+// with k ≈ 60 B a command carrying a key of ~27 B (the measured figures,
+// from the fake store's RESP accounting, are in BENCHMARKS.md). Store memory: one small hash per active peer per epoch,
 // three epochs live.
 package quota

@@ -103,11 +103,11 @@ type peer struct {
 	frac float64 // share as a fraction of the limit (under Quota.mu)
 
 	// Sync's own (under syncMu).
-	own  [2]epochCount // this replica's demand written per epoch
+	own [2]epochCount // this replica's demand written per epoch
 	// Smoothed own and cluster demand per epoch (EWMA), so that shares
 	// follow the demand's rate rather than one interval's noise.
 	ownE, totE float64
-	idle int           // syncs in a row without traffic
+	idle       int // syncs in a row without traffic
 }
 
 type epochCount struct {
