@@ -1,12 +1,11 @@
 package diametermatch
 
 import (
-	"encoding/json"
-	"strings"
 	"testing"
 
 	"github.com/caddyserver/caddy/v2"
-	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+
+	"github.com/edgesteer/edgesteer/caddymodules/internal/cfparse/cfparsetest"
 )
 
 // TestUnmarshalCaddyfile runs in the CoreDNS setup_test style: each input
@@ -14,13 +13,9 @@ import (
 // which carries the module, option, value, file and line.
 func TestUnmarshalCaddyfile(t *testing.T) {
 	d := func(body string) string { return "diameter {\n" + body + "\n}" }
-	tests := []struct {
-		input       string
-		expected    string
-		expectedErr string
-	}{
-		{input: "diameter", expected: `{}`},
-		{input: `diameter {
+	tests := []cfparsetest.Case{
+		{Input: "diameter", Expected: `{}`},
+		{Input: `diameter {
 			application_id 0 16777238
 			application_id 4
 			command_code 257
@@ -28,51 +23,35 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 			origin_host pgw*.example mme.example
 			origin_host pcrf.example
 			origin_realm example
-		}`, expected: `{"application_ids":[0,16777238,4],"command_codes":[257],"request":true,` +
+		}`, Expected: `{"application_ids":[0,16777238,4],"command_codes":[257],"request":true,` +
 			`"origin_hosts":["pgw*.example","mme.example","pcrf.example"],"origin_realms":["example"]}`},
-		{input: d("request false\ncommand_code 272 280\ncommand_code 4294967295"), expected: `{"command_codes":[272,280,4294967295],"request":false}`},
+		{Input: d("request false\ncommand_code 272 280\ncommand_code 4294967295"), Expected: `{"command_codes":[272,280,4294967295],"request":false}`},
 
-		{input: d("application_id gx"), expectedErr: `diameter matcher: application_id "gx": want a whole number from 0 to 4294967295, at Testfile:2`},
-		{input: d("application_id 16777238x"), expectedErr: `diameter matcher: application_id "16777238x"`},
-		{input: d("application_id 0x1000016"), expectedErr: `diameter matcher: application_id "0x1000016"`},
-		{input: d("command_code 272 3x"), expectedErr: `diameter matcher: command_code "3x": want a whole number from 0 to 4294967295, at Testfile:2`},
-		{input: d("command_code -1"), expectedErr: `diameter matcher: command_code "-1"`},
-		{input: d("command_code 4294967296"), expectedErr: `diameter matcher: command_code "4294967296"`},
-		{input: d("request maybe"), expectedErr: `diameter matcher: request "maybe": want true or false, at Testfile:2`},
-		{input: d("request 1"), expectedErr: `diameter matcher: request "1": want true or false`},
-		{input: d("request TRUE"), expectedErr: `diameter matcher: request "TRUE"`},
+		{Input: d("application_id gx"), ExpectedErr: `diameter matcher: application_id "gx": want a whole number from 0 to 4294967295, at Testfile:2`},
+		{Input: d("application_id 16777238x"), ExpectedErr: `diameter matcher: application_id "16777238x"`},
+		{Input: d("application_id 0x1000016"), ExpectedErr: `diameter matcher: application_id "0x1000016"`},
+		{Input: d("command_code 272 3x"), ExpectedErr: `diameter matcher: command_code "3x": want a whole number from 0 to 4294967295, at Testfile:2`},
+		{Input: d("command_code -1"), ExpectedErr: `diameter matcher: command_code "-1"`},
+		{Input: d("command_code 4294967296"), ExpectedErr: `diameter matcher: command_code "4294967296"`},
+		{Input: d("request maybe"), ExpectedErr: `diameter matcher: request "maybe": want true or false, at Testfile:2`},
+		{Input: d("request 1"), ExpectedErr: `diameter matcher: request "1": want true or false`},
+		{Input: d("request TRUE"), ExpectedErr: `diameter matcher: request "TRUE"`},
 
-		{input: "diameter gx", expectedErr: "diameter matcher: want no arguments, got 1: gx, at Testfile:1"},
-		{input: d("request true false"), expectedErr: "diameter matcher: request: want 1 argument, got 2: true false, at Testfile:2"},
-		{input: d("request"), expectedErr: "diameter matcher: request: want 1 argument, got none"},
-		{input: d("origin_host"), expectedErr: "diameter matcher: origin_host: want at least 1 argument, got none, at Testfile:2"},
-		{input: d("origin_realm"), expectedErr: "diameter matcher: origin_realm: want at least 1 argument, got none"},
-		{input: d("application_id"), expectedErr: "diameter matcher: application_id: want at least 1 argument, got none"},
-		{input: d("command_code"), expectedErr: "diameter matcher: command_code: want at least 1 argument, got none"},
-		{input: d("origin_host a {\nb\n}"), expectedErr: "diameter matcher: origin_host takes no block, at Testfile:2"},
-		{input: d("request true {\nx\n}"), expectedErr: "diameter matcher: request takes no block, at Testfile:2"},
+		{Input: "diameter gx", ExpectedErr: "diameter matcher: want no arguments, got 1: gx, at Testfile:1"},
+		{Input: d("request true false"), ExpectedErr: "diameter matcher: request: want 1 argument, got 2: true false, at Testfile:2"},
+		{Input: d("request"), ExpectedErr: "diameter matcher: request: want 1 argument, got none"},
+		{Input: d("origin_host"), ExpectedErr: "diameter matcher: origin_host: want at least 1 argument, got none, at Testfile:2"},
+		{Input: d("origin_realm"), ExpectedErr: "diameter matcher: origin_realm: want at least 1 argument, got none"},
+		{Input: d("application_id"), ExpectedErr: "diameter matcher: application_id: want at least 1 argument, got none"},
+		{Input: d("command_code"), ExpectedErr: "diameter matcher: command_code: want at least 1 argument, got none"},
+		{Input: d("origin_host a {\nb\n}"), ExpectedErr: "diameter matcher: origin_host takes no block, at Testfile:2"},
+		{Input: d("request true {\nx\n}"), ExpectedErr: "diameter matcher: request takes no block, at Testfile:2"},
 
-		{input: d("request true\ncommand_code 272\nrequest false"), expectedErr: "diameter matcher: request given twice (first at Testfile:2), at Testfile:4"},
+		{Input: d("request true\ncommand_code 272\nrequest false"), ExpectedErr: "diameter matcher: request given twice (first at Testfile:2), at Testfile:4"},
 
-		{input: d("colour blue"), expectedErr: `diameter matcher: unknown option "colour", at Testfile:2`},
+		{Input: d("colour blue"), ExpectedErr: `diameter matcher: unknown option "colour", at Testfile:2`},
 	}
-	for i, test := range tests {
-		var m MatchDiameter
-		err := m.UnmarshalCaddyfile(caddyfile.NewTestDispenser(test.input))
-		if test.expectedErr != "" {
-			if err == nil || !strings.Contains(err.Error(), test.expectedErr) {
-				t.Errorf("test %d: want an error containing %q, got %v", i, test.expectedErr, err)
-			}
-			continue
-		}
-		if err != nil {
-			t.Errorf("test %d: %v", i, err)
-			continue
-		}
-		if got, _ := json.Marshal(m); string(got) != test.expected {
-			t.Errorf("test %d: got %s\nwant %s", i, got, test.expected)
-		}
-	}
+	cfparsetest.Check(t, func() *MatchDiameter { return new(MatchDiameter) }, tests, nil)
 }
 
 func TestOriginGlobs(t *testing.T) {
