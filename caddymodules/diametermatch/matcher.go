@@ -8,6 +8,7 @@ package diametermatch
 import (
 	"errors"
 	"io"
+	"math"
 	"path"
 	"slices"
 	"strconv"
@@ -17,6 +18,7 @@ import (
 	"github.com/fiorix/go-diameter/v4/diam"
 	"github.com/mholt/caddy-l4/layer4"
 
+	"github.com/edgesteer/edgesteer/caddymodules/internal/cfparse"
 	"github.com/edgesteer/edgesteer/internal/diameter"
 )
 
@@ -117,45 +119,56 @@ func globs(patterns []string, s string) bool {
 //		origin_host <glob...>
 //		origin_realm <glob...>
 //	}
+//
+// The list options may repeat (their values add up); request is given once.
 func (m *MatchDiameter) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
-	d.Next() // matcher name
-	if d.NextArg() {
-		return d.ArgErr()
+	_, o, err := cfparse.Open(d, "diameter matcher", 0, 0)
+	if err != nil {
+		return err
 	}
-	for nesting := d.Nesting(); d.NextBlock(nesting); {
-		opt := d.Val()
-		args := d.RemainingArgs()
-		if len(args) == 0 {
-			return d.ArgErr()
-		}
-		switch opt {
-		case "application_id", "command_code":
-			for _, a := range args {
-				v, err := strconv.ParseUint(a, 10, 32)
-				if err != nil {
-					return d.Errf("diameter matcher: %s %q: not a number", opt, a)
-				}
-				if opt == "application_id" {
-					m.ApplicationIDs = append(m.ApplicationIDs, uint32(v))
-				} else {
-					m.CommandCodes = append(m.CommandCodes, uint32(v))
-				}
-			}
+	for o.Next() {
+		switch o.Name() {
+		case "application_id":
+			m.ApplicationIDs, err = appendCodes(o, m.ApplicationIDs)
+		case "command_code":
+			m.CommandCodes, err = appendCodes(o, m.CommandCodes)
 		case "request":
-			b, err := strconv.ParseBool(args[0])
-			if err != nil || len(args) != 1 {
-				return d.Errf("diameter matcher: request %q: want true or false", args)
+			var b bool
+			if b, err = o.Bool(); err == nil {
+				m.Request = &b
 			}
-			m.Request = &b
 		case "origin_host":
-			m.OriginHosts = append(m.OriginHosts, args...)
+			var more []string
+			more, err = o.List()
+			m.OriginHosts = append(m.OriginHosts, more...)
 		case "origin_realm":
-			m.OriginRealms = append(m.OriginRealms, args...)
+			var more []string
+			more, err = o.List()
+			m.OriginRealms = append(m.OriginRealms, more...)
 		default:
-			return d.Errf("diameter matcher: unknown option %q", opt)
+			err = o.Unknown()
+		}
+		if err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// appendCodes reads a list of 32-bit codes (Application-Id, Command-Code).
+func appendCodes(o *cfparse.Block, codes []uint32) ([]uint32, error) {
+	args, err := o.List()
+	if err != nil {
+		return nil, err
+	}
+	for _, a := range args {
+		v, err := o.ParseInt(a, 0, math.MaxUint32)
+		if err != nil {
+			return nil, err
+		}
+		codes = append(codes, uint32(v))
+	}
+	return codes, nil
 }
 
 // Interface guards

@@ -5,15 +5,17 @@
 package peerratelimit
 
 import (
+	"errors"
 	"fmt"
+	"math"
 	"net/netip"
 	"path"
 	"strconv"
 	"strings"
 
 	"github.com/caddyserver/caddy/v2"
-	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
+	"github.com/edgesteer/edgesteer/caddymodules/internal/cfparse"
 	"github.com/edgesteer/edgesteer/internal/ratelimit"
 )
 
@@ -203,163 +205,168 @@ func (p *ProfileConfig) covers(a netip.Addr, repl *caddy.Replacer) bool {
 	return false
 }
 
-// unmarshalProfile reads
+// unmarshalProfile reads, at a handler's "profile" option,
 //
 //	profile <name> {
 //		peer <placeholder>
 //		missing_peer fallback | refuse
 //		select <placeholder> <value...>
-//		peer_cidr <cidr...>
+//		peer_cidr <cidr...>                 # may repeat: the ranges add up
 //		rate <per second> [burst]
-//		message <type> {
-//			match { <matchers> }      # HTTP only
+//		message <type> {                    # may repeat, once per type
+//			match { <matchers> }        # HTTP only
 //			rate <per second> [burst]
 //			dynamic
 //		}
 //		action reject [<status> [<message>]] | drop
 //		max_peers <n>
-//		dynamic                   # throttle the overall rate dynamically too
+//		dynamic                             # throttle the overall rate dynamically too
 //	}
 //
-// matcher parses a message's match block (HTTP) or its other options
-// (layer4); it returns false for an option it does not know.
-func unmarshalProfile(d *caddyfile.Dispenser, matcher messageOption) (ProfileConfig, error) {
-	if !d.NextArg() {
-		return ProfileConfig{}, d.ArgErr()
+// A profile name is given once per handler; every option other than
+// peer_cidr and message is given once per profile. matcher parses a
+// message's adapter-specific options (HTTP: match); it returns false for
+// an option it does not know.
+func unmarshalProfile(o *cfparse.Block, matcher messageOption) (ProfileConfig, error) {
+	args, err := o.BlockArgs(1, 1)
+	if err != nil {
+		return ProfileConfig{}, err
 	}
-	name := d.Val()
-	if d.NextArg() {
-		return ProfileConfig{}, d.ArgErr()
+	if err := o.OnceFor(args[0]); err != nil {
+		return ProfileConfig{}, err
 	}
-	return unmarshalProfileBlock(d, name, matcher)
+	return unmarshalProfileBlock(o.Sub(), args[0], matcher)
 }
 
 // messageOption parses one adapter-specific option of a message block
 // (HTTP: match { … }); it returns false for an option it does not know.
-type messageOption func(*caddyfile.Dispenser, *MessageConfig) (bool, error)
+type messageOption func(*cfparse.Block, *MessageConfig) (bool, error)
 
 // unmarshalProfileBlock reads the block of a profile (or egress group)
 // whose name was read already.
-func unmarshalProfileBlock(d *caddyfile.Dispenser, name string, matcher messageOption) (ProfileConfig, error) {
+func unmarshalProfileBlock(o *cfparse.Block, name string, matcher messageOption) (ProfileConfig, error) {
 	p := ProfileConfig{Name: name}
-	for nesting := d.Nesting(); d.NextBlock(nesting); {
-		switch opt := d.Val(); opt {
+	for o.Next() {
+		var err error
+		switch o.Name() {
 		case "peer":
-			if !d.NextArg() {
-				return p, d.ArgErr()
-			}
-			p.Peer = d.Val()
+			p.Peer, err = o.String()
 		case "missing_peer":
-			if !d.Args(&p.MissingPeer) || d.NextArg() {
-				return p, d.ArgErr()
-			}
+			p.MissingPeer, err = o.String()
 		case "select":
-			args := d.RemainingArgs()
-			if len(args) < 2 {
-				return p, d.Errf("peer_rate_limit: profile %s: select: want select <placeholder> <value...>", p.Name)
+			var args []string
+			if err = o.Once(); err == nil {
+				if args, err = o.Args(2, cfparse.Many); err == nil {
+					p.Select = &SelectConfig{Placeholder: args[0], Values: args[1:]}
+				}
 			}
-			p.Select = &SelectConfig{Placeholder: args[0], Values: args[1:]}
 		case "peer_cidr":
-			args := d.RemainingArgs()
-			if len(args) == 0 {
-				return p, d.ArgErr()
-			}
-			p.PeerCIDRs = append(p.PeerCIDRs, args...)
+			var more []string
+			more, err = o.List()
+			p.PeerCIDRs = append(p.PeerCIDRs, more...)
 		case "rate":
-			r, b, err := rateArgs(d)
-			if err != nil {
-				return p, err
+			if err = o.Once(); err == nil {
+				p.Rate, p.Burst, err = rateArgs(o)
 			}
-			p.Rate, p.Burst = r, b
 		case "message":
-			m := MessageConfig{}
-			if !d.NextArg() {
-				return p, d.ArgErr()
+			var m MessageConfig
+			if m, err = unmarshalMessage(o, matcher); err == nil {
+				p.Messages = append(p.Messages, m)
 			}
-			m.Type = d.Val()
-			for mn := d.Nesting(); d.NextBlock(mn); {
-				switch d.Val() {
-				case "rate":
-					r, b, err := rateArgs(d)
-					if err != nil {
-						return p, err
-					}
-					m.Rate, m.Burst = r, b
-				case "dynamic":
-					m.Dynamic = true
-				default:
-					ok, err := matcher(d, &m)
-					if err != nil {
-						return p, err
-					}
-					if !ok {
-						return p, d.Errf("peer_rate_limit: message %s: unknown option %q", m.Type, d.Val())
-					}
-				}
-			}
-			p.Messages = append(p.Messages, m)
 		case "action":
-			args := d.RemainingArgs()
-			if len(args) == 0 {
-				return p, d.ArgErr()
-			}
-			p.Action = args[0]
-			switch {
-			case args[0] == "drop" && len(args) == 1:
-			case args[0] == "reject" && len(args) <= 3:
-				if len(args) > 1 {
-					s, err := strconv.Atoi(args[1])
-					if err != nil {
-						return p, d.Errf("peer_rate_limit: action reject %q: the status must be a number", args[1])
-					}
-					p.Status = s
-				}
-				if len(args) > 2 {
-					p.Message = args[2]
-				}
-			default:
-				return p, d.Errf("peer_rate_limit: action %q: want reject [status [message]] or drop", args)
-			}
+			err = p.unmarshalAction(o)
 		case "dynamic":
-			if d.NextArg() {
-				return p, d.ArgErr()
-			}
-			p.Dynamic = true
+			err = o.Flag()
+			p.Dynamic = err == nil
 		case "max_peers":
-			var s string
-			if !d.Args(&s) {
-				return p, d.ArgErr()
-			}
-			n, err := strconv.Atoi(s)
-			if err != nil || n < 1 {
-				return p, d.Errf("peer_rate_limit: max_peers %q: want a whole number of at least 1", s)
-			}
-			p.MaxPeers = n
+			p.MaxPeers, err = o.Int(1, math.MaxInt)
 		default:
-			return p, d.Errf("peer_rate_limit: profile %s: unknown option %q", p.Name, opt)
+			err = o.Unknown()
+		}
+		if err != nil {
+			return p, err
 		}
 	}
 	return p, nil
 }
 
-// rateArgs reads "<per second> [burst]", with an optional "/s" suffix.
-func rateArgs(d *caddyfile.Dispenser) (float64, int, error) {
-	args := d.RemainingArgs()
-	if len(args) < 1 || len(args) > 2 {
-		return 0, 0, d.ArgErr()
+// unmarshalMessage reads "message <type> { … }", once per type.
+func unmarshalMessage(o *cfparse.Block, matcher messageOption) (MessageConfig, error) {
+	args, err := o.BlockArgs(1, 1)
+	if err != nil {
+		return MessageConfig{}, err
 	}
-	s := args[0]
-	if len(s) > 2 && s[len(s)-2:] == "/s" {
-		s = s[:len(s)-2]
+	if err := o.OnceFor(args[0]); err != nil {
+		return MessageConfig{}, err
 	}
-	r, err := strconv.ParseFloat(s, 64)
-	if err != nil || !(r > 0) {
-		return 0, 0, d.Errf("peer_rate_limit: rate %q: want a positive number per second", args[0])
+	m := MessageConfig{Type: args[0]}
+	for sub := o.Sub(); sub.Next(); {
+		switch sub.Name() {
+		case "rate":
+			if err = sub.Once(); err == nil {
+				m.Rate, m.Burst, err = rateArgs(sub)
+			}
+		case "dynamic":
+			err = sub.Flag()
+			m.Dynamic = err == nil
+		default:
+			var ok bool
+			if ok, err = matcher(sub, &m); err == nil && !ok {
+				err = sub.Unknown()
+			}
+		}
+		if err != nil {
+			return m, err
+		}
+	}
+	return m, nil
+}
+
+// unmarshalAction reads "action reject [<status> [<message>]] | drop".
+func (p *ProfileConfig) unmarshalAction(o *cfparse.Block) error {
+	if err := o.Once(); err != nil {
+		return err
+	}
+	args, err := o.Args(1, 3)
+	if err != nil {
+		return err
+	}
+	switch {
+	case args[0] == "drop" && len(args) == 1:
+	case args[0] == "reject":
+		if len(args) > 1 {
+			// 0 is the default status: layer4 configs write it to give
+			// a message with the status that layer4 ignores.
+			s, err := cfparse.Int(args[1], 0, 599)
+			if err != nil || (s != 0 && s < 400) {
+				return o.Errf("reject status %q: want 0 (the default) or a whole number from 400 to 599", args[1])
+			}
+			p.Status = s
+		}
+		if len(args) > 2 {
+			p.Message = args[2]
+		}
+	default:
+		return o.Invalid(strings.Join(args, " "), errors.New("want reject [<status> [<message>]] or drop"))
+	}
+	p.Action = args[0]
+	return nil
+}
+
+// rateArgs reads "<per second> [burst]" (the rate may end in "/s").
+func rateArgs(o *cfparse.Block) (float64, int, error) {
+	args, err := o.Args(1, 2)
+	if err != nil {
+		return 0, 0, err
+	}
+	r, err := cfparse.Float(strings.TrimSuffix(args[0], "/s"), 0, math.Inf(1))
+	if err != nil || r == 0 {
+		return 0, 0, o.Invalid(args[0], errors.New("want a positive number per second"))
 	}
 	b := 0
 	if len(args) == 2 {
-		if b, err = strconv.Atoi(args[1]); err != nil || b < 1 {
-			return 0, 0, d.Errf("peer_rate_limit: burst %q: want a whole number of at least 1", args[1])
+		if b, err = cfparse.Int(args[1], 1, math.MaxInt); err != nil {
+			return 0, 0, o.Errf("burst %q: %v", args[1], err)
 		}
 	}
 	return r, b, nil

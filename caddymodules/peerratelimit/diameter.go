@@ -6,17 +6,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
-	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
 	"github.com/mholt/caddy-l4/layer4"
 	"go.uber.org/zap"
 
+	"github.com/edgesteer/edgesteer/caddymodules/internal/cfparse"
 	"github.com/edgesteer/edgesteer/internal/diameter"
 )
 
@@ -253,42 +253,41 @@ func (h *L4Handler) current() *L4Handler {
 // Write passes the upstream's bytes on, tracking message boundaries.
 func (c *diameterConn) Write(p []byte) (int, error) { return c.out.Write(p) }
 
-func unmarshalDiameter(d *caddyfile.Dispenser) (*DiameterMode, error) {
+// unmarshalDiameter reads, at the handler's "diameter" option, the block
+// documented at L4Handler.UnmarshalCaddyfile; the block and each of its
+// options are given once. Ranges beyond the syntax are Validate's.
+func unmarshalDiameter(o *cfparse.Block) (*DiameterMode, error) {
+	if err := o.Once(); err != nil {
+		return nil, err
+	}
+	if _, err := o.BlockArgs(0, 0); err != nil {
+		return nil, err
+	}
 	m := &DiameterMode{}
-	for nesting := d.Nesting(); d.NextBlock(nesting); {
-		opt := d.Val()
-		var v string
-		if !d.Args(&v) || d.NextArg() {
-			return nil, d.ArgErr()
-		}
-		switch opt {
+	for sub := o.Sub(); sub.Next(); {
+		var err error
+		switch sub.Name() {
 		case "origin_host":
-			m.OriginHost = v
+			m.OriginHost, err = sub.String()
 		case "origin_realm":
-			m.OriginRealm = v
+			m.OriginRealm, err = sub.String()
 		case "error_message":
-			m.ErrorMessage = v
+			m.ErrorMessage, err = sub.String()
 		case "refusal_wait":
-			dur, err := caddy.ParseDuration(v)
-			if err != nil || dur <= 0 {
-				return nil, d.Errf("peer_rate_limit: diameter refusal_wait %q: want a positive duration", v)
-			}
-			m.RefusalWait = caddy.Duration(dur)
-		case "result_code", "max_length", "max_queued_refusals":
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 0 {
-				return nil, d.Errf("peer_rate_limit: diameter %s %q: not a number", opt, v)
-			}
-			switch opt {
-			case "result_code":
-				m.ResultCode = uint32(n)
-			case "max_length":
-				m.MaxLength = n
-			default:
-				m.MaxQueuedRefusals = n
-			}
+			m.RefusalWait, err = sub.Duration(time.Nanosecond)
+		case "result_code":
+			var n int
+			n, err = sub.Int(0, math.MaxUint32)
+			m.ResultCode = uint32(n)
+		case "max_length":
+			m.MaxLength, err = sub.Int(0, math.MaxInt)
+		case "max_queued_refusals":
+			m.MaxQueuedRefusals, err = sub.Int(0, math.MaxInt)
 		default:
-			return nil, d.Errf("peer_rate_limit: diameter: unknown option %q", opt)
+			err = sub.Unknown()
+		}
+		if err != nil {
+			return nil, err
 		}
 	}
 	return m, nil

@@ -2,15 +2,17 @@ package peerratelimit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
-	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"go.uber.org/zap"
 
+	"github.com/edgesteer/edgesteer/caddymodules/internal/cfparse"
 	"github.com/edgesteer/edgesteer/internal/loadsource"
 	"github.com/edgesteer/edgesteer/internal/ratelimit"
 )
@@ -184,102 +186,98 @@ func (ds *dynamicSettings) lastError() string {
 	return ds.lastErr
 }
 
-// unmarshalDynamic reads
+// unmarshalDynamic reads, at a "dynamic" option with a block,
 //
 //	dynamic {
 //		source prometheus <url> <metric> [<label>=<value>...] | procstat | file <path>
 //		interval <duration>
-//		threshold <load %> <throttle %>     # repeat, rising
+//		threshold <load %> <throttle %>     # may repeat, rising
 //		reversal <load %>
 //		reversal_hold <duration>
 //		reversal_step <points>
 //	}
-func unmarshalDynamic(d *caddyfile.Dispenser) (*DynamicConfig, error) {
+//
+// threshold may repeat (the rows of the table); every other option, and
+// the dynamic block itself, is given once.
+func unmarshalDynamic(o *cfparse.Block) (*DynamicConfig, error) {
+	if err := o.Once(); err != nil {
+		return nil, err
+	}
+	if _, err := o.BlockArgs(0, 0); err != nil {
+		return nil, err
+	}
 	c := &DynamicConfig{}
-	for nesting := d.Nesting(); d.NextBlock(nesting); {
-		opt := d.Val()
-		args := d.RemainingArgs()
-		num := func(s string) (float64, error) {
-			v, err := strconv.ParseFloat(s, 64)
-			if err != nil {
-				return 0, d.Errf("peer_rate_limit: dynamic %s %q: not a number", opt, s)
-			}
-			return v, nil
-		}
-		switch opt {
+	for sub := o.Sub(); sub.Next(); {
+		var err error
+		switch sub.Name() {
 		case "source":
-			if len(args) == 0 {
-				return nil, d.ArgErr()
-			}
-			c.Source = args[0]
-			switch {
-			case args[0] == "prometheus" && len(args) >= 3:
-				c.URL, c.Metric = args[1], args[2]
-				for _, kv := range args[3:] {
-					k, v, ok := cut(kv)
-					if !ok {
-						return nil, d.Errf("peer_rate_limit: dynamic source label %q: want name=value", kv)
-					}
-					if c.Labels == nil {
-						c.Labels = map[string]string{}
-					}
-					c.Labels[k] = v
-				}
-			case args[0] == "procstat" && len(args) == 1:
-			case args[0] == "file" && len(args) == 2:
-				c.Path = args[1]
-			default:
-				return nil, d.Errf("peer_rate_limit: dynamic source %q: want prometheus <url> <metric> [label=value...], procstat, or file <path>", args)
-			}
-		case "interval", "reversal_hold":
-			if len(args) != 1 {
-				return nil, d.ArgErr()
-			}
-			v, err := caddy.ParseDuration(args[0])
-			if err != nil || v <= 0 {
-				return nil, d.Errf("peer_rate_limit: dynamic %s %q: want a positive duration", opt, args[0])
-			}
-			if opt == "interval" {
-				c.Interval = caddy.Duration(v)
-			} else {
-				c.ReversalHold = caddy.Duration(v)
-			}
+			err = c.unmarshalSource(sub)
+		case "interval":
+			c.Interval, err = sub.Duration(time.Nanosecond)
+		case "reversal_hold":
+			c.ReversalHold, err = sub.Duration(time.Nanosecond)
 		case "threshold":
-			if len(args) != 2 {
-				return nil, d.ArgErr()
+			var args []string
+			if args, err = sub.Args(2, 2); err == nil {
+				var th Threshold
+				if th.Load, err = sub.ParseFloat(args[0], 0, 100); err == nil {
+					if th.Throttle, err = cfparse.Int(args[1], 0, 100); err != nil {
+						err = sub.Errf("%s: throttle %q: %v", args[0], args[1], err)
+					}
+				}
+				c.Thresholds = append(c.Thresholds, th)
 			}
-			l, err := num(args[0])
-			if err != nil {
-				return nil, err
-			}
-			t, err := strconv.Atoi(args[1])
-			if err != nil {
-				return nil, d.Errf("peer_rate_limit: dynamic threshold %s %q: the throttle must be a whole percent", args[0], args[1])
-			}
-			c.Thresholds = append(c.Thresholds, Threshold{Load: l, Throttle: t})
 		case "reversal":
-			if len(args) != 1 {
-				return nil, d.ArgErr()
+			var v float64
+			if v, err = sub.Float(0, 100); err == nil {
+				c.Reversal = &v
 			}
-			v, err := num(args[0])
-			if err != nil {
-				return nil, err
-			}
-			c.Reversal = &v
 		case "reversal_step":
-			if len(args) != 1 {
-				return nil, d.ArgErr()
-			}
-			v, err := strconv.Atoi(args[0])
-			if err != nil {
-				return nil, d.Errf("peer_rate_limit: dynamic reversal_step %q: want whole percent points", args[0])
-			}
-			c.ReversalStep = v
+			c.ReversalStep, err = sub.Int(1, 100)
 		default:
-			return nil, d.Errf("peer_rate_limit: dynamic: unknown option %q", opt)
+			err = sub.Unknown()
+		}
+		if err != nil {
+			return nil, err
 		}
 	}
 	return c, nil
+}
+
+// unmarshalSource reads "source prometheus <url> <metric> [<label>=<value>...]
+// | procstat | file <path>".
+func (c *DynamicConfig) unmarshalSource(o *cfparse.Block) error {
+	if err := o.Once(); err != nil {
+		return err
+	}
+	args, err := o.Args(1, cfparse.Many)
+	if err != nil {
+		return err
+	}
+	c.Source = args[0]
+	switch {
+	case args[0] == "prometheus" && len(args) >= 3:
+		c.URL, c.Metric = args[1], args[2]
+		for _, kv := range args[3:] {
+			k, v, ok := cut(kv)
+			if !ok {
+				return o.Errf("label %q: want name=value", kv)
+			}
+			if _, dup := c.Labels[k]; dup {
+				return o.Errf("label %s given twice", k)
+			}
+			if c.Labels == nil {
+				c.Labels = map[string]string{}
+			}
+			c.Labels[k] = v
+		}
+	case args[0] == "procstat" && len(args) == 1:
+	case args[0] == "file" && len(args) == 2:
+		c.Path = args[1]
+	default:
+		return o.Invalid(strings.Join(args, " "), errors.New("want prometheus <url> <metric> [label=value...], procstat, or file <path>"))
+	}
+	return nil
 }
 
 func cut(kv string) (string, string, bool) {

@@ -13,6 +13,8 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
+
+	"github.com/edgesteer/edgesteer/caddymodules/internal/cfparse"
 )
 
 func init() {
@@ -214,45 +216,62 @@ func (t *EgressTransport) ProxyProtocolEnabled() bool {
 //		transport <name> { … }     # the wrapped transport, default http
 //	}
 func (t *EgressTransport) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
-	d.Next() // transport name
-	for d.NextBlock(0) {
-		switch d.Val() {
+	_, o, err := cfparse.Open(d, "peer_rate_limit: transport", 0, 0)
+	if err != nil {
+		return err
+	}
+	for o.Next() {
+		switch o.Name() {
 		case "name":
-			if !d.Args(&t.Name) {
-				return d.ArgErr()
-			}
+			t.Name, err = o.String()
 		case "group":
-			args := d.RemainingArgs()
-			if len(args) < 2 {
-				return d.Errf("peer_rate_limit: group: want group <name> <upstream...>")
-			}
-			g := EgressGroup{Upstreams: args[1:]}
-			p, err := unmarshalProfileBlock(d, args[0], httpMatcher)
-			if err != nil {
-				return err
-			}
-			g.ProfileConfig = p
-			t.Groups = append(t.Groups, g)
+			err = t.unmarshalGroup(o)
 		case "dynamic":
-			dc, err := unmarshalDynamic(d)
-			if err != nil {
-				return err
-			}
-			t.Dynamic = dc
+			t.Dynamic, err = unmarshalDynamic(o)
 		case "transport":
-			if !d.NextArg() {
-				return d.ArgErr()
-			}
-			name := d.Val()
-			unm, err := caddyfile.UnmarshalModule(d, "http.reverse_proxy.transport."+name)
-			if err != nil {
-				return err
-			}
-			t.TransportRaw = caddyconfig.JSONModuleObject(unm, "protocol", name, nil)
+			err = t.unmarshalTransport(o)
 		default:
-			return d.Errf("peer_rate_limit: transport: unknown option %q", d.Val())
+			err = o.Unknown()
+		}
+		if err != nil {
+			return err
 		}
 	}
+	return nil
+}
+
+// unmarshalGroup reads "group <name> <upstream...> { … }", once per name.
+func (t *EgressTransport) unmarshalGroup(o *cfparse.Block) error {
+	args, err := o.BlockArgs(2, cfparse.Many)
+	if err != nil {
+		return err
+	}
+	if err := o.OnceFor(args[0]); err != nil {
+		return err
+	}
+	p, err := unmarshalProfileBlock(o.Sub(), args[0], httpMatcher)
+	if err != nil {
+		return err
+	}
+	t.Groups = append(t.Groups, EgressGroup{ProfileConfig: p, Upstreams: args[1:]})
+	return nil
+}
+
+// unmarshalTransport reads "transport <name> { … }", the wrapped transport,
+// whose block is that module's own.
+func (t *EgressTransport) unmarshalTransport(o *cfparse.Block) error {
+	if err := o.Once(); err != nil {
+		return err
+	}
+	args, err := o.BlockArgs(1, 1)
+	if err != nil {
+		return err
+	}
+	unm, err := caddyfile.UnmarshalModule(o.Dispenser(), "http.reverse_proxy.transport."+args[0])
+	if err != nil {
+		return err
+	}
+	t.TransportRaw = caddyconfig.JSONModuleObject(unm, "protocol", args[0], nil)
 	return nil
 }
 

@@ -10,6 +10,8 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+
+	"github.com/edgesteer/edgesteer/caddymodules/internal/cfparse"
 )
 
 func init() {
@@ -134,12 +136,16 @@ func (h *HTTPHandler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	return h.unmarshalCaddyfile(d, httpMatcher, nil)
 }
 
-// httpMatcher parses a message's match { … } block of HTTP matchers.
-func httpMatcher(d *caddyfile.Dispenser, m *MessageConfig) (bool, error) {
-	if d.Val() != "match" {
+// httpMatcher parses a message's match { … } block of HTTP matchers, once
+// per message (inside it, matchers repeat as Caddy's named matchers do).
+func httpMatcher(o *cfparse.Block, m *MessageConfig) (bool, error) {
+	if o.Name() != "match" {
 		return false, nil
 	}
-	set, err := caddyhttp.ParseCaddyfileNestedMatcherSet(d)
+	if err := o.Once(); err != nil {
+		return true, err
+	}
+	set, err := caddyhttp.ParseCaddyfileNestedMatcherSet(o.Dispenser())
 	if err != nil {
 		return true, err
 	}

@@ -10,6 +10,8 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/mholt/caddy-l4/layer4"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/edgesteer/edgesteer/caddymodules/internal/cfparse"
 )
 
 func init() {
@@ -167,12 +169,12 @@ func (h *L4Handler) Handle(cx *layer4.Connection, next layer4.Handler) error {
 // In diameter mode a profile's message blocks name Diameter types
 // (gx-ccr-i, gx-ccr-t, gy-ccr-u, …) and take rate and dynamic.
 func (h *L4Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
-	noMatch := func(*caddyfile.Dispenser, *MessageConfig) (bool, error) { return false, nil }
-	return h.unmarshalCaddyfile(d, noMatch, func(d *caddyfile.Dispenser) (bool, error) {
-		if d.Val() != "diameter" {
+	noMatch := func(*cfparse.Block, *MessageConfig) (bool, error) { return false, nil }
+	return h.unmarshalCaddyfile(d, noMatch, func(o *cfparse.Block) (bool, error) {
+		if o.Name() != "diameter" {
 			return false, nil
 		}
-		m, err := unmarshalDiameter(d)
+		m, err := unmarshalDiameter(o)
 		h.Diameter = m
 		return true, err
 	})

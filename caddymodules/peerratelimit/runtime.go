@@ -9,6 +9,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
+	"github.com/edgesteer/edgesteer/caddymodules/internal/cfparse"
 	"github.com/edgesteer/edgesteer/internal/ratelimit"
 )
 
@@ -62,40 +63,35 @@ func fingerprint(cfg any) string {
 
 // unmarshalCaddyfile reads the handler block: name, profile (with
 // message options from opt), dynamic, and what extra knows (it returns
-// false for an option it does not know; nil: nothing more).
-func (l *limiter) unmarshalCaddyfile(d *caddyfile.Dispenser, opt messageOption, extra func(*caddyfile.Dispenser) (bool, error)) error {
-	d.Next() // directive name
-	if d.NextArg() {
-		return d.ArgErr()
+// false for an option it does not know; nil: nothing more). profile may
+// repeat, once per name; every other option is given once.
+func (l *limiter) unmarshalCaddyfile(d *caddyfile.Dispenser, opt messageOption, extra func(*cfparse.Block) (bool, error)) error {
+	_, o, err := cfparse.Open(d, "peer_rate_limit", 0, 0)
+	if err != nil {
+		return err
 	}
-	for nesting := d.Nesting(); d.NextBlock(nesting); {
-		switch d.Val() {
+	for o.Next() {
+		switch o.Name() {
 		case "name":
-			if !d.Args(&l.Name) {
-				return d.ArgErr()
-			}
+			l.Name, err = o.String()
 		case "profile":
-			p, err := unmarshalProfile(d, opt)
-			if err != nil {
-				return err
+			var p ProfileConfig
+			if p, err = unmarshalProfile(o, opt); err == nil {
+				l.Profiles = append(l.Profiles, p)
 			}
-			l.Profiles = append(l.Profiles, p)
 		case "dynamic":
-			dc, err := unmarshalDynamic(d)
-			if err != nil {
-				return err
-			}
-			l.Dynamic = dc
+			l.Dynamic, err = unmarshalDynamic(o)
 		default:
+			ok := false
 			if extra != nil {
-				if ok, err := extra(d); ok || err != nil {
-					if err != nil {
-						return err
-					}
-					continue
-				}
+				ok, err = extra(o)
 			}
-			return d.Errf("peer_rate_limit: unknown option %q", d.Val())
+			if err == nil && !ok {
+				err = o.Unknown()
+			}
+		}
+		if err != nil {
+			return err
 		}
 	}
 	return nil

@@ -3,6 +3,7 @@ package ogs
 import (
 	"context"
 	"net"
+	"strings"
 	"testing"
 
 	"github.com/coredns/caddy"
@@ -20,12 +21,19 @@ func newPlugin(t *testing.T, extra string) *OGS { return newPluginWith(t, extra,
 // with prober when not nil.
 func newPluginWith(t *testing.T, extra string, prober latency.Prober) *OGS {
 	t.Helper()
+	// An option may be given once: extra's own deadline replaces the 200ms.
+	deadline := "deadline 200ms"
+	for _, l := range strings.Split(extra, "\n") {
+		if f := strings.Fields(l); len(f) > 0 && f[0] == "deadline" {
+			deadline = ""
+		}
+	}
 	c := caddy.NewTestController("dns", `ogs vpn.example.test {
 		gateway gw1 192.0.2.1:1
 		gateway gw2 192.0.2.2:1
 		gateway gw6 [2001:db8::6]:1
 		probe tcp
-		deadline 200ms
+		`+deadline+`
 		srv
 		`+extra+`
 	}`)

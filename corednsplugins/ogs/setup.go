@@ -3,8 +3,8 @@ package ogs
 import (
 	"crypto/tls"
 	"fmt"
+	"math"
 	"net"
-	"strconv"
 	"strings"
 	"time"
 
@@ -14,6 +14,7 @@ import (
 	clog "github.com/coredns/coredns/plugin/pkg/log"
 	"github.com/miekg/dns"
 
+	"github.com/edgesteer/edgesteer/internal/cfvalue"
 	"github.com/edgesteer/edgesteer/internal/latency"
 	"github.com/edgesteer/edgesteer/internal/ogs"
 )
@@ -124,34 +125,52 @@ func (o *OGS) restartFailed() error {
 	return nil
 }
 
-// parse reads
-//
-//	ogs [NAMES...] {
-//		gateway NAME ADDRESS:PORT [backup NAME...]
-//		probe tcp|tls|http|https [PATH]
-//		probe_verify_tls
-//		probes COUNT
-//		deadline DURATION
-//		probe_timeout DURATION
-//		answer_deadline DURATION
-//		cache_ttl DURATION
-//		retry DURATION
-//		ttl SECONDS
-//		fallback_ttl SECONDS
-//		records COUNT
-//		unmeasured last|omit
-//		prefix V4LEN V6LEN
-//		location resolv_conf [PATH]
-//		srv
-//		cache_file PATH
-//		state NAME
-//		recheck DURATION|off
-//		soa MNAME RNAME [MINIMUM]
-//		ns NAME [ADDRESS...]
-//		max_locations COUNT
-//		diagnostic NAME
-//		fallthrough [ZONES...]
-//	}
+// options are the options of an ogs block: each one's syntax (the error for
+// a wrong number of arguments quotes it), its least and most arguments
+// (many: no limit), and whether it may repeat; one that may not is given
+// at most once. The README says the same.
+var options = map[string]struct {
+	syntax   string
+	min, max int
+	repeat   bool
+}{
+	"gateway":          {"gateway NAME ADDRESS:PORT [backup NAME...]", 2, many, true},
+	"probe":            {"probe tcp|tls|http|https [PATH]", 1, 2, false},
+	"probe_verify_tls": {"probe_verify_tls", 0, 0, false},
+	"probes":           {"probes COUNT", 1, 1, false},
+	"deadline":         {"deadline DURATION", 1, 1, false},
+	"probe_timeout":    {"probe_timeout DURATION", 1, 1, false},
+	"answer_deadline":  {"answer_deadline DURATION", 1, 1, false},
+	"cache_ttl":        {"cache_ttl DURATION", 1, 1, false},
+	"retry":            {"retry DURATION", 1, 1, false},
+	"ttl":              {"ttl SECONDS", 1, 1, false},
+	"fallback_ttl":     {"fallback_ttl SECONDS", 1, 1, false},
+	"records":          {"records COUNT", 1, 1, false},
+	"unmeasured":       {"unmeasured last|omit", 1, 1, false},
+	"prefix":           {"prefix V4LEN V6LEN", 2, 2, false},
+	"location":         {"location resolv_conf [PATH]", 1, 2, false},
+	"srv":              {"srv", 0, 0, false},
+	"cache_file":       {"cache_file PATH", 1, 1, false},
+	"state":            {"state NAME", 1, 1, false},
+	"recheck":          {"recheck DURATION|off", 1, 1, false},
+	"soa":              {"soa MNAME RNAME [MINIMUM]", 2, 3, false},
+	"ns":               {"ns NAME [ADDRESS...]", 1, many, true},
+	"max_locations":    {"max_locations COUNT", 1, 1, false},
+	"diagnostic":       {"diagnostic NAME", 1, 1, false},
+	"fallthrough":      {"fallthrough [ZONES...]", 0, many, false},
+}
+
+const many = -1
+
+// maxTTL is the largest TTL (RFC 2181 §8: a TTL with its top bit set reads
+// as zero).
+const maxTTL = math.MaxInt32
+
+// parse reads an ogs block (syntax in options and the README) strictly:
+// an unknown option, a wrong number of arguments, a block after an option,
+// a second occurrence of an option that is not repeatable, or a value that
+// is not exactly a decimal number, a duration or a listed word fails at the
+// file and line, naming the option and the value.
 func parse(c *caddy.Controller) (*OGS, error) {
 	o := &OGS{ttl: 30, fallbackTTL: 5, v4Prefix: 24, v6Prefix: 56, state: strings.Join(c.ServerBlockKeys, " ")}
 	cfg := ogs.Config{}
@@ -164,16 +183,48 @@ func parse(c *caddy.Controller) (*OGS, error) {
 		}
 		seen = true
 		o.names = plugin.OriginsFromArgsOrServerBlock(c.RemainingArgs(), c.ServerBlockKeys)
+		given := map[string]string{} // option → "file:line" of its first occurrence
 		for c.NextBlock() {
 			opt := c.Val()
 			args := c.RemainingArgs()
 			bad := func(format string, a ...any) error {
-				return c.Errf("ogs: %s %s: %s", opt, strings.Join(args, " "), fmt.Sprintf(format, a...))
+				return c.Errf("ogs: %s: %s", strings.TrimSpace(opt+" "+strings.Join(args, " ")), fmt.Sprintf(format, a...))
 			}
+			spec, ok := options[opt]
+			switch {
+			case !ok:
+				return nil, c.Errf("ogs: unknown option %q", opt)
+			case c.NextArg(): // RemainingArgs stopped at a '{' on the option's line
+				return nil, bad("takes no block")
+			case len(args) < spec.min || (spec.max != many && len(args) > spec.max):
+				return nil, bad("want %s", spec.syntax)
+			}
+			if first, ok := given[opt]; ok && !spec.repeat {
+				return nil, c.Errf("ogs: %s given twice (first at %s)", opt, first)
+			}
+			given[opt] = fmt.Sprintf("%s:%d", c.File(), c.Line())
+			// intArg and durationArg read a whole number or a positive
+			// duration; the error names the option and the value (and, of
+			// an option with several, which one).
+			intArg := func(what, s string, min, max int) (int, error) {
+				n, err := cfvalue.Int(s, min, max)
+				if err != nil {
+					return 0, bad("%s%v", what, err)
+				}
+				return n, nil
+			}
+			durationArg := func(s string) (time.Duration, error) {
+				d, err := cfvalue.Duration(s, time.Nanosecond)
+				if err != nil {
+					return 0, bad("%v", err)
+				}
+				return d, nil
+			}
+			var err error
 			switch opt {
 			case "gateway":
-				if len(args) < 2 || (len(args) > 2 && (args[2] != "backup" || len(args) == 3)) {
-					return nil, bad("want gateway NAME ADDRESS:PORT [backup NAME...]")
+				if len(args) > 2 && (args[2] != "backup" || len(args) == 3) {
+					return nil, bad("want %s", spec.syntax)
 				}
 				host, port, err := net.SplitHostPort(args[1])
 				if err != nil {
@@ -183,8 +234,8 @@ func parse(c *caddy.Controller) (*OGS, error) {
 				if ip == nil {
 					return nil, bad("the address must be an IP: answers carry it")
 				}
-				if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
-					return nil, bad("bad port %q", port)
+				if _, err := cfvalue.Int(port, 1, 65535); err != nil {
+					return nil, bad("bad port %q: %v", port, err)
 				}
 				g := ogs.Gateway{Name: args[0], Addr: args[1], IP: ip}
 				o.hasV4 = o.hasV4 || ip.To4() != nil
@@ -194,9 +245,6 @@ func parse(c *caddy.Controller) (*OGS, error) {
 				}
 				cfg.Gateways = append(cfg.Gateways, g)
 			case "probe":
-				if len(args) < 1 || len(args) > 2 {
-					return nil, bad("want probe tcp|tls|http|https [PATH]")
-				}
 				probe = args[0]
 				if len(args) == 2 {
 					path = args[1]
@@ -207,75 +255,43 @@ func parse(c *caddy.Controller) (*OGS, error) {
 					return nil, bad("unknown probe kind %q; want tcp, tls, http or https", probe)
 				}
 			case "probe_verify_tls":
-				if len(args) != 0 {
-					return nil, bad("takes no argument")
-				}
 				verify = true
 			case "fallback_ttl":
-				if len(args) != 1 {
-					return nil, bad("want seconds")
-				}
-				n, err := strconv.ParseUint(args[0], 10, 31)
-				if err != nil {
-					return nil, bad("want a whole number of seconds")
-				}
+				var n int
+				n, err = intArg("", args[0], 0, maxTTL)
 				o.fallbackTTL = uint32(n)
-			case "probes", "records", "max_locations", "ttl":
-				if len(args) != 1 {
-					return nil, bad("want one number")
-				}
-				n, err := strconv.Atoi(args[0])
-				if err != nil || n < 1 {
-					return nil, bad("want a whole number of at least 1")
-				}
-				switch opt {
-				case "probes":
-					cfg.Probes = n
-				case "records":
-					o.records = n
-				case "max_locations":
-					cfg.MaxLocations = n
-				case "ttl":
-					o.ttl = uint32(n)
-				}
-			case "deadline", "probe_timeout", "answer_deadline", "cache_ttl", "retry":
-				if len(args) != 1 {
-					return nil, bad("want one duration")
-				}
-				d, err := parseDuration(args[0])
-				if err != nil || d <= 0 {
-					return nil, bad("want a positive duration such as 7s, 10m or 14d")
-				}
-				switch opt {
-				case "deadline":
-					cfg.Deadline = d
-				case "probe_timeout":
-					cfg.ProbeTimeout = d
-				case "answer_deadline":
-					cfg.AnswerDeadline = d
-				case "cache_ttl":
-					cfg.CacheTTL = d
-				case "retry":
-					cfg.Retry = d
-				}
+			case "ttl":
+				var n int
+				n, err = intArg("", args[0], 1, maxTTL)
+				o.ttl = uint32(n)
+			case "probes":
+				cfg.Probes, err = intArg("", args[0], 1, math.MaxInt)
+			case "records":
+				o.records, err = intArg("", args[0], 1, math.MaxInt)
+			case "max_locations":
+				cfg.MaxLocations, err = intArg("", args[0], 1, math.MaxInt)
+			case "deadline":
+				cfg.Deadline, err = durationArg(args[0])
+			case "probe_timeout":
+				cfg.ProbeTimeout, err = durationArg(args[0])
+			case "answer_deadline":
+				cfg.AnswerDeadline, err = durationArg(args[0])
+			case "cache_ttl":
+				cfg.CacheTTL, err = durationArg(args[0])
+			case "retry":
+				cfg.Retry, err = durationArg(args[0])
 			case "unmeasured":
-				if len(args) != 1 || (args[0] != "last" && args[0] != "omit") {
+				if args[0] != "last" && args[0] != "omit" {
 					return nil, bad("want last or omit")
 				}
 				cfg.OmitUnmeasured = args[0] == "omit"
 			case "prefix":
-				if len(args) != 2 {
-					return nil, bad("want prefix V4LEN V6LEN")
+				if o.v4Prefix, err = intArg("V4LEN: ", args[0], 0, 32); err == nil {
+					o.v6Prefix, err = intArg("V6LEN: ", args[1], 0, 128)
 				}
-				v4, err4 := strconv.Atoi(args[0])
-				v6, err6 := strconv.Atoi(args[1])
-				if err4 != nil || err6 != nil || v4 < 0 || v4 > 32 || v6 < 0 || v6 > 128 {
-					return nil, bad("want 0-32 and 0-128")
-				}
-				o.v4Prefix, o.v6Prefix = v4, v6
 			case "location":
-				if len(args) < 1 || len(args) > 2 || args[0] != "resolv_conf" {
-					return nil, bad("want location resolv_conf [PATH]")
+				if args[0] != "resolv_conf" {
+					return nil, bad("want %s", spec.syntax)
 				}
 				path := "/etc/resolv.conf"
 				if len(args) == 2 {
@@ -284,44 +300,23 @@ func parse(c *caddy.Controller) (*OGS, error) {
 				o.resolv = &ogs.ResolvConf{Path: path}
 				o.networks = ogs.NewNetworks(10_000)
 			case "srv":
-				if len(args) != 0 {
-					return nil, bad("takes no argument")
-				}
 				o.srv = true
 			case "cache_file":
-				if len(args) != 1 {
-					return nil, bad("want one path")
-				}
 				cfg.CacheFile = args[0]
 			case "recheck":
-				if len(args) != 1 {
-					return nil, bad("want a duration or off")
-				}
 				if args[0] == "off" {
 					cfg.Recheck = -1
 					break
 				}
-				d, err := parseDuration(args[0])
-				if err != nil || d <= 0 {
-					return nil, bad("want a positive duration such as 1m, or off")
-				}
-				cfg.Recheck = d
+				cfg.Recheck, err = durationArg(args[0])
 			case "soa":
-				if len(args) < 2 || len(args) > 3 {
-					return nil, bad("want soa MNAME RNAME [MINIMUM]")
-				}
 				o.soa.mname, o.soa.rname = dns.Fqdn(strings.ToLower(args[0])), dns.Fqdn(strings.ToLower(args[1]))
 				if len(args) == 3 {
-					n, err := strconv.ParseUint(args[2], 10, 32)
-					if err != nil {
-						return nil, bad("MINIMUM: want seconds")
-					}
+					var n int
+					n, err = intArg("MINIMUM: ", args[2], 0, maxTTL)
 					minimum = int64(n)
 				}
 			case "ns":
-				if len(args) < 1 {
-					return nil, bad("want ns NAME [ADDRESS...]")
-				}
 				ns := nsConfig{name: dns.Fqdn(strings.ToLower(args[0]))}
 				if _, ok := dns.IsDomainName(ns.name); !ok {
 					return nil, bad("%q is not a domain name", args[0])
@@ -335,19 +330,14 @@ func parse(c *caddy.Controller) (*OGS, error) {
 				}
 				o.ns = append(o.ns, ns)
 			case "state":
-				if len(args) != 1 {
-					return nil, bad("want one name")
-				}
 				o.state = args[0]
 			case "diagnostic":
-				if len(args) != 1 {
-					return nil, bad("want one name")
-				}
 				o.diagnostic = dns.Fqdn(strings.ToLower(args[0]))
 			case "fallthrough":
 				o.Fall.SetZonesFromArgs(args)
-			default:
-				return nil, c.Errf("ogs: unknown option %q", opt)
+			}
+			if err != nil {
+				return nil, err
 			}
 		}
 	}
@@ -393,16 +383,4 @@ func parse(c *caddy.Controller) (*OGS, error) {
 		o.diagnostic = "_ogs." + o.names[0]
 	}
 	return o, nil
-}
-
-// parseDuration is time.ParseDuration plus whole days ("14d").
-func parseDuration(s string) (time.Duration, error) {
-	if d, ok := strings.CutSuffix(s, "d"); ok {
-		n, err := strconv.Atoi(d)
-		if err != nil {
-			return 0, err
-		}
-		return time.Duration(n) * 24 * time.Hour, nil
-	}
-	return time.ParseDuration(s)
 }

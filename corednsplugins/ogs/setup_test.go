@@ -2,6 +2,7 @@ package ogs
 
 import (
 	"net"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -79,35 +80,206 @@ func TestParseDefaults(t *testing.T) {
 	}
 }
 
-func TestParseErrorsNameOption(t *testing.T) {
-	for body, want := range map[string]string{
-		"gateway a 192.0.2.1:1\nprobes 0":              "probes 0",
-		"gateway a 192.0.2.1:1\ndeadline 7":            "deadline 7",
-		"gateway a 192.0.2.1:1\ncache_ttl -1d":         "cache_ttl -1d",
-		"gateway a 192.0.2.1:1\nprobe_timeout 0s":      "probe_timeout 0s",
-		"gateway a 192.0.2.1:1\nanswer_deadline soon":  "answer_deadline soon",
-		"gateway a 192.0.2.1:1\nfallback_ttl -5":       "fallback_ttl -5",
-		"gateway a 192.0.2.1:1\ngateway a 192.0.2.2:1": "duplicate name",
-		"gateway a 192.0.2.1:1\ngateway b 192.0.2.1:1": "duplicate address",
-		"gateway a 192.0.2.1:1 backup c":               `backup "c"`,
-		"gateway a 192.0.2.1:1 standby c":              "gateway a 192.0.2.1:1 standby c",
-		"gateway a 192.0.2.1:99999":                    "bad port",
-		"gateway a 192.0.2.1:1\nunmeasured sometimes":  "want last or omit",
-		"gateway a 192.0.2.1:1\nprefix 33 56":          "prefix 33 56",
-		"gateway a 192.0.2.1:1\nlocation geoip":        "location geoip",
-		"gateway a 192.0.2.1:1\ncolour blue":           `unknown option "colour"`,
-		"probes 3":                                     "at least one gateway",
-		"gateway a 192.0.2.1:1\nstate":                 "state : want one name",
-		"gateway a 192.0.2.1:1\nrecheck soon":          "recheck soon",
-		"gateway a 192.0.2.1:1\nsoa a.test.":           "soa a.test.: want soa MNAME RNAME",
-		"gateway a 192.0.2.1:1\nsoa a b many":          "MINIMUM",
-		"gateway a 192.0.2.1:1\nns":                    "want ns NAME",
-		"gateway a 192.0.2.1:1\nns a.test 1.2.3":       `"1.2.3" is not an IP`,
-	} {
-		c := caddy.NewTestController("dns", "ogs vpn.example.test {\n"+body+"\n}")
+// TestSetupParse is the parse table, in CoreDNS's plugin setup test style:
+// each input is a whole server block's ogs directive; a failing one must
+// fail with the text given, which names the option and the value, and
+// where a line matters, the file and line.
+func TestSetupParse(t *testing.T) {
+	const gw = "ogs vpn.example.test {\n gateway a 192.0.2.1:1\n" // option lines start at line 3
+	tests := []struct {
+		input     string
+		shouldErr bool
+		errText   string
+	}{
+		// valid
+		{gw + "}", false, ""},
+		{gw + "gateway b [2001:db8::2]:443 backup a\n gateway c 192.0.2.3:443\n}", false, ""},
+		{gw + "ns ns1.vpn.example.test 192.0.2.53\n ns ns2.vpn.example.test\n}", false, ""},
+		{gw + "cache_ttl 1d12h\n deadline 1.5s\n retry 0.5d\n}", false, ""},
+		{gw + "ttl 2147483647\n fallback_ttl 0\n soa a.test b.test 2147483647\n}", false, ""},
+		{gw + "prefix 0 128\n probes +3\n fallthrough\n}", false, ""},
+
+		// numbers: decimal digits only, in range
+		{gw + "probes 3x\n}", true, "Testfile:3 - Error during parsing: ogs: probes 3x: want a whole number of at least 1"},
+		{gw + "probes 0x10\n}", true, "probes 0x10: want a whole number"},
+		{gw + "probes 1_000\n}", true, "probes 1_000: want a whole number"},
+		{gw + "probes 0\n}", true, "probes 0: want a whole number of at least 1"},
+		{gw + "records 2.0\n}", true, "records 2.0: want a whole number"},
+		{gw + "max_locations 0\n}", true, "max_locations 0: want a whole number of at least 1"},
+		{gw + "ttl 4294967296\n}", true, "ttl 4294967296: want a whole number from 1 to 2147483647"},
+		{gw + "ttl 2147483648\n}", true, "ttl 2147483648: want a whole number from 1 to 2147483647"},
+		{gw + "fallback_ttl -5\n}", true, "fallback_ttl -5: want a whole number from 0 to 2147483647"},
+		{gw + "fallback_ttl 5s\n}", true, "fallback_ttl 5s: want a whole number"},
+		{gw + "prefix 33 56\n}", true, "prefix 33 56: V4LEN: want a whole number from 0 to 32"},
+		{gw + "prefix 24 0x38\n}", true, "prefix 24 0x38: V6LEN: want a whole number from 0 to 128"},
+		{gw + "soa a.test b.test 1e3\n}", true, "soa a.test b.test 1e3: MINIMUM: want a whole number"},
+		{gw + "soa a.test b.test 4294967295\n}", true, "MINIMUM: want a whole number from 0 to 2147483647"},
+		{"ogs vpn.example.test {\n gateway a 192.0.2.1:0x1bb\n}", true, "Testfile:2 - Error during parsing: ogs: gateway a 192.0.2.1:0x1bb: bad port"},
+		{"ogs vpn.example.test {\n gateway a 192.0.2.1:99999\n}", true, "bad port \"99999\": want a whole number from 1 to 65535"},
+
+		// durations: positive, with a unit
+		{gw + "deadline 7\n}", true, "deadline 7: want a positive duration"},
+		{gw + "cache_ttl 0x10d\n}", true, "cache_ttl 0x10d: want a positive duration"},
+		{gw + "cache_ttl -1d\n}", true, "cache_ttl -1d: want a positive duration"},
+		{gw + "probe_timeout 0s\n}", true, "probe_timeout 0s: want a positive duration"},
+		{gw + "answer_deadline soon\n}", true, "answer_deadline soon: want a positive duration"},
+		{gw + "retry 1.5\n}", true, "retry 1.5: want a positive duration"},
+		{gw + "recheck soon\n}", true, "recheck soon: want a positive duration"},
+
+		// words
+		{gw + "unmeasured sometimes\n}", true, "unmeasured sometimes: want last or omit"},
+		{gw + "probe ping\n}", true, `probe ping: unknown probe kind "ping"`},
+		{gw + "location geoip\n}", true, "location geoip: want location resolv_conf [PATH]"},
+		{gw + "ns a.test 1.2.3\n}", true, `"1.2.3" is not an IP`},
+		{gw + "colour blue\n}", true, `Testfile:3 - Error during parsing: ogs: unknown option "colour"`},
+
+		// argument counts: extra or missing arguments fail, quoting the syntax
+		{gw + "probes 3 4\n}", true, "Testfile:3 - Error during parsing: ogs: probes 3 4: want probes COUNT"},
+		{gw + "probes\n}", true, "ogs: probes: want probes COUNT"},
+		{gw + "ttl 30 60\n}", true, "ttl 30 60: want ttl SECONDS"},
+		{gw + "cache_ttl 14 d\n}", true, "cache_ttl 14 d: want cache_ttl DURATION"},
+		{gw + "recheck 1m 2m\n}", true, "recheck 1m 2m: want recheck DURATION|off"},
+		{gw + "srv yes\n}", true, "srv yes: want srv"},
+		{gw + "probe_verify_tls true\n}", true, "probe_verify_tls true: want probe_verify_tls"},
+		{gw + "unmeasured omit now\n}", true, "unmeasured omit now: want unmeasured last|omit"},
+		{gw + "probe tcp / x\n}", true, "probe tcp / x: want probe tcp|tls|http|https [PATH]"},
+		{gw + "prefix 24\n}", true, "prefix 24: want prefix V4LEN V6LEN"},
+		{gw + "location resolv_conf /a /b\n}", true, "want location resolv_conf [PATH]"},
+		{gw + "cache_file /a /b\n}", true, "cache_file /a /b: want cache_file PATH"},
+		{gw + "state\n}", true, "ogs: state: want state NAME"},
+		{gw + "state a b\n}", true, "state a b: want state NAME"},
+		{gw + "diagnostic a b\n}", true, "diagnostic a b: want diagnostic NAME"},
+		{gw + "soa a.test.\n}", true, "soa a.test.: want soa MNAME RNAME [MINIMUM]"},
+		{gw + "soa a b 1 2\n}", true, "soa a b 1 2: want soa MNAME RNAME [MINIMUM]"},
+		{gw + "ns\n}", true, "ogs: ns: want ns NAME [ADDRESS...]"},
+		{"ogs vpn.example.test {\n gateway a\n}", true, "gateway a: want gateway NAME ADDRESS:PORT [backup NAME...]"},
+		{"ogs vpn.example.test {\n gateway a 192.0.2.1:1 standby c\n}", true, "gateway a 192.0.2.1:1 standby c: want gateway"},
+		{"ogs vpn.example.test {\n gateway a 192.0.2.1:1 backup\n}", true, "gateway a 192.0.2.1:1 backup: want gateway"},
+		{gw + "probes 3 {\n }\n}", true, "Testfile:3 - Error during parsing: ogs: probes 3: takes no block"},
+
+		// repeats: a single-valued option given twice fails at the second,
+		// naming the first
+		{gw + "probes 3\n probes 4\n}", true, "Testfile:4 - Error during parsing: ogs: probes given twice (first at Testfile:3)"},
+		{gw + "recheck off\n ttl 5\n recheck 1m\n}", true, "Testfile:5 - Error during parsing: ogs: recheck given twice (first at Testfile:3)"},
+		{gw + "fallthrough\n fallthrough example.test\n}", true, "Testfile:4 - Error during parsing: ogs: fallthrough given twice (first at Testfile:3)"},
+
+		// across options
+		{"ogs vpn.example.test {\n probes 3\n}", true, "at least one gateway"},
+		{gw + "gateway a 192.0.2.2:1\n}", true, "duplicate name"},
+		{gw + "gateway b 192.0.2.1:1\n}", true, "duplicate address"},
+		{"ogs vpn.example.test {\n gateway a 192.0.2.1:1 backup c\n}", true, `backup "c"`},
+		{gw + "}\nogs {\n gateway b 192.0.2.2:1\n}", true, "only one ogs block per server block"},
+	}
+	for i, test := range tests {
+		c := caddy.NewTestController("dns", test.input)
 		_, err := parse(c)
-		if err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("%q: got %v, want %q", body, err, want)
+		if test.shouldErr && err == nil {
+			t.Errorf("test %d: expected error, got none for input %q", i, test.input)
 		}
+		if !test.shouldErr && err != nil {
+			t.Errorf("test %d: expected no error, got %v for input %q", i, err, test.input)
+		}
+		if test.shouldErr && err != nil && !strings.Contains(err.Error(), test.errText) {
+			t.Errorf("test %d: expected error containing %q, got %q", i, test.errText, err)
+		}
+	}
+}
+
+// TestSetupOnce gives every option twice: those the README calls
+// repeatable parse, every other fails naming the option and both lines.
+// It needs a valid line for each option, so a new option without one
+// fails here.
+func TestSetupOnce(t *testing.T) {
+	lines := map[string][2]string{ // option → two valid lines of it
+		"gateway":          {"gateway b 192.0.2.2:1", "gateway c 192.0.2.3:1"},
+		"probe":            {"probe tcp", "probe https /health"},
+		"probe_verify_tls": {"probe_verify_tls", "probe_verify_tls"},
+		"probes":           {"probes 3", "probes 4"},
+		"deadline":         {"deadline 7s", "deadline 8s"},
+		"probe_timeout":    {"probe_timeout 1s", "probe_timeout 1s"},
+		"answer_deadline":  {"answer_deadline 1s", "answer_deadline 2s"},
+		"cache_ttl":        {"cache_ttl 14d", "cache_ttl 1d"},
+		"retry":            {"retry 1m", "retry 2m"},
+		"ttl":              {"ttl 30", "ttl 60"},
+		"fallback_ttl":     {"fallback_ttl 5", "fallback_ttl 1"},
+		"records":          {"records 1", "records 2"},
+		"unmeasured":       {"unmeasured omit", "unmeasured last"},
+		"prefix":           {"prefix 24 56", "prefix 16 48"},
+		"location":         {"location resolv_conf", "location resolv_conf /etc/resolv.conf"},
+		"srv":              {"srv", "srv"},
+		"cache_file":       {"cache_file /tmp/a.json", "cache_file /tmp/b.json"},
+		"state":            {"state a", "state b"},
+		"recheck":          {"recheck off", "recheck 1m"},
+		"soa":              {"soa a.test b.test", "soa c.test d.test 60"},
+		"ns":               {"ns ns1.vpn.example.test", "ns ns2.vpn.example.test 192.0.2.53"},
+		"max_locations":    {"max_locations 10", "max_locations 20"},
+		"diagnostic":       {"diagnostic a.test", "diagnostic b.test"},
+		"fallthrough":      {"fallthrough", "fallthrough example.test"},
+	}
+	repeatable := map[string]bool{"gateway": true, "ns": true} // as the README says
+	for opt := range options {
+		two, ok := lines[opt]
+		if !ok {
+			t.Errorf("%s: no sample lines", opt)
+			continue
+		}
+		in := "ogs vpn.example.test {\n gateway a 192.0.2.1:1\n " + two[0] + "\n " + two[1] + "\n}"
+		_, err := parse(caddy.NewTestController("dns", in))
+		if repeatable[opt] {
+			if err != nil {
+				t.Errorf("%s is repeatable: %v", opt, err)
+			}
+			continue
+		}
+		want := "Testfile:4 - Error during parsing: ogs: " + opt + " given twice (first at Testfile:3)"
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s twice: got %v, want %q", opt, err, want)
+		}
+		// Each line alone is valid.
+		for _, l := range two {
+			if _, err := parse(caddy.NewTestController("dns", "ogs vpn.example.test {\n gateway a 192.0.2.1:1\n "+l+"\n}")); err != nil {
+				t.Errorf("%q: %v", l, err)
+			}
+		}
+	}
+	if len(lines) != len(options) {
+		t.Errorf("%d sample options, %d options", len(lines), len(options))
+	}
+}
+
+// TestReadmeExamplesParse keeps the README's Corefile examples valid: the
+// ogs block of each parses.
+func TestReadmeExamplesParse(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, part := range strings.Split(string(readme), "~~~ corefile\n")[1:] {
+		block := part[:strings.Index(part, "~~~")]
+		start := strings.Index(block, "ogs ")
+		if start < 0 {
+			continue
+		}
+		depth, end := 0, start
+		for i := start; i < len(block); i++ {
+			if block[i] == '{' {
+				depth++
+			} else if block[i] == '}' {
+				if depth--; depth == 0 {
+					end = i + 1
+					break
+				}
+			}
+		}
+		n++
+		c := caddy.NewTestController("dns", block[start:end])
+		c.ServerBlockKeys = []string{"vpn.example.test:53"}
+		if _, err := parse(c); err != nil {
+			t.Errorf("README example %d: %v\n%s", n, err, block[start:end])
+		}
+	}
+	if n == 0 {
+		t.Fatal("no ogs example found in README.md")
 	}
 }

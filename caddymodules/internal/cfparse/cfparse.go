@@ -13,15 +13,14 @@
 package cfparse
 
 import (
-	"errors"
 	"fmt"
-	"math"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+
+	"github.com/edgesteer/edgesteer/internal/cfvalue"
 )
 
 // Many as the most arguments of Args means "no limit".
@@ -251,76 +250,22 @@ func (b *Block) ParseDuration(s string, min time.Duration) (caddy.Duration, erro
 	return caddy.Duration(v), nil
 }
 
+// The value parsers are internal/cfvalue's, shared with the CoreDNS plugin.
+
 // Bool parses exactly "true" or "false" (strconv.ParseBool would also take
 // 1, t, F, TRUE…, which nobody writes on purpose).
-func Bool(s string) (bool, error) {
-	switch s {
-	case "true":
-		return true, nil
-	case "false":
-		return false, nil
-	}
-	return false, errors.New("want true or false")
-}
+func Bool(s string) (bool, error) { return cfvalue.Bool(s) }
 
 // Int parses a decimal whole number from min to max (use math.MaxInt for
 // no upper bound). Unlike fmt.Sscan it refuses "3x", and unlike base 0 it
 // refuses "0x10" and "1_000".
-func Int(s string, min, max int) (int, error) {
-	v, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || v < int64(min) || v > int64(max) {
-		return 0, errors.New("want a whole number" + intRange(min, max))
-	}
-	return int(v), nil
-}
-
-func intRange(min, max int) string {
-	switch {
-	case max == math.MaxInt:
-		return fmt.Sprintf(" of at least %d", min)
-	case min == math.MinInt:
-		return fmt.Sprintf(" of at most %d", max)
-	}
-	return fmt.Sprintf(" from %d to %d", min, max)
-}
+func Int(s string, min, max int) (int, error) { return cfvalue.Int(s, min, max) }
 
 // Float parses a decimal number from min to max (math.Inf for no bound);
 // hexadecimal, infinities and NaN are refused.
-func Float(s string, min, max float64) (float64, error) {
-	v, err := strconv.ParseFloat(s, 64)
-	if err != nil || strings.ContainsAny(s, "xX") || math.IsNaN(v) || math.IsInf(v, 0) || v < min || v > max {
-		return 0, errors.New("want a decimal number" + floatRange(min, max))
-	}
-	return v, nil
-}
+func Float(s string, min, max float64) (float64, error) { return cfvalue.Float(s, min, max) }
 
-func floatRange(min, max float64) string {
-	switch {
-	case math.IsInf(min, -1) && math.IsInf(max, 1):
-		return ""
-	case math.IsInf(max, 1):
-		return fmt.Sprintf(" of at least %g", min)
-	case math.IsInf(min, -1):
-		return fmt.Sprintf(" of at most %g", max)
-	}
-	return fmt.Sprintf(" from %g to %g", min, max)
-}
-
-// Duration parses a Caddy duration (Go's syntax, or whole days: "1d") of
+// Duration parses a Caddy duration (Go's syntax, or days: "1d", "1.5d") of
 // at least min: 0 for "zero or more", time.Nanosecond for "positive",
 // math.MinInt64 for no bound.
-func Duration(s string, min time.Duration) (time.Duration, error) {
-	v, err := caddy.ParseDuration(s)
-	if err == nil && v >= min {
-		return v, nil
-	}
-	switch {
-	case min == math.MinInt64:
-		return 0, errors.New("want a duration, such as 250ms, 30s or 1d")
-	case min == 0:
-		return 0, errors.New("want a duration of zero or more, such as 0s, 250ms or 1d")
-	case min == time.Nanosecond:
-		return 0, errors.New("want a positive duration, such as 250ms, 30s or 1d")
-	}
-	return 0, fmt.Errorf("want a duration of at least %v", min)
-}
+func Duration(s string, min time.Duration) (time.Duration, error) { return cfvalue.Duration(s, min) }
