@@ -1,68 +1,43 @@
 package quota
 
 import (
-	"math"
 	"sync/atomic"
-	"time"
+
+	"github.com/edgesteer/edgesteer/internal/ratelimit"
 )
 
-// limiter is one peer's GCRA at its share, as internal/ratelimit's Bucket
-// and Rule (same admission rule and burst floor of 2), with one difference
-// that shares need: when the rate changes, the debt (tat − now) is rescaled
-// so that the admissions outstanding stay the same. Without it, a debt run
-// up at a floor share of 1/s keeps a replica from admitting for up to a
-// second after its share rises to 10/s; in the 100-replica simulation that
-// alone cost 16 % of the limit.
+// limiter is one peer's GCRA at its share: internal/ratelimit's Bucket under
+// a Rule made for the share. When the share changes, the debt is rescaled
+// (Bucket.Rescale) so that the admissions outstanding stay the same. Without
+// it, a debt run up at a floor share of 1/s keeps a replica from admitting
+// for up to a second after its share rises to 10/s; in the 100-replica
+// simulation that alone cost 16 % of the limit.
 type limiter struct {
-	tat    atomic.Int64 // unix ns: theoretical arrival time of the next admission
-	params atomic.Pointer[gcraParams]
+	bucket ratelimit.Bucket
+	rule   atomic.Pointer[ratelimit.Rule] // nil: a share of 0, admit nothing
 }
 
-type gcraParams struct {
-	rate                float64
-	interval, tolerance int64 // ns; interval == never: admit nothing
-}
-
-const never = math.MaxInt64 / 4
-
-func newParams(rate float64, burst int) *gcraParams {
-	if !(rate > 0) {
-		return &gcraParams{interval: never}
+// shareRule is the rule for a share of rate with burst (0: the default);
+// nil for a share of 0.
+func shareRule(rate float64, burst int) *ratelimit.Rule {
+	r, err := ratelimit.NewRule("share", rate, burst)
+	if err != nil {
+		return nil // rate ≤ 0: admit nothing
 	}
-	iv := int64(float64(time.Second) / rate)
-	return &gcraParams{rate: rate, interval: iv, tolerance: iv * int64(burst-1)}
+	return r
 }
 
 func (l *limiter) allow(now int64) bool {
-	p := l.params.Load()
-	if p.interval == never {
-		return false
-	}
-	for {
-		old := l.tat.Load()
-		tat := max(old, now)
-		if tat-now > p.tolerance {
-			return false
-		}
-		if l.tat.CompareAndSwap(old, tat+p.interval) {
-			return true
-		}
+	r := l.rule.Load()
+	return r != nil && l.bucket.Allow(r, now)
+}
+
+// set changes the share at now, rescaling the debt.
+func (l *limiter) set(r *ratelimit.Rule, now int64) {
+	old := l.rule.Swap(r)
+	if old != nil && r != nil {
+		l.bucket.Rescale(old.Rate/r.Rate, now)
 	}
 }
 
-// set changes the rate at now, rescaling the debt.
-func (l *limiter) set(p *gcraParams, now int64) {
-	old := l.params.Swap(p)
-	if old == nil || old.interval == never || p.interval == never {
-		return
-	}
-	factor := float64(p.interval) / float64(old.interval)
-	for {
-		tat := l.tat.Load()
-		if tat <= now || l.tat.CompareAndSwap(tat, now+int64(float64(tat-now)*factor)) {
-			return
-		}
-	}
-}
-
-func (l *limiter) full(now int64) bool { return l.tat.Load() <= now }
+func (l *limiter) full(now int64) bool { return l.bucket.Full(now) }

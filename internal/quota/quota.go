@@ -185,11 +185,11 @@ func (q *Quota) effective() float64 {
 // ratelimit.Rule.BurstAt for why not 1).
 func (q *Quota) apply(p *peer, now int64) {
 	rate := p.frac * q.effective()
-	if old := p.lim.params.Load(); old != nil && old.rate == rate && (rate > 0) == (old.interval != never) {
+	if old := p.lim.rule.Load(); (old == nil && !(rate > 0)) || (old != nil && old.Rate == rate) {
 		return
 	}
 	burst := max(2, int(math.Ceil(float64(q.cfg.Burst)*rate/q.cfg.Limit)))
-	p.lim.set(newParams(rate, burst), now)
+	p.lim.set(shareRule(rate, burst), now)
 }
 
 // Allow admits one request of peer at now (unix ns) under this replica's

@@ -139,6 +139,18 @@ func (b *Bucket) Refund(r *Rule) {
 	b.tat.Add(-r.interval.Load())
 }
 
+// Rescale multiplies the bucket's debt at now (tat − now) by factor, so that
+// the admissions it has outstanding stay the same when its rule's interval
+// changes by that factor (old rate / new rate).
+func (b *Bucket) Rescale(factor float64, now int64) {
+	for {
+		old := b.tat.Load()
+		if old <= now || b.tat.CompareAndSwap(old, now+int64(float64(old-now)*factor)) {
+			return
+		}
+	}
+}
+
 // Full reports whether the bucket has refilled (no debt at now), so that
 // dropping it loses nothing.
 func (b *Bucket) Full(now int64) bool {

@@ -47,14 +47,7 @@ func (t *Table) Bucket(key string, now int64) *Bucket {
 // positive) by factor: a reload that changes a rate from r to r' keeps the
 // number of admissions each key has outstanding with factor r/r'.
 func (t *Table) Rescale(factor float64, now int64) {
-	t.t.Each(seconds(now), func(b *Bucket) {
-		for {
-			old := b.tat.Load()
-			if old <= now || b.tat.CompareAndSwap(old, now+int64(float64(old-now)*factor)) {
-				return
-			}
-		}
-	})
+	t.t.Each(seconds(now), func(b *Bucket) { b.Rescale(factor, now) })
 }
 
 // Len returns the number of buckets.
