@@ -125,32 +125,22 @@ func (c *Config) FillDefaults() {
 	if c.Prober == nil {
 		c.Prober = latency.TCPProber{}
 	}
-	if c.Probes == 0 {
-		c.Probes = DefaultProbes
-	}
-	if c.Deadline == 0 {
-		c.Deadline = DefaultDeadline
-	}
-	if c.ProbeTimeout == 0 {
-		c.ProbeTimeout = DefaultProbeTimeout
-	}
-	if c.ProbeSpacing == 0 {
-		c.ProbeSpacing = DefaultProbeSpacing
-	}
-	if c.AnswerDeadline == 0 {
-		c.AnswerDeadline = DefaultAnswerDeadline
-	}
-	if c.CacheTTL == 0 {
-		c.CacheTTL = DefaultCacheTTL
-	}
-	if c.Retry == 0 {
-		c.Retry = DefaultRetry
-	}
-	if c.MaxLocations == 0 {
-		c.MaxLocations = DefaultMaxLocations
-	}
-	if c.Recheck == 0 {
-		c.Recheck = DefaultRecheck
+	orDefault(&c.Probes, DefaultProbes)
+	orDefault(&c.Deadline, DefaultDeadline)
+	orDefault(&c.ProbeTimeout, DefaultProbeTimeout)
+	orDefault(&c.ProbeSpacing, DefaultProbeSpacing)
+	orDefault(&c.AnswerDeadline, DefaultAnswerDeadline)
+	orDefault(&c.CacheTTL, DefaultCacheTTL)
+	orDefault(&c.Retry, DefaultRetry)
+	orDefault(&c.MaxLocations, DefaultMaxLocations)
+	orDefault(&c.Recheck, DefaultRecheck)
+}
+
+// orDefault sets *v to def if *v is the zero value.
+func orDefault[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
 	}
 }
 
