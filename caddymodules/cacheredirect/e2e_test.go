@@ -42,6 +42,12 @@ type seen struct {
 const vcl = `vcl 4.1;
 # Misses are fetched through lower-tier node l2b (the seed's L2NS3).
 backend l2b { .host = "10.77.0.4"; .port = "8601"; }
+sub vcl_recv {
+	# Readiness without touching the backend: a fetch from l2b before it
+	# listens would be refused, and varnish then holds the backend down
+	# (backend_remote_error_holddown) past the moment the test starts.
+	if (req.url == "/_varnish_ready") { return (synth(200)); }
+}
 sub vcl_deliver {
 	# What the cache saw, for the test to check.
 	set resp.http.X-Cache-Seen-Client-IP = req.http.Client-IP;
@@ -75,7 +81,7 @@ func startNtier(t *testing.T) *ntier {
 		"-a", "10.77.0.5:6081", "-n", filepath.Join(dir, "varnish"), "-T", "127.0.0.1:0", "-s", "malloc,64m")
 	client := tp.HTTPClient("client")
 	cache.WaitFor(t, "varnish", 30*time.Second, func() error {
-		resp, err := client.Get("http://10.77.0.5:6081/_seen")
+		resp, err := client.Get("http://10.77.0.5:6081/_varnish_ready")
 		if err == nil {
 			resp.Body.Close()
 		}
