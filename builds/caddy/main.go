@@ -19,6 +19,7 @@ import (
 	_ "github.com/edgesteer/edgesteer/caddymodules/ldapmatch"
 	_ "github.com/edgesteer/edgesteer/caddymodules/peerratelimit"
 	_ "github.com/edgesteer/edgesteer/caddymodules/portrange"
+	_ "github.com/edgesteer/edgesteer/caddymodules/redisstore"
 	_ "github.com/edgesteer/edgesteer/caddymodules/tenantroute"
 )
 
