@@ -6,10 +6,13 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+
+	"github.com/edgesteer/edgesteer/caddymodules/internal/views"
 )
 
 func init() {
 	caddy.RegisterModule(Admin{})
+	views.Register("latency_bucket", func() any { return policyViews() })
 }
 
 // Admin is the admin API endpoint GET /latency_bucket/: every live
@@ -69,6 +72,12 @@ func serveAdmin(w http.ResponseWriter, r *http.Request) error {
 	if r.Method != http.MethodGet {
 		return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed}
 	}
+	w.Header().Set("Content-Type", "application/json")
+	return json.NewEncoder(w).Encode(policyViews())
+}
+
+// policyViews is the admin API's answer (and the dashboard's).
+func policyViews() []PolicyView {
 	now := time.Now().UnixNano()
 	views := []PolicyView{}
 	for _, p := range pooledStates() {
@@ -100,8 +109,7 @@ func serveAdmin(w http.ResponseWriter, r *http.Request) error {
 		}
 		views = append(views, v)
 	}
-	w.Header().Set("Content-Type", "application/json")
-	return json.NewEncoder(w).Encode(views)
+	return views
 }
 
 // Interface guards

@@ -8,10 +8,13 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+
+	"github.com/edgesteer/edgesteer/caddymodules/internal/views"
 )
 
 func init() {
 	caddy.RegisterModule(Admin{})
+	views.Register("peer_rate_limit", func() any { return handlerViews() })
 }
 
 // Admin is the admin API endpoint GET /peer_rate_limit/: every live
@@ -74,6 +77,12 @@ func serveAdmin(w http.ResponseWriter, r *http.Request) error {
 	if r.Method != http.MethodGet {
 		return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed}
 	}
+	w.Header().Set("Content-Type", "application/json")
+	return json.NewEncoder(w).Encode(handlerViews())
+}
+
+// handlerViews is the admin API's answer (and the dashboard's).
+func handlerViews() []HandlerView {
 	views := []HandlerView{}
 	for _, sh := range registry.List(func(sh *shared) string { return sh.name + "\x00" + sh.kind }) {
 		g := sh.newest()
@@ -97,8 +106,7 @@ func serveAdmin(w http.ResponseWriter, r *http.Request) error {
 		}
 		views = append(views, v)
 	}
-	w.Header().Set("Content-Type", "application/json")
-	return json.NewEncoder(w).Encode(views)
+	return views
 }
 
 // Interface guards

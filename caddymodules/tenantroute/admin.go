@@ -11,10 +11,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/edgesteer/edgesteer/caddymodules/internal/metricsreg"
+	"github.com/edgesteer/edgesteer/caddymodules/internal/views"
 )
 
 func init() {
 	caddy.RegisterModule(Admin{})
+	views.Register("tenant_route", func() any { return handlerViews() })
 }
 
 // maxTrackedTenants bounds the tenants listed in the admin API: tenant
@@ -150,6 +152,12 @@ func serveView(w http.ResponseWriter, r *http.Request) error {
 	if r.Method != http.MethodGet {
 		return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed}
 	}
+	w.Header().Set("Content-Type", "application/json")
+	return json.NewEncoder(w).Encode(handlerViews())
+}
+
+// handlerViews is the admin API's answer (and the dashboard's).
+func handlerViews() []View {
 	views := []View{}
 	for _, s := range liveStates() {
 		p := s.placer
@@ -168,8 +176,7 @@ func serveView(w http.ResponseWriter, r *http.Request) error {
 		}
 		views = append(views, v)
 	}
-	w.Header().Set("Content-Type", "application/json")
-	return json.NewEncoder(w).Encode(views)
+	return views
 }
 
 func servePartitions(w http.ResponseWriter, r *http.Request) error {
