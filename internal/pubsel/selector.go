@@ -34,6 +34,9 @@ type Selector[U comparable] struct {
 	Host      Host[U]
 	LeastConn bool          // fewest connections within the bucket, not random
 	Sticky    *sticky.Table // nil: no stickiness
+	// Shared, with Sticky, is the cluster's second level (State.Shared):
+	// read on a local miss, written on a new pick. nil: local only.
+	Shared *Shared
 
 	view atomic.Pointer[view[U]]
 }
@@ -42,6 +45,7 @@ type Selector[U comparable] struct {
 type Decision struct {
 	Status *Status // the chosen publisher's status; nil if it is not probed
 	Sticky bool    // an existing (user, app) entry decided
+	Shared bool    // that entry came from the shared store (a local miss)
 }
 
 type view[U comparable] struct {
@@ -52,8 +56,9 @@ type view[U comparable] struct {
 	fallback bool
 	first    *U // identity of the pool the view was built from
 	size     int
-	groups   [][]member[U] // active members by bucket, lowest bucket first
-	byID     []int32       // target id → index in members, -1 if absent
+	groups   [][]member[U]    // active members by bucket, lowest bucket first
+	byID     []int32          // target id → index in members, -1 if absent
+	byAddr   map[string]int32 // probe address → index in members (shared store values)
 	members  []member[U]
 }
 
@@ -142,9 +147,15 @@ func (s *Selector[U]) build(pool []U) *view[U] {
 	for i := range v.byID {
 		v.byID[i] = -1
 	}
+	if s.Shared != nil {
+		v.byAddr = make(map[string]int32, len(v.members))
+	}
 	for i, m := range v.members {
 		if m.probed {
 			v.byID[m.id] = int32(i)
+			if v.byAddr != nil {
+				v.byAddr[s.Host.Addr(m.u)] = int32(i)
+			}
 		}
 	}
 	return v
@@ -177,8 +188,33 @@ func (s *Selector[U]) sel(pool []U, user, app string, now int64, pinned bool) (u
 		if id, hit := s.Sticky.Get(key, now); hit && int(id) < len(v.byID) && v.byID[id] >= 0 {
 			m := v.members[v.byID[id]]
 			if st := s.Tracker.StatusOf(id); st != nil && st.Active && s.Host.Available(m.u) {
+				if s.Shared != nil {
+					s.Shared.stats.LocalHits.Add(1)
+				}
 				return m.u, Decision{Status: st, Sticky: true}, true
 			}
+		}
+	}
+	// The shared level: only for a pin this pool would make (some member
+	// measured), so a cold start costs no store call per request.
+	var skey string
+	overwrite := false
+	shared := pinned && s.Shared != nil && !v.fallback
+	if shared {
+		skey = s.Shared.Key(user, app)
+		addr, found, bad := s.Shared.lookup(skey)
+		overwrite = bad
+		if found {
+			if m, st, usable, member := s.fromStore(v, addr); usable {
+				s.Sticky.Put(key, m.id, now)
+				s.Shared.stats.SharedHits.Add(1)
+				return m.u, Decision{Status: st, Sticky: true, Shared: true}, true
+			} else if member {
+				s.Shared.stats.Stale.Add(1)
+			} else {
+				s.Shared.stats.Malformed.Add(1)
+			}
+			overwrite = true
 		}
 	}
 	for _, g := range v.groups {
@@ -191,12 +227,38 @@ func (s *Selector[U]) sel(pool []U, user, app string, now int64, pinned bool) (u
 			// A pick made before anything in the pool was measured is not
 			// latency-based: do not pin the pair to it.
 			if pinned && !v.fallback && (d.Status.Measured || s.Tracker.cfg.Load().NoBuckets) {
+				if shared {
+					// Another replica may have pinned the pair since our
+					// lookup: its pin wins if it is usable here.
+					if winner, won := s.Shared.claim(skey, d.Status.Addr, overwrite); !won {
+						if wm, wst, usable, _ := s.fromStore(v, winner); usable {
+							s.Shared.stats.Adopted.Add(1)
+							m, d.Status = wm, wst
+						} else {
+							s.Shared.claim(skey, d.Status.Addr, true)
+						}
+					}
+				}
 				s.Sticky.Put(key, m.id, now)
 			}
 		}
 		return m.u, d, true
 	}
 	return u, d, false
+}
+
+// fromStore resolves a publisher address read from the shared store:
+// usable if it is a measured-pool member that is active and available
+// here; member if it is at least one of the pool's publishers.
+func (s *Selector[U]) fromStore(v *view[U], addr string) (m member[U], st *Status, usable, member bool) {
+	i, ok := v.byAddr[addr]
+	if !ok {
+		return m, nil, false, false
+	}
+	m = v.members[i]
+	st = s.Tracker.StatusOf(m.id)
+	usable = st != nil && st.Active && (st.Measured || s.Tracker.cfg.Load().NoBuckets) && s.Host.Available(m.u)
+	return m, st, usable, true
 }
 
 func (s *Selector[U]) pick(g []member[U]) (member[U], bool) {

@@ -17,13 +17,26 @@ type Settings struct {
 	Sticky           bool
 	StickyTTL        time.Duration
 	StickyMaxEntries int
+	// Shared, with Sticky, makes a shared store the table's second level
+	// (a cluster of replicas sharing pins); nil: local only.
+	Shared *SharedConfig
 }
 
 func (s *Settings) setDefaults() { orDefault(&s.StickyMaxEntries, DefaultStickyMaxEntries) }
 
 func (s Settings) same(o Settings) bool {
 	return sameSettings(s.Tracker, o.Tracker) && s.Sticky == o.Sticky &&
-		s.StickyTTL == o.StickyTTL && s.StickyMaxEntries == o.StickyMaxEntries
+		s.StickyTTL == o.StickyTTL && s.StickyMaxEntries == o.StickyMaxEntries && sameShared(s.Shared, o.Shared)
+}
+
+func sameShared(a, b *SharedConfig) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	x, y := *a, *b
+	x.setDefaults()
+	y.setDefaults()
+	return x == y
 }
 
 // State is the process-lifetime state of one named policy: the tracker
@@ -37,6 +50,9 @@ type State struct {
 	clock   atomic.Int64 // coarse unix ns, for the sticky table
 	cancel  context.CancelFunc
 	done    chan struct{}
+
+	shared      atomic.Pointer[Shared] // nil: no shared level
+	sharedStats SharedStats
 
 	mu       sync.Mutex
 	leases   []*Lease // in arrival order; the last one's settings are in force
@@ -61,7 +77,9 @@ func NewState(s Settings) (*State, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	st := &State{tracker: tr, table: sticky.New(s.StickyMaxEntries, s.StickyTTL), since: time.Now(),
-		cancel: cancel, done: make(chan struct{}), settings: s}
+		cancel: cancel, done: make(chan struct{})}
+	st.applyShared(s)
+	st.settings = s
 	st.clock.Store(time.Now().UnixNano())
 	tr.Start()
 	go st.tick(ctx)
@@ -91,6 +109,9 @@ func (st *State) tick(ctx context.Context) {
 
 // Close stops the probers and the clock and waits for them.
 func (st *State) Close() {
+	if sh := st.shared.Swap(nil); sh != nil {
+		sh.close()
+	}
 	st.cancel()
 	st.tracker.Stop()
 	<-st.done
@@ -101,6 +122,13 @@ func (st *State) Tracker() *Tracker { return st.tracker }
 
 // Table returns the sticky table (empty while sticky is off).
 func (st *State) Table() *sticky.Table { return st.table }
+
+// Shared returns the shared level in force, or nil (none, or sticky off).
+// A Selector takes it when its config generation is provisioned.
+func (st *State) Shared() *Shared { return st.shared.Load() }
+
+// SharedStats returns the shared level's counters (kept across reloads).
+func (st *State) SharedStats() *SharedStats { return &st.sharedStats }
 
 // Now is the coarse clock, in unix ns.
 func (st *State) Now() int64 { return st.clock.Load() }
@@ -168,7 +196,29 @@ func (st *State) apply(s Settings) {
 	} else if st.settings.Sticky {
 		st.table.Clear()
 	}
+	st.applyShared(s)
 	st.settings = s
+}
+
+// applyShared makes the shared level s asks for, or keeps the current one
+// if it is the same (a new TTL applies to it).
+func (st *State) applyShared(s Settings) {
+	want := s.Shared
+	if !s.Sticky {
+		want = nil
+	}
+	cur := st.shared.Load()
+	if cur != nil && want != nil && sameShared(&cur.cfg, want) {
+		cur.ttl.Store(int64(s.StickyTTL))
+		return
+	}
+	var next *Shared
+	if want != nil {
+		next = newShared(*want, &st.sharedStats, s.StickyTTL)
+	}
+	if old := st.shared.Swap(next); old != nil {
+		old.close()
+	}
 }
 
 // Holder returns the lease's claim on targets, for a Selector.

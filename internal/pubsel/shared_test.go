@@ -1,0 +1,307 @@
+package pubsel
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// replica is one process of a cluster: its own State (tracker, local
+// table) and a selector, sharing a store with the others.
+type replica struct {
+	st  *State
+	sel *Selector[*up]
+}
+
+func newReplica(t *testing.T, store Store, pool []*up, rtts ...time.Duration) *replica {
+	t.Helper()
+	s := settings(32 * ms)
+	s.Shared = &SharedConfig{Store: store, Prefix: "edgesteer:latency_bucket:apps", Recheck: 20 * ms, Timeout: 50 * ms}
+	st, err := NewState(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	l, err := st.Lease(t, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &replica{st: st, sel: &Selector[*up]{Tracker: st.Tracker(), Holder: l.Holder(), Host: upHost{},
+		Sticky: st.Table(), Shared: st.Shared()}}
+	r.sel.SelectUnpinned(pool, 0) // registers the pool
+	for i, d := range rtts {
+		measure(t, st.Tracker(), pool[i].addr, d)
+	}
+	return r
+}
+
+func (r *replica) pick(t *testing.T, pool []*up, user, app string) (*up, Decision) {
+	t.Helper()
+	u, d, ok := r.sel.Select(pool, user, app, time.Now().UnixNano())
+	if !ok {
+		t.Fatalf("no pick for %s/%s", user, app)
+	}
+	return u, d
+}
+
+// A pair picked on one replica is used by the others: one store read on
+// their local miss, none on their local hits.
+func TestSharedPinAcrossReplicas(t *testing.T) {
+	store := NewMemStore()
+	pool := pubs(4)
+	rtts := []time.Duration{5 * ms, 6 * ms, 7 * ms, 8 * ms} // all in [0,32): a random pick
+	a, b, c := newReplica(t, store, pool, rtts...), newReplica(t, store, pool, rtts...), newReplica(t, store, pool, rtts...)
+	for i := range 50 {
+		user := fmt.Sprint("user-", i)
+		first, d := a.pick(t, pool, user, "app")
+		if d.Sticky || d.Shared {
+			t.Fatalf("first pick of %s: %+v", user, d)
+		}
+		for _, r := range []*replica{b, c} {
+			u, d := r.pick(t, pool, user, "app")
+			if u != first || !d.Sticky || !d.Shared {
+				t.Fatalf("%s on another replica: %s %+v, first went to %s", user, u.addr, d, first.addr)
+			}
+		}
+		calls := store.Calls()
+		for _, r := range []*replica{a, b, c} {
+			if u, d := r.pick(t, pool, user, "app"); u != first || !d.Sticky || d.Shared {
+				t.Fatalf("%s local hit: %s %+v", user, u.addr, d)
+			}
+		}
+		if store.Calls() != calls {
+			t.Fatalf("local hits made %d store calls", store.Calls()-calls)
+		}
+	}
+	if n := store.Len(); n != 50 {
+		t.Fatalf("store holds %d pairs, want 50", n)
+	}
+	sa, sb := a.st.SharedStats(), b.st.SharedStats()
+	if sa.Misses.Load() != 50 || sa.Writes.Load() != 50 || sa.LocalHits.Load() != 50 || sb.SharedHits.Load() != 50 || sb.LocalHits.Load() != 50 {
+		t.Fatalf("stats: a misses %d writes %d local %d; b shared %d local %d", sa.Misses.Load(), sa.Writes.Load(),
+			sa.LocalHits.Load(), sb.SharedHits.Load(), sb.LocalHits.Load())
+	}
+	// A replica restarted with an empty table follows the store.
+	d := newReplica(t, store, pool, rtts...)
+	for i := range 50 {
+		user := fmt.Sprint("user-", i)
+		want, _ := a.pick(t, pool, user, "app")
+		if u, dd := d.pick(t, pool, user, "app"); u != want || !dd.Shared {
+			t.Fatalf("%s on the restarted replica: %s %+v, want %s", user, u.addr, dd, want.addr)
+		}
+	}
+}
+
+// A stored publisher inactive here (or unavailable) is re-picked and the
+// entry rewritten; one that is not a publisher of the pool, too long, not
+// printable or of another type is ignored, counted and overwritten.
+func TestSharedStaleAndMalformed(t *testing.T) {
+	store := NewMemStore()
+	pool := pubs(3)
+	r := newReplica(t, store, pool, 5*ms, 6*ms, 0) // publisher3's round failed: inactive
+	key := func(u string) string { return SharedKey("edgesteer:latency_bucket:apps", u, "app") }
+
+	store.Put(key("stale"), "publisher3:443")
+	u, d := r.pick(t, pool, "stale", "app")
+	if u == pool[2] || d.Sticky {
+		t.Fatalf("inactive stored publisher: %s %+v", u.addr, d)
+	}
+	if v, _ := store.Value(key("stale")); v != u.addr {
+		t.Fatalf("entry not rewritten: %q, picked %s", v, u.addr)
+	}
+	pool[1].down = true
+	store.Put(key("down"), "publisher2:443")
+	if u, _ := r.pick(t, pool, "down", "app"); u != pool[0] {
+		t.Fatalf("unavailable stored publisher: picked %s", u.addr)
+	}
+	pool[1].down = false
+	if got := r.st.SharedStats().Stale.Load(); got != 2 {
+		t.Fatalf("stale %d, want 2", got)
+	}
+
+	bad := map[string]string{
+		"foreign": "10.9.9.9:443", "long": strings.Repeat("a", MaxValueLen+1) + ":443",
+		"ctl": "publisher1:443\n", "empty": "",
+	}
+	for user, v := range bad {
+		store.Put(key(user), v)
+		u, d := r.pick(t, pool, user, "app")
+		if d.Shared || d.Sticky {
+			t.Fatalf("%s: value %q trusted: %s %+v", user, v, u.addr, d)
+		}
+		if got, _ := store.Value(key(user)); got != u.addr {
+			t.Fatalf("%s: entry %q not rewritten to %s", user, got, u.addr)
+		}
+	}
+	store.PutOther(key("hash"))
+	if _, d := r.pick(t, pool, "hash", "app"); d.Sticky {
+		t.Fatalf("wrong type trusted: %+v", d)
+	}
+	if got := r.st.SharedStats().Malformed.Load(); got != uint64(len(bad)+1) {
+		t.Fatalf("malformed %d, want %d", got, len(bad)+1)
+	}
+	if r.st.Shared().Health().Healthy != true || r.st.SharedStats().Errors.Load() != 0 {
+		t.Fatal("bad values marked the store down")
+	}
+}
+
+// A store that fails or hangs never fails a pick nor holds it past the
+// timeout; once known down it is not called per request; a ping brings it
+// back and new pairs are shared again.
+func TestSharedStoreDownAndBack(t *testing.T) {
+	store := NewMemStore()
+	pool := pubs(3)
+	a, b := newReplica(t, store, pool, 5*ms, 6*ms, 7*ms), newReplica(t, store, pool, 5*ms, 6*ms, 7*ms)
+	for _, mode := range []string{"down", "hang"} {
+		if mode == "down" {
+			store.SetDown(true)
+		} else {
+			store.SetHang(true)
+		}
+		start := time.Now()
+		if _, d := a.pick(t, pool, mode+"-first", "app"); d.Sticky {
+			t.Fatalf("%s: %+v", mode, d)
+		}
+		if mode == "hang" && time.Since(start) > 5*time.Second {
+			t.Fatalf("a hanging store held a pick for %v", time.Since(start))
+		}
+		h := a.st.Shared().Health()
+		if h.Healthy || h.LastError == "" || h.DownSince.IsZero() {
+			t.Fatalf("%s: health %+v", mode, h)
+		}
+		calls := store.Calls()
+		for i := range 100 {
+			u, _ := a.pick(t, pool, fmt.Sprint(mode, i), "app") // local picks, pinned locally
+			if again, d := a.pick(t, pool, fmt.Sprint(mode, i), "app"); again != u || !d.Sticky {
+				t.Fatalf("%s: local pin lost", mode)
+			}
+		}
+		// The recheck loop may ping meanwhile; requests add nothing.
+		if extra := store.Calls() - calls; extra > 20 {
+			t.Fatalf("%s: %d store calls for 200 requests while known down", mode, extra)
+		}
+		if a.st.SharedStats().Skipped.Load() == 0 {
+			t.Fatalf("%s: nothing counted as skipped", mode)
+		}
+		store.SetDown(false)
+		store.SetHang(false)
+		deadline := time.Now().Add(10 * time.Second)
+		for !a.st.Shared().Health().Healthy {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: store never marked healthy again", mode)
+			}
+			time.Sleep(5 * ms)
+		}
+		user := mode + "-after"
+		first, _ := a.pick(t, pool, user, "app")
+		if u, d := b.pick(t, pool, user, "app"); u != first || !d.Shared {
+			t.Fatalf("%s: a new pair is not shared after the store came back: %s %+v", mode, u.addr, d)
+		}
+	}
+	if a.st.SharedStats().Errors.Load() < 2 {
+		t.Fatalf("errors %d", a.st.SharedStats().Errors.Load())
+	}
+}
+
+// racingStore pins the pair for another publisher between a replica's
+// lookup and its write, as another replica picking in the same instant.
+type racingStore struct {
+	*MemStore
+	once  sync.Once
+	other string
+}
+
+func (r *racingStore) SetNX(ctx context.Context, key, value string, ttl time.Duration) (bool, error) {
+	r.once.Do(func() { r.MemStore.Put(key, r.other) })
+	return r.MemStore.SetNX(ctx, key, value, ttl)
+}
+
+// Of two replicas picking one new pair at once, the first write wins and
+// the other adopts it.
+func TestSharedConcurrentFirstPickAdopts(t *testing.T) {
+	pool := pubs(2)
+	for _, other := range []string{"publisher1:443", "publisher2:443"} {
+		store := &racingStore{MemStore: NewMemStore(), other: other}
+		r := newReplica(t, store, pool, 5*ms, 6*ms)
+		u, d := r.pick(t, pool, "u", "app")
+		if u.addr != other || d.Sticky {
+			t.Fatalf("picked %s %+v, the other replica's pin is %s", u.addr, d, other)
+		}
+		if again, _ := r.pick(t, pool, "u", "app"); again.addr != other {
+			t.Fatalf("local pin %s, want %s", again.addr, other)
+		}
+	}
+}
+
+// While no publisher is measured (cold start) the shared level is not
+// read: no pin is made, so no store call is due.
+func TestSharedColdStartNoCalls(t *testing.T) {
+	store := NewMemStore()
+	pool := pubs(3)
+	r := newReplica(t, store, pool)
+	for i := range 20 {
+		r.pick(t, pool, fmt.Sprint("u", i), "app")
+	}
+	if store.Calls() != 0 {
+		t.Fatalf("%d store calls at cold start", store.Calls())
+	}
+}
+
+func TestSharedKey(t *testing.T) {
+	for _, c := range []struct{ user, app, want string }{
+		{"alice", "app.example", "p:alice:app.example"},
+		{"a:b", "c", "p:a%3Ab:c"},
+		{"a", "b:c", "p:a:b%3Ac"},
+		{"x y%{z}", "\x00é", "p:x%20y%25%7Bz%7D:%00%C3%A9"},
+	} {
+		if got := SharedKey("p", c.user, c.app); got != c.want {
+			t.Errorf("SharedKey(%q, %q) = %q, want %q", c.user, c.app, got, c.want)
+		}
+	}
+	long := SharedKey("p", strings.Repeat("u", 5000), "app")
+	if len(long) != len("p:sha256:")+64 || !strings.HasPrefix(long, "p:sha256:") {
+		t.Fatalf("long key %q", long)
+	}
+	if long == SharedKey("p", strings.Repeat("u", 5001), "app") {
+		t.Fatal("two long pairs share a key")
+	}
+}
+
+// A reload that keeps the store keeps the Shared (and its health); one
+// that drops it, or turns sticky off, removes it.
+func TestSharedSettingsApply(t *testing.T) {
+	store := NewMemStore()
+	s := settings(32 * ms)
+	s.Shared = &SharedConfig{Store: store, Prefix: "p"}
+	st, err := NewState(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	first := st.Shared()
+	if first == nil {
+		t.Fatal("no shared level")
+	}
+	s2 := s
+	s2.Shared = &SharedConfig{Store: store, Prefix: "p", Timeout: DefaultSharedTimeout}
+	s2.StickyTTL = 2 * time.Hour
+	if _, err := st.Lease("gen2", s2); err != nil {
+		t.Fatal(err)
+	}
+	if st.Shared() != first || time.Duration(first.ttl.Load()) != 2*time.Hour {
+		t.Fatal("an unchanged store was replaced, or the TTL not applied")
+	}
+	s3 := s
+	s3.Shared = nil
+	if _, err := st.Lease("gen3", s3); err != nil || st.Shared() != nil {
+		t.Fatalf("store dropped: %v %v", err, st.Shared())
+	}
+	s4 := s
+	s4.Sticky = false
+	if _, err := st.Lease("gen4", s4); err != nil || st.Shared() != nil {
+		t.Fatalf("sticky off: %v %v", err, st.Shared())
+	}
+}
