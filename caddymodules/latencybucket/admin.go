@@ -6,8 +6,11 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/edgesteer/edgesteer/caddymodules/internal/views"
+	"github.com/edgesteer/edgesteer/internal/pubsel"
 )
 
 func init() {
@@ -36,17 +39,41 @@ func (Admin) Routes() []caddy.AdminRoute {
 
 // PolicyView is one policy in the admin API's answer.
 type PolicyView struct {
-	Name             string          `json:"name"`
-	Kind             string          `json:"kind"`
-	StateSince       time.Time       `json:"state_since"`
-	Generations      int             `json:"generations"` // policies of loaded configs holding the state
-	BucketWidthMS    float64         `json:"bucket_width_ms"`
-	Latency          string          `json:"latency"`
-	ProbeWindow      int             `json:"probe_window"`
-	Sticky           bool            `json:"sticky"`
-	StickyEntries    int             `json:"sticky_entries"`
-	StickyMaxEntries int             `json:"sticky_max_entries"`
-	Publishers       []PublisherView `json:"publishers"`
+	Name             string    `json:"name"`
+	Kind             string    `json:"kind"`
+	StateSince       time.Time `json:"state_since"`
+	Generations      int       `json:"generations"` // policies of loaded configs holding the state
+	BucketWidthMS    float64   `json:"bucket_width_ms"`
+	Latency          string    `json:"latency"`
+	ProbeWindow      int       `json:"probe_window"`
+	Sticky           bool      `json:"sticky"`
+	StickyEntries    int       `json:"sticky_entries"`
+	StickyMaxEntries int       `json:"sticky_max_entries"`
+	// StickyStore is the shared level of the sticky table (sticky_store);
+	// absent without one.
+	StickyStore *StoreView      `json:"sticky_store,omitempty"`
+	Publishers  []PublisherView `json:"publishers"`
+}
+
+// StoreView is the shared sticky store as the policy sees it. The counts
+// are cumulative since the state was made (kept across reloads).
+type StoreView struct {
+	Store       string    `json:"store"`      // "redis <name>"
+	KeyPrefix   string    `json:"key_prefix"` // every pair's key starts with it
+	TimeoutMS   float64   `json:"timeout_ms"`
+	Healthy     bool      `json:"healthy"`
+	DownSince   time.Time `json:"down_since,omitzero"`
+	LastError   string    `json:"last_error,omitempty"`
+	LastErrorAt time.Time `json:"last_error_at,omitzero"`
+	HitsLocal   uint64    `json:"hits_local"`
+	HitsRedis   uint64    `json:"hits_redis"`
+	Misses      uint64    `json:"misses"`
+	Stale       uint64    `json:"stale"`
+	Malformed   uint64    `json:"malformed"`
+	Errors      uint64    `json:"errors"`
+	Skipped     uint64    `json:"skipped"`
+	Writes      uint64    `json:"writes"`
+	Adopted     uint64    `json:"adopted"`
 }
 
 // PublisherView is one publisher in the admin API's answer.
@@ -64,6 +91,7 @@ type PublisherView struct {
 	LastProbe     time.Time `json:"last_probe,omitzero"`
 	Rounds        uint64    `json:"probe_rounds"`
 	StickyEntries int       `json:"sticky_entries"`
+	PicksTotal    uint64    `json:"picks_total"`
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -80,6 +108,7 @@ func serveAdmin(w http.ResponseWriter, r *http.Request) error {
 func policyViews() []PolicyView {
 	now := time.Now().UnixNano()
 	views := []PolicyView{}
+	picks := picksByPublisher()
 	for _, p := range pooledStates() {
 		s := p.Settings()
 		cfg := p.Tracker().Config()
@@ -96,11 +125,15 @@ func policyViews() []PolicyView {
 				v.StickyEntries += n
 			}
 		}
+		if sh := p.Shared(); sh != nil {
+			v.StickyStore = storeView(sh.Health(), p.SharedStats())
+		}
 		for _, st := range p.Tracker().Statuses() {
 			pv := PublisherView{
 				Address: st.Addr, LatencyMS: ms(st.Latency), ProbedMS: ms(st.Probed), SegmentMS: ms(st.Segment),
 				Bucket: st.Label, Measured: st.Measured, Active: st.Active, WindowRounds: st.Window, LastError: st.LastError,
 				LastProbe: st.LastProbe, Rounds: st.Rounds, StickyEntries: counts[st.ID], LastRTTsMS: []float64{},
+				PicksTotal: picks[[2]string{p.key.name, st.Addr}],
 			}
 			for _, d := range st.LastRTTs {
 				pv.LastRTTsMS = append(pv.LastRTTsMS, ms(d))
@@ -110,6 +143,48 @@ func policyViews() []PolicyView {
 		views = append(views, v)
 	}
 	return views
+}
+
+func storeView(h pubsel.SharedHealth, s *pubsel.SharedStats) *StoreView {
+	return &StoreView{
+		Store: h.Name, KeyPrefix: h.Prefix, TimeoutMS: ms(h.Timeout), Healthy: h.Healthy, DownSince: h.DownSince,
+		LastError: h.LastError, LastErrorAt: h.ErrorAt,
+		HitsLocal: s.LocalHits.Load(), HitsRedis: s.SharedHits.Load(), Misses: s.Misses.Load(), Stale: s.Stale.Load(),
+		Malformed: s.Malformed.Load(), Errors: s.Errors.Load(), Skipped: s.Skipped.Load(), Writes: s.Writes.Load(),
+		Adopted: s.Adopted.Load(),
+	}
+}
+
+// picksByPublisher sums the selections counter by (policy, publisher): the
+// cumulative picks of each publisher, new and sticky, counted on the
+// request path once already (the dashboard derives picks per second).
+func picksByPublisher() map[[2]string]uint64 {
+	out := map[[2]string]uint64{}
+	if theMetrics == nil {
+		return out
+	}
+	ch := make(chan prometheus.Metric, 64)
+	go func() {
+		theMetrics.selections.Collect(ch)
+		close(ch)
+	}()
+	for m := range ch {
+		var d dto.Metric
+		if m.Write(&d) != nil || d.Counter == nil {
+			continue
+		}
+		var policy, publisher string
+		for _, l := range d.Label {
+			switch l.GetName() {
+			case "policy":
+				policy = l.GetValue()
+			case "publisher":
+				publisher = l.GetValue()
+			}
+		}
+		out[[2]string{policy, publisher}] += uint64(d.Counter.GetValue())
+	}
+	return out
 }
 
 // Interface guards

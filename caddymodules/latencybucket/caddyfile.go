@@ -33,16 +33,23 @@ import (
 //		sticky_app <placeholder>
 //		sticky_ttl <duration>
 //		sticky_max_entries <count>
+//		sticky_store redis <store name>
+//		sticky_store_timeout <duration>
 //	}
 //
 // segment is given once per upstream address; every other option once.
 // Durations other than a segment's must be positive: in JSON zero means
 // "default", so a Caddyfile zero is surely a mistake.
-func (c *Config) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+func (c *Config) UnmarshalCaddyfile(d *caddyfile.Dispenser) (err error) {
 	_, o, err := cfparse.Open(d, "latency_bucket", 0, 0)
 	if err != nil {
 		return err
 	}
+	defer func() {
+		if err == nil && c.StickyStore != nil && c.StickyStore.Redis == "" {
+			err = d.Errf("latency_bucket: sticky_store_timeout needs sticky_store redis <name>")
+		}
+	}()
 	for o.Next() {
 		switch o.Name() {
 		case "name":
@@ -84,6 +91,16 @@ func (c *Config) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			c.StickyTTL, err = o.Duration(time.Nanosecond)
 		case "sticky_max_entries":
 			c.StickyMaxEntries, err = o.Int(1, math.MaxInt)
+		case "sticky_store":
+			err = c.unmarshalStore(o)
+		case "sticky_store_timeout":
+			var d caddy.Duration
+			if d, err = o.Duration(time.Millisecond); err == nil {
+				if c.StickyStore == nil {
+					c.StickyStore = &StickyStore{}
+				}
+				c.StickyStore.Timeout = d
+			}
 		default:
 			err = o.Unknown()
 		}
@@ -91,6 +108,25 @@ func (c *Config) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			return err
 		}
 	}
+	return nil
+}
+
+// unmarshalStore reads "sticky_store redis <name>".
+func (c *Config) unmarshalStore(o *cfparse.Block) error {
+	if err := o.Once(); err != nil {
+		return err
+	}
+	args, err := o.Args(2, 2)
+	if err != nil {
+		return err
+	}
+	if args[0] != "redis" {
+		return o.Invalid(args[0], errors.New("want redis"))
+	}
+	if c.StickyStore == nil {
+		c.StickyStore = &StickyStore{}
+	}
+	c.StickyStore.Redis = args[1]
 	return nil
 }
 

@@ -105,6 +105,19 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 		{Input: "latency_bucket {\nsegment 10.0.0.1:443 5ms\nsegment 10.0.0.2:443 5ms\nsegment 10.0.0.1:443 9ms\n}",
 			ExpectedErr: "latency_bucket: segment 10.0.0.1:443 given twice (first at Testfile:2), at Testfile:4"},
 
+		// The shared sticky store.
+		{Input: "latency_bucket {\nsticky_store redis main\nsticky_store_timeout 80ms\n}",
+			Expected: `{"sticky_store":{"redis":"main","timeout":80000000}}`},
+		{Input: "latency_bucket {\nsticky_store_timeout 80ms\nsticky_store redis main\n}",
+			Expected: `{"sticky_store":{"redis":"main","timeout":80000000}}`},
+		{Input: "latency_bucket {\nsticky_store redis main\n}", Expected: `{"sticky_store":{"redis":"main"}}`},
+		{Input: "latency_bucket {\nsticky_store etcd main\n}", ExpectedErr: `latency_bucket: sticky_store "etcd": want redis, at Testfile:2`},
+		{Input: "latency_bucket {\nsticky_store redis\n}", ExpectedErr: "latency_bucket: sticky_store: want 2 arguments, got 1: redis, at Testfile:2"},
+		{Input: "latency_bucket {\nsticky_store redis a\nsticky_store redis b\n}", ExpectedErr: "latency_bucket: sticky_store given twice (first at Testfile:2), at Testfile:3"},
+		{Input: "latency_bucket {\nsticky_store redis a\nsticky_store_timeout 0s\n}", ExpectedErr: `latency_bucket: sticky_store_timeout "0s": want a duration of at least 1ms, at Testfile:3`},
+		{Input: "latency_bucket {\nsticky_store redis a\nsticky_store_timeout 50\n}", ExpectedErr: `latency_bucket: sticky_store_timeout "50"`},
+		{Input: "latency_bucket {\nsticky_store_timeout 50ms\n}", ExpectedErr: "latency_bucket: sticky_store_timeout needs sticky_store redis <name>"},
+
 		{Input: "latency_bucket {\nprobe_path /x\n}", ExpectedErr: `latency_bucket: unknown option "probe_path", at Testfile:2`},
 		{Input: "latency_bucket {\nno_such_option 1\n}", ExpectedErr: `latency_bucket: unknown option "no_such_option", at Testfile:2`},
 	}

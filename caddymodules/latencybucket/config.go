@@ -81,6 +81,21 @@ type Config struct {
 	// bounds the table (default 100000; least recently used go first).
 	StickyTTL        caddy.Duration `json:"sticky_ttl,omitempty"`
 	StickyMaxEntries int            `json:"sticky_max_entries,omitempty"`
+
+	// StickyStore shares the sticky pins of a cluster of replicas through
+	// a store: the local table stays the first level, the store is read on
+	// a local miss and written on a new pick. Default: none (local only).
+	StickyStore *StickyStore `json:"sticky_store,omitempty"`
+}
+
+// StickyStore names the shared store of sticky pins.
+type StickyStore struct {
+	// Redis is the name of a connection declared in the edgesteer_redis
+	// app (Caddyfile: the edgesteer_redis global option).
+	Redis string `json:"redis,omitempty"`
+	// Timeout bounds each store call on a request's path: the read on a
+	// local miss and the write of a new pick. Default 50ms.
+	Timeout caddy.Duration `json:"timeout,omitempty"`
 }
 
 // choices lists the words an option of a few values takes (empty means
@@ -155,8 +170,26 @@ func (c *Config) Validate(layer4 bool) error {
 	if c.StickyMaxEntries < 0 {
 		return bad("sticky_max_entries", c.StickyMaxEntries, "must be positive")
 	}
+	if ss := c.StickyStore; ss != nil {
+		if ss.Redis == "" {
+			return bad("sticky_store", `""`, "name a store: sticky_store redis <name>")
+		}
+		if c.Sticky == "off" {
+			return bad("sticky_store redis", ss.Redis, "needs sticky on")
+		}
+		if ss.Timeout < 0 {
+			return bad("sticky_store_timeout", time.Duration(ss.Timeout), "must be positive")
+		}
+		if time.Duration(ss.Timeout) > maxStoreTimeout {
+			return bad("sticky_store_timeout", time.Duration(ss.Timeout), "must be at most 5s (it delays a request on a local miss)")
+		}
+	}
 	return nil
 }
+
+// maxStoreTimeout caps sticky_store_timeout: each local miss may wait this
+// long twice (read, then write of a new pick).
+const maxStoreTimeout = 5 * time.Second
 
 // settings turns the config into the engine's, defaults filled in.
 func (c *Config) settings() pubsel.Settings {

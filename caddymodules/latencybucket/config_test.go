@@ -24,6 +24,8 @@ func TestCaddyfileValidate(t *testing.T) {
 		{"probe_host example.test", false, "latency_bucket: probe_path/probe_host example.test: apply to http, https and h2c probes only"},
 		{"probe tls\nprobe_host example.test", false, "probe_path/probe_host example.test"},
 		{"within least_conn", true, "latency_bucket: within least_conn: layer4 upstreams do not expose connection counts"},
+		{"sticky off\nsticky_store redis a", false, "latency_bucket: sticky_store redis a: needs sticky on"},
+		{"sticky_store redis a\nsticky_store_timeout 6s", true, "latency_bucket: sticky_store_timeout 6s: must be at most 5s"},
 	} {
 		t.Run(tc.body, func(t *testing.T) {
 			var c Config
@@ -41,12 +43,14 @@ func TestCaddyfileValidate(t *testing.T) {
 // JSON with bad values fails validation the same way.
 func TestBadJSONNamesOption(t *testing.T) {
 	for raw, want := range map[string]string{
-		`{"bucket_width": -1}`:             "bucket_width",
-		`{"probes": -2}`:                   "probes",
-		`{"probe": "ping"}`:                "probe",
-		`{"segments": {"a:1": "-4ms"}}`:    "segment a:1",
-		`{"sticky_max_entries": -1}`:       "sticky_max_entries",
-		`{"within": "least_conn", "x": 1}`: "", // unknown JSON fields are Caddy's to reject
+		`{"bucket_width": -1}`:                               "bucket_width",
+		`{"probes": -2}`:                                     "probes",
+		`{"probe": "ping"}`:                                  "probe",
+		`{"segments": {"a:1": "-4ms"}}`:                      "segment a:1",
+		`{"sticky_max_entries": -1}`:                         "sticky_max_entries",
+		`{"sticky_store": {}}`:                               `sticky_store "": name a store`,
+		`{"sticky_store": {"redis": "a", "timeout": "-1s"}}`: "sticky_store_timeout -1s: must be positive",
+		`{"within": "least_conn", "x": 1}`:                   "", // unknown JSON fields are Caddy's to reject
 	} {
 		var c Config
 		if err := json.Unmarshal([]byte(raw), &c); err != nil {

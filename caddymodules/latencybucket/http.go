@@ -57,6 +57,7 @@ func (h *HTTPPolicy) Provision(ctx caddy.Context) error {
 		Host:      httpHost{},
 		LeastConn: h.Within == "least_conn",
 		Sticky:    h.policy.table,
+		Shared:    h.policy.shared,
 	}
 	return nil
 }

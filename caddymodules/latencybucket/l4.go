@@ -57,6 +57,7 @@ func (p *L4Policy) Provision(ctx caddy.Context) error {
 		Holder:  p.policy.lease.Holder(),
 		Host:    l4Host{},
 		Sticky:  p.policy.table,
+		Shared:  p.policy.shared,
 	}
 	return nil
 }

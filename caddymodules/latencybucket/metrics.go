@@ -8,6 +8,7 @@ import (
 
 	"github.com/edgesteer/edgesteer/caddymodules/internal/metricsreg"
 	"github.com/edgesteer/edgesteer/internal/latency"
+	"github.com/edgesteer/edgesteer/internal/pubsel"
 )
 
 const metricsPrefix = "caddy_edgesteer_latency_bucket_"
@@ -73,6 +74,25 @@ var (
 		"Index of the publisher's latency bucket (0 is [0,w)); -1 unmeasured.", []string{"policy", "publisher"}, nil)
 	descSticky = prometheus.NewDesc(metricsPrefix+"sticky_entries",
 		"Entries in the policy's sticky table.", []string{"policy"}, nil)
+
+	// The shared sticky store (sticky_store), per policy.
+	descStoreHits = prometheus.NewDesc(metricsPrefix+"store_hits_total",
+		"Pinned picks answered by the local sticky table (level local, no store call) or, on a local miss, by the shared store (level redis).",
+		[]string{"policy", "level"}, nil)
+	descStoreMisses = prometheus.NewDesc(metricsPrefix+"store_misses_total",
+		"Local misses the shared store had no entry for: a new pick, written to the store.", []string{"policy"}, nil)
+	descStoreStale = prometheus.NewDesc(metricsPrefix+"store_stale_total",
+		"Store entries naming a publisher inactive or unavailable here: re-picked and rewritten.", []string{"policy"}, nil)
+	descStoreErrors = prometheus.NewDesc(metricsPrefix+"store_errors_total",
+		"Store calls that failed or timed out (the pick went on locally).", []string{"policy"}, nil)
+	descStoreMalformed = prometheus.NewDesc(metricsPrefix+"store_malformed_total",
+		"Store values ignored: not one of the policy's publishers, too long, not printable, or a key of another type.", []string{"policy"}, nil)
+	descStoreSkipped = prometheus.NewDesc(metricsPrefix+"store_skipped_total",
+		"Store calls not made because the store is known to be down.", []string{"policy"}, nil)
+	descStoreWrites = prometheus.NewDesc(metricsPrefix+"store_writes_total",
+		"New pins written to the store.", []string{"policy"}, nil)
+	descStoreHealthy = prometheus.NewDesc(metricsPrefix+"store_healthy",
+		"1 if the shared sticky store answers, 0 while it is known to be down.", []string{"policy"}, nil)
 )
 
 func (*stateCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -80,6 +100,10 @@ func (*stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descActive
 	ch <- descBucket
 	ch <- descSticky
+	for _, d := range []*prometheus.Desc{descStoreHits, descStoreMisses, descStoreStale, descStoreErrors,
+		descStoreMalformed, descStoreSkipped, descStoreWrites, descStoreHealthy} {
+		ch <- d
+	}
 }
 
 // Collect reads the pooled states, not a config generation's policies: a
@@ -103,5 +127,27 @@ func (*stateCollector) Collect(ch chan<- prometheus.Metric) {
 		if p.Settings().Sticky {
 			ch <- prometheus.MustNewConstMetric(descSticky, prometheus.GaugeValue, float64(p.Table().Len()), name)
 		}
+		if sh := p.Shared(); sh != nil {
+			collectStore(ch, name, sh.Health().Healthy, p.SharedStats())
+		}
 	}
+}
+
+func collectStore(ch chan<- prometheus.Metric, name string, healthy bool, s *pubsel.SharedStats) {
+	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), append([]string{name}, labels...)...)
+	}
+	counter(descStoreHits, s.LocalHits.Load(), "local")
+	counter(descStoreHits, s.SharedHits.Load(), "redis")
+	counter(descStoreMisses, s.Misses.Load())
+	counter(descStoreStale, s.Stale.Load())
+	counter(descStoreErrors, s.Errors.Load())
+	counter(descStoreMalformed, s.Malformed.Load())
+	counter(descStoreSkipped, s.Skipped.Load())
+	counter(descStoreWrites, s.Writes.Load())
+	up := 0.0
+	if healthy {
+		up = 1
+	}
+	ch <- prometheus.MustNewConstMetric(descStoreHealthy, prometheus.GaugeValue, up, name)
 }

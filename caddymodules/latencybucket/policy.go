@@ -29,7 +29,8 @@ type policy struct {
 	state   *pooledState
 	pooled  bool // holds a reference in states
 	lease   *pubsel.Lease
-	table   *sticky.Table // nil with sticky off
+	table   *sticky.Table  // nil with sticky off
+	shared  *pubsel.Shared // nil without sticky_store
 	logger  *zap.Logger
 	metrics *metrics
 
@@ -62,6 +63,14 @@ func (p *policy) provision(ctx caddy.Context, c *Config, kind string, dials []st
 	}
 	s := c.settings()
 	s.Tracker.OnRound = p.onRound
+	if s.Sticky {
+		if s.Shared, err = c.sharedConfig(ctx, p.name); err != nil {
+			return err
+		}
+		if s.Shared != nil {
+			s.Shared.OnHealth = p.onStoreHealth
+		}
+	}
 	key := stateKey{kind, p.name}
 	// Metrics and the admin view label a state by name alone.
 	other := stateKey{"layer4", p.name}
@@ -98,11 +107,12 @@ func (p *policy) provision(ctx caddy.Context, c *Config, kind string, dials []st
 	}
 	if s.Sticky {
 		p.table = p.state.Table()
+		p.shared = p.state.Shared()
 	}
 	p.logger.Info("latency_bucket policy provisioned",
 		zap.String("policy", p.name), zap.Bool("adopted", adopted), zap.Time("state_since", p.state.Since()),
 		zap.Strings("probing", addrs), zap.Duration("bucket_width", p.state.Tracker().Config().BucketWidth),
-		zap.Bool("latency_off", s.Tracker.NoBuckets), zap.Bool("sticky", s.Sticky))
+		zap.Bool("latency_off", s.Tracker.NoBuckets), zap.Bool("sticky", s.Sticky), zap.Bool("sticky_store", p.shared != nil))
 	return nil
 }
 
@@ -135,6 +145,16 @@ func (p *policy) onRound(addr string, r latency.Result) {
 	}
 	p.logger.Debug("publisher probed", zap.String("policy", p.name), zap.String("publisher", addr),
 		zap.Durations("rtts", r.RTTs), zap.Duration("best", r.Best))
+}
+
+// onStoreHealth logs the shared sticky store going down and coming back.
+func (p *policy) onStoreHealth(healthy bool, err error) {
+	if healthy {
+		p.logger.Info("sticky store is back: local misses read it again", zap.String("policy", p.name))
+		return
+	}
+	p.logger.Warn("sticky store unreachable: picking locally until it answers again",
+		zap.String("policy", p.name), zap.Error(err))
 }
 
 // selected records a decision in the metrics.

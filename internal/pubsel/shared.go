@@ -36,6 +36,8 @@ var (
 // SharedConfig configures the shared level of a State's sticky table.
 type SharedConfig struct {
 	Store Store
+	// Name says which store it is, for the admin view ("redis main").
+	Name string
 	// Prefix namespaces the keys: "<key_prefix>:latency_bucket:<policy>".
 	Prefix string
 	// Timeout bounds each store call made on a request's path (default
@@ -44,6 +46,10 @@ type SharedConfig struct {
 	// Recheck is how often a store known to be down is pinged (default
 	// DefaultRecheck); until a ping answers, no request calls it.
 	Recheck time.Duration
+	// OnHealth, if set, is called when the store is marked down (with the
+	// error) and when it is back (nil error). It is not compared when a
+	// reload decides whether the store changed.
+	OnHealth func(healthy bool, err error)
 }
 
 // Defaults of SharedConfig.
@@ -114,13 +120,16 @@ type SharedHealth struct {
 	ErrorAt   time.Time // zero if never
 	DownSince time.Time // zero while healthy
 	Timeout   time.Duration
+	Name      string
+	Prefix    string
 }
 
 // Health returns the store's state.
 func (s *Shared) Health() SharedHealth {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	h := SharedHealth{Healthy: s.healthy.Load(), LastError: s.lastError, ErrorAt: s.errorAt, Timeout: s.cfg.Timeout}
+	h := SharedHealth{Healthy: s.healthy.Load(), LastError: s.lastError, ErrorAt: s.errorAt, Timeout: s.cfg.Timeout,
+		Name: s.cfg.Name, Prefix: s.cfg.Prefix}
 	if !h.Healthy {
 		h.DownSince = s.downSince
 	}
@@ -258,11 +267,15 @@ func (s *Shared) fail(err error) {
 	now := time.Now()
 	s.mu.Lock()
 	s.lastError, s.errorAt = err.Error(), now
-	if s.healthy.Load() {
+	wasHealthy := s.healthy.Load()
+	if wasHealthy {
 		s.downSince = now
 	}
 	s.mu.Unlock()
 	s.healthy.Store(false)
+	if wasHealthy && s.cfg.OnHealth != nil {
+		s.cfg.OnHealth(false, err)
+	}
 	if s.rechecker.CompareAndSwap(false, true) {
 		go s.recheck()
 	}
@@ -286,6 +299,9 @@ func (s *Shared) recheck() {
 			// a new recheck loop.
 			s.rechecker.Store(false)
 			s.healthy.Store(true)
+			if s.cfg.OnHealth != nil {
+				s.cfg.OnHealth(true, nil)
+			}
 			return
 		}
 		s.mu.Lock()

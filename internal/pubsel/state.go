@@ -36,7 +36,7 @@ func sameShared(a, b *SharedConfig) bool {
 	x, y := *a, *b
 	x.setDefaults()
 	y.setDefaults()
-	return x == y
+	return x.Store == y.Store && x.Name == y.Name && x.Prefix == y.Prefix && x.Timeout == y.Timeout && x.Recheck == y.Recheck
 }
 
 // State is the process-lifetime state of one named policy: the tracker

@@ -1,0 +1,69 @@
+package latencybucket
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/edgesteer/edgesteer/caddymodules/redisstore"
+	"github.com/edgesteer/edgesteer/internal/pubsel"
+)
+
+// sharedConfig resolves sticky_store to the engine's shared level: the
+// named edgesteer_redis connection and this policy's key namespace,
+// "<key_prefix>:latency_bucket:<policy name>".
+func (c *Config) sharedConfig(ctx caddy.Context, policy string) (*pubsel.SharedConfig, error) {
+	ss := c.StickyStore
+	if ss == nil {
+		return nil, nil
+	}
+	conn, err := redisstore.Lookup(ctx, "latency_bucket: sticky_store", ss.Redis)
+	if err != nil {
+		return nil, err
+	}
+	return &pubsel.SharedConfig{
+		Store:   redisStore{conn.Client},
+		Name:    "redis " + ss.Redis,
+		Prefix:  conn.Key("latency_bucket", policy),
+		Timeout: time.Duration(ss.Timeout),
+	}, nil
+}
+
+// redisStore is pubsel.Store over go-redis. It is comparable (a reload
+// with the same connection keeps the engine's shared level).
+type redisStore struct{ c redis.UniversalClient }
+
+func (r redisStore) Get(ctx context.Context, key string, ttl time.Duration) (string, error) {
+	v, err := r.c.GetEx(ctx, key, ttl).Result()
+	return v, storeErr(err)
+}
+
+func (r redisStore) SetNX(ctx context.Context, key, value string, ttl time.Duration) (bool, error) {
+	ok, err := r.c.SetNX(ctx, key, value, ttl).Result()
+	return ok, storeErr(err)
+}
+
+func (r redisStore) Set(ctx context.Context, key, value string, ttl time.Duration) error {
+	return storeErr(r.c.Set(ctx, key, value, ttl).Err())
+}
+
+func (r redisStore) Ping(ctx context.Context) error { return r.c.Ping(ctx).Err() }
+
+// storeErr maps Redis' answers that are no failure of the store.
+func storeErr(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, redis.Nil):
+		return pubsel.ErrNotFound
+	case strings.HasPrefix(err.Error(), "WRONGTYPE"):
+		return pubsel.ErrWrongType
+	}
+	return err
+}
+
+var _ pubsel.Store = redisStore{}
