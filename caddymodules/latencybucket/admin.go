@@ -108,7 +108,7 @@ func serveAdmin(w http.ResponseWriter, r *http.Request) error {
 func policyViews() []PolicyView {
 	now := time.Now().UnixNano()
 	views := []PolicyView{}
-	picks := picksByPublisher()
+	picks, sticky := selectionTotals()
 	for _, p := range pooledStates() {
 		s := p.Settings()
 		cfg := p.Tracker().Config()
@@ -126,7 +126,7 @@ func policyViews() []PolicyView {
 			}
 		}
 		if sh := p.Shared(); sh != nil {
-			v.StickyStore = storeView(sh.Health(), p.SharedStats())
+			v.StickyStore = storeView(sh.Health(), p.SharedStats(), sticky[p.key.name])
 		}
 		for _, st := range p.Tracker().Statuses() {
 			pv := PublisherView{
@@ -145,23 +145,31 @@ func policyViews() []PolicyView {
 	return views
 }
 
-func storeView(h pubsel.SharedHealth, s *pubsel.SharedStats) *StoreView {
+func storeView(h pubsel.SharedHealth, s *pubsel.SharedStats, stickyPicks uint64) *StoreView {
 	return &StoreView{
 		Store: h.Name, KeyPrefix: h.Prefix, TimeoutMS: ms(h.Timeout), Healthy: h.Healthy, DownSince: h.DownSince,
 		LastError: h.LastError, LastErrorAt: h.ErrorAt,
-		HitsLocal: s.LocalHits.Load(), HitsRedis: s.SharedHits.Load(), Misses: s.Misses.Load(), Stale: s.Stale.Load(),
+		HitsLocal: localHits(stickyPicks, s), HitsRedis: s.SharedHits.Load(), Misses: s.Misses.Load(), Stale: s.Stale.Load(),
 		Malformed: s.Malformed.Load(), Errors: s.Errors.Load(), Skipped: s.Skipped.Load(), Writes: s.Writes.Load(),
 		Adopted: s.Adopted.Load(),
 	}
 }
 
-// picksByPublisher sums the selections counter by (policy, publisher): the
-// cumulative picks of each publisher, new and sticky, counted on the
-// request path once already (the dashboard derives picks per second).
-func picksByPublisher() map[[2]string]uint64 {
-	out := map[[2]string]uint64{}
+// localHits is the pinned picks the local table answered: the sticky
+// decisions (counted on the request path for the selections metric
+// already, so a local hit pays for no second count) less those the store
+// answered.
+func localHits(stickyPicks uint64, s *pubsel.SharedStats) uint64 {
+	return stickyPicks - min(stickyPicks, s.SharedHits.Load())
+}
+
+// selectionTotals sums the selections counter by (policy, publisher): the
+// cumulative picks of each publisher, new and sticky (the dashboard
+// derives picks per second), and by policy the sticky decisions.
+func selectionTotals() (picks map[[2]string]uint64, sticky map[string]uint64) {
+	picks, sticky = map[[2]string]uint64{}, map[string]uint64{}
 	if theMetrics == nil {
-		return out
+		return picks, sticky
 	}
 	ch := make(chan prometheus.Metric, 64)
 	go func() {
@@ -173,18 +181,24 @@ func picksByPublisher() map[[2]string]uint64 {
 		if m.Write(&d) != nil || d.Counter == nil {
 			continue
 		}
-		var policy, publisher string
+		var policy, publisher, decision string
 		for _, l := range d.Label {
 			switch l.GetName() {
 			case "policy":
 				policy = l.GetValue()
 			case "publisher":
 				publisher = l.GetValue()
+			case "decision":
+				decision = l.GetValue()
 			}
 		}
-		out[[2]string{policy, publisher}] += uint64(d.Counter.GetValue())
+		n := uint64(d.Counter.GetValue())
+		picks[[2]string{policy, publisher}] += n
+		if decision == "sticky" {
+			sticky[policy] += n
+		}
 	}
-	return out
+	return picks, sticky
 }
 
 // Interface guards

@@ -5,13 +5,18 @@ import (
 	"fmt"
 	"net/http"
 	"runtime"
+	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/edgesteer/edgesteer/internal/e2e"
+	"github.com/edgesteer/edgesteer/internal/pubsel"
 )
 
 // benchPool provisions an HTTPPolicy over n real loopback listeners and
@@ -109,4 +114,77 @@ func BenchmarkStickyHitAtOneMillion(b *testing.B) {
 		h.Select(pool, reqs[i%len(reqs)], nil)
 		i++
 	}
+}
+
+// BenchmarkStickyStore compares, in one run, a sticky hit of today's
+// policy (local table only) with a sticky hit of the same policy with a
+// Redis sticky_store configured (a real local redis-server): a local hit
+// must cost the same, with no Redis call. redis_level_hit is a local miss
+// answered by Redis (GETEX), the pin then copied into the local table; it
+// reports its p50 and p99 per pick.
+func BenchmarkStickyStore(b *testing.B) {
+	_, addr := e2e.StartRedis(b)
+	client := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	b.Cleanup(func() { client.Close() })
+	h, pool := benchPool(b, 4, "on")
+	req, _ := http.NewRequest("GET", "http://app.example/", nil)
+	req.RemoteAddr = "192.0.2.1:1234"
+
+	s := h.Config.settings()
+	s.Tracker.OnRound = h.policy.onRound
+	s.Shared = &pubsel.SharedConfig{Store: redisStore{client}, Name: "redis bench", Prefix: "bench:latency_bucket:" + h.policy.name}
+	if _, err := h.policy.state.Lease("bench-store", s); err != nil {
+		b.Fatal(err)
+	}
+	shared := h.policy.state.Shared()
+	withStore := *h
+	withStore.selector = &pubsel.Selector[*reverseproxy.Upstream]{Tracker: h.policy.state.Tracker(),
+		Holder: h.policy.lease.Holder(), Host: httpHost{}, Sticky: h.policy.table, Shared: shared}
+	if withStore.Select(pool, req, nil) == nil { // pins the user, locally and in Redis
+		b.Fatal("no upstream")
+	}
+	calls := func() int64 {
+		n, _ := client.Info(context.Background(), "stats").Result()
+		for _, line := range strings.Split(n, "\r\n") {
+			if v, ok := strings.CutPrefix(line, "total_commands_processed:"); ok {
+				c, _ := strconv.ParseInt(v, 10, 64)
+				return c
+			}
+		}
+		return -1
+	}
+	b.Run("sticky_hit/anchor_local_only", func(b *testing.B) {
+		for b.Loop() {
+			h.Select(pool, req, nil)
+		}
+	})
+	b.Run("sticky_hit/store_configured", func(b *testing.B) {
+		before := calls()
+		for b.Loop() {
+			withStore.Select(pool, req, nil)
+		}
+		// INFO itself is one command.
+		if after := calls(); after-before != 1 {
+			b.Fatalf("%d Redis commands during %d local hits", after-before-1, b.N)
+		}
+	})
+	b.Run("redis_level_hit", func(b *testing.B) {
+		table, key := h.policy.table, h.policy.table.Key("192.0.2.1:1234", "app.example") // no client_ip var here: the remote address
+		lat := make([]time.Duration, 0, 1<<16)
+		hits := h.policy.state.SharedStats().SharedHits.Load()
+		for b.Loop() {
+			table.Delete(key) // a local miss: another replica pinned the pair
+			start := time.Now()
+			withStore.Select(pool, req, nil)
+			if len(lat) < cap(lat) {
+				lat = append(lat, time.Since(start))
+			}
+		}
+		if got := h.policy.state.SharedStats().SharedHits.Load() - hits; got != uint64(b.N) {
+			b.Fatalf("%d Redis hits for %d picks", got, b.N)
+		}
+		slices.Sort(lat)
+		b.ReportMetric(float64(lat[len(lat)/2].Nanoseconds()), "p50-ns")
+		b.ReportMetric(float64(lat[len(lat)*99/100].Nanoseconds()), "p99-ns")
+	})
 }

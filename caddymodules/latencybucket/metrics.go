@@ -109,6 +109,7 @@ func (*stateCollector) Describe(ch chan<- *prometheus.Desc) {
 // Collect reads the pooled states, not a config generation's policies: a
 // state adopted across a reload is reported once, with its kept values.
 func (*stateCollector) Collect(ch chan<- prometheus.Metric) {
+	var sticky map[string]uint64
 	for _, p := range pooledStates() {
 		name := p.key.name
 		for _, st := range p.Tracker().Statuses() {
@@ -128,16 +129,19 @@ func (*stateCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descSticky, prometheus.GaugeValue, float64(p.Table().Len()), name)
 		}
 		if sh := p.Shared(); sh != nil {
-			collectStore(ch, name, sh.Health().Healthy, p.SharedStats())
+			if sticky == nil {
+				_, sticky = selectionTotals()
+			}
+			collectStore(ch, name, sh.Health().Healthy, p.SharedStats(), sticky[name])
 		}
 	}
 }
 
-func collectStore(ch chan<- prometheus.Metric, name string, healthy bool, s *pubsel.SharedStats) {
+func collectStore(ch chan<- prometheus.Metric, name string, healthy bool, s *pubsel.SharedStats, stickyPicks uint64) {
 	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), append([]string{name}, labels...)...)
 	}
-	counter(descStoreHits, s.LocalHits.Load(), "local")
+	counter(descStoreHits, localHits(stickyPicks, s), "local")
 	counter(descStoreHits, s.SharedHits.Load(), "redis")
 	counter(descStoreMisses, s.Misses.Load())
 	counter(descStoreStale, s.Stale.Load())

@@ -187,10 +187,9 @@ func (s *Selector[U]) sel(pool []U, user, app string, now int64, pinned bool) (u
 		key = s.Sticky.Key(user, app)
 		if id, hit := s.Sticky.Get(key, now); hit && int(id) < len(v.byID) && v.byID[id] >= 0 {
 			m := v.members[v.byID[id]]
+			// No count here: a local hit costs what it cost without a
+			// shared level (the adapter counts sticky decisions anyway).
 			if st := s.Tracker.StatusOf(id); st != nil && st.Active && s.Host.Available(m.u) {
-				if s.Shared != nil {
-					s.Shared.stats.LocalHits.Add(1)
-				}
 				return m.u, Decision{Status: st, Sticky: true}, true
 			}
 		}

@@ -76,7 +76,6 @@ func (c *SharedConfig) setDefaults() {
 // SharedStats counts what the shared level did; a State keeps one across
 // reloads and store changes.
 type SharedStats struct {
-	LocalHits  atomic.Uint64 // pinned picks answered by the local table
 	SharedHits atomic.Uint64 // answered by the store (a local miss)
 	Misses     atomic.Uint64 // the store had no entry: a new pick
 	Stale      atomic.Uint64 // the store's publisher is inactive or unavailable here: re-picked, rewritten

@@ -80,9 +80,9 @@ func TestSharedPinAcrossReplicas(t *testing.T) {
 		t.Fatalf("store holds %d pairs, want 50", n)
 	}
 	sa, sb := a.st.SharedStats(), b.st.SharedStats()
-	if sa.Misses.Load() != 50 || sa.Writes.Load() != 50 || sa.LocalHits.Load() != 50 || sb.SharedHits.Load() != 50 || sb.LocalHits.Load() != 50 {
-		t.Fatalf("stats: a misses %d writes %d local %d; b shared %d local %d", sa.Misses.Load(), sa.Writes.Load(),
-			sa.LocalHits.Load(), sb.SharedHits.Load(), sb.LocalHits.Load())
+	if sa.Misses.Load() != 50 || sa.Writes.Load() != 50 || sb.SharedHits.Load() != 50 || sb.Misses.Load() != 0 {
+		t.Fatalf("stats: a misses %d writes %d; b shared %d misses %d", sa.Misses.Load(), sa.Writes.Load(),
+			sb.SharedHits.Load(), sb.Misses.Load())
 	}
 	// A replica restarted with an empty table follows the store.
 	d := newReplica(t, store, pool, rtts...)
