@@ -29,6 +29,12 @@ type memEntry struct {
 // NewMemStore returns an empty store on the real clock.
 func NewMemStore() *MemStore { return &MemStore{now: time.Now, entries: map[string]memEntry{}} }
 
+// SetNow replaces the store's clock (for expiry).
+func (m *MemStore) SetNow(now func() time.Time) { m.mu.Lock(); m.now = now; m.mu.Unlock() }
+
+// Flush forgets every key, as a Redis restarted without persistence.
+func (m *MemStore) Flush() { m.mu.Lock(); clear(m.entries); m.mu.Unlock() }
+
 // ErrMemDown is what a MemStore set down answers.
 var ErrMemDown = errors.New("memstore: connection refused")
 

@@ -185,12 +185,22 @@ func (s *Selector[U]) sel(pool []U, user, app string, now int64, pinned bool) (u
 	var key uint64
 	if pinned {
 		key = s.Sticky.Key(user, app)
-		if id, hit := s.Sticky.Get(key, now); hit && int(id) < len(v.byID) && v.byID[id] >= 0 {
-			m := v.members[v.byID[id]]
-			// No count here: a local hit costs what it cost without a
-			// shared level (the adapter counts sticky decisions anyway).
-			if st := s.Tracker.StatusOf(id); st != nil && st.Active && s.Host.Available(m.u) {
-				return m.u, Decision{Status: st, Sticky: true}, true
+		if val, hit := s.Sticky.Get(key, now); hit {
+			if id := sticky.ID(val); int(id) < len(v.byID) && v.byID[id] >= 0 {
+				m := v.members[v.byID[id]]
+				// No count here: a local hit costs what it cost without a
+				// shared level (the adapter counts sticky decisions anyway).
+				if st := s.Tracker.StatusOf(id); st != nil && st.Active && s.Host.Available(m.u) {
+					if s.Shared != nil {
+						// Once per epoch (half the TTL) a pair in use here
+						// renews its store entry, off the request's path.
+						if e := s.Shared.epochAt(now); sticky.Tag(val) != e {
+							s.Sticky.Put(key, sticky.Tagged(id, e), now)
+							s.Shared.refresh(user, app, st.Addr)
+						}
+					}
+					return m.u, Decision{Status: st, Sticky: true}, true
+				}
 			}
 		}
 	}
@@ -205,7 +215,7 @@ func (s *Selector[U]) sel(pool []U, user, app string, now int64, pinned bool) (u
 		overwrite = bad
 		if found {
 			if m, st, usable, member := s.fromStore(v, addr); usable {
-				s.Sticky.Put(key, m.id, now)
+				s.Sticky.Put(key, sticky.Tagged(m.id, s.Shared.epochAt(now)), now)
 				s.Shared.stats.SharedHits.Add(1)
 				return m.u, Decision{Status: st, Sticky: true, Shared: true}, true
 			} else if member {
@@ -238,7 +248,11 @@ func (s *Selector[U]) sel(pool []U, user, app string, now int64, pinned bool) (u
 						}
 					}
 				}
-				s.Sticky.Put(key, m.id, now)
+				val := m.id
+				if shared {
+					val = sticky.Tagged(m.id, s.Shared.epochAt(now))
+				}
+				s.Sticky.Put(key, val, now)
 			}
 		}
 		return m.u, d, true

@@ -84,7 +84,12 @@ type SharedStats struct {
 	Skipped    atomic.Uint64 // store calls not made because the store is known to be down
 	Writes     atomic.Uint64 // pins written to the store
 	Adopted    atomic.Uint64 // a pin written by another replica in the instant of our own pick, taken instead
+	Refreshes  atomic.Uint64 // store entries renewed for pairs in use from the local table
 }
+
+// maxRefreshes bounds the renewals in flight; past it a renewal is skipped
+// (the pair's next epoch tries again).
+const maxRefreshes = 64
 
 // Shared is the store level of one State's sticky table, with the store's
 // health: a call that fails or times out marks the store down, requests
@@ -97,6 +102,19 @@ type Shared struct {
 	healthy   atomic.Bool
 	rechecker atomic.Bool // a recheck loop is running
 	closed    atomic.Bool
+	inflight  atomic.Int32 // renewals under way
+
+	// The epoch is now ÷ (TTL/2), mod 4, kept in the tag of each local
+	// pin when it is synced with the store. A hit on a pin tagged with
+	// another epoch renews the store entry (and retags the pin). A pin
+	// with the current tag was synced in this epoch: a pin idle for the
+	// three epochs a wrap-around takes has expired locally (1.5 TTL), so
+	// its store entry, renewed for a TTL at the sync, outlives the epoch
+	// by at least TTL/2. So an entry never expires while its pair is in
+	// use on some replica.
+	epoch    atomic.Uint32
+	epochEnd atomic.Int64 // unix ns at which the current epoch ends
+	epochMu  sync.Mutex
 
 	mu        sync.Mutex
 	lastError string
@@ -107,7 +125,7 @@ type Shared struct {
 func newShared(cfg SharedConfig, stats *SharedStats, ttl time.Duration) *Shared {
 	cfg.setDefaults()
 	s := &Shared{cfg: cfg, stats: stats}
-	s.ttl.Store(int64(ttl))
+	s.setTTL(ttl)
 	s.healthy.Store(true)
 	return s
 }
@@ -136,6 +154,63 @@ func (s *Shared) Health() SharedHealth {
 }
 
 func (s *Shared) close() { s.closed.Store(true) }
+
+// setTTL changes the TTL (a reload); the epoch is recomputed at the next
+// pick.
+func (s *Shared) setTTL(ttl time.Duration) {
+	s.ttl.Store(int64(ttl))
+	s.epochEnd.Store(0)
+}
+
+// epochAt returns the epoch at now (unix ns): two atomic loads, but for
+// the first call of each epoch.
+func (s *Shared) epochAt(now int64) uint32 {
+	if now < s.epochEnd.Load() {
+		return s.epoch.Load()
+	}
+	s.epochMu.Lock()
+	defer s.epochMu.Unlock()
+	if now < s.epochEnd.Load() {
+		return s.epoch.Load()
+	}
+	half := max(s.ttl.Load()/2, int64(time.Second))
+	n := now / half
+	s.epoch.Store(uint32(n & 3))
+	s.epochEnd.Store((n + 1) * half)
+	return uint32(n & 3)
+}
+
+// refresh renews the store entry of a pair in use here, off the request's
+// path: GETEX renews an entry that is there (whatever publisher it names:
+// another replica's re-pick stays); SET NX restores one that is gone (a
+// Redis restarted empty, or an entry that expired).
+func (s *Shared) refresh(user, app, addr string) {
+	if !s.healthy.Load() {
+		s.stats.Skipped.Add(1)
+		return
+	}
+	if s.inflight.Add(1) > maxRefreshes {
+		s.inflight.Add(-1)
+		s.stats.Skipped.Add(1)
+		return
+	}
+	go func() {
+		defer s.inflight.Add(-1)
+		key := s.Key(user, app)
+		ttl := time.Duration(s.ttl.Load())
+		ctx, cancel := context.WithTimeout(context.Background(), max(s.cfg.Timeout, 250*time.Millisecond))
+		defer cancel()
+		_, err := s.cfg.Store.Get(ctx, key, ttl)
+		if errors.Is(err, ErrNotFound) {
+			_, err = s.cfg.Store.SetNX(ctx, key, addr, ttl)
+		}
+		if err != nil && !errors.Is(err, ErrWrongType) {
+			s.fail(err)
+			return
+		}
+		s.stats.Refreshes.Add(1)
+	}()
+}
 
 // Key is the store key of a (user, app) pair: the prefix, then the pair
 // escaped ("%" and ":" and every byte outside printable ASCII as %XX, the

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -303,5 +304,51 @@ func TestSharedSettingsApply(t *testing.T) {
 	s4.Sticky = false
 	if _, err := st.Lease("gen4", s4); err != nil || st.Shared() != nil {
 		t.Fatalf("sticky off: %v %v", err, st.Shared())
+	}
+}
+
+// A pair in use only from a replica's local table renews its store entry
+// once per half TTL, off the request's path: hours later another replica
+// still finds it, and an entry lost by a Redis restarted empty comes back.
+func TestSharedRefreshKeepsPairsInUse(t *testing.T) {
+	store := NewMemStore()
+	var clock atomic.Int64
+	clock.Store(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	store.SetNow(func() time.Time { return time.Unix(0, clock.Load()) })
+	pool := pubs(3)
+	a := newReplica(t, store, pool, 5*ms, 6*ms, 7*ms) // sticky_ttl 1h
+	pick := func(r *replica) (*up, Decision) {
+		u, d, ok := r.sel.Select(pool, "alice", "app", clock.Load())
+		if !ok {
+			t.Fatal("no pick")
+		}
+		for r.st.Shared().inflight.Load() != 0 {
+			time.Sleep(time.Millisecond)
+		}
+		return u, d
+	}
+	first, _ := pick(a)
+	key := SharedKey("edgesteer:latency_bucket:apps", "alice", "app")
+	for range 9 { // 3 hours, a request every 20 minutes, all local hits
+		clock.Add(int64(20 * time.Minute))
+		if u, d := pick(a); u != first || !d.Sticky || d.Shared {
+			t.Fatalf("local hit: %s %+v", u.addr, d)
+		}
+		if v, ok := store.Value(key); !ok || v != first.addr {
+			t.Fatalf("store entry after %v: %q %v", time.Unix(0, clock.Load()), v, ok)
+		}
+	}
+	if n := a.st.SharedStats().Refreshes.Load(); n < 5 || n > 7 {
+		t.Fatalf("%d renewals in 3 hours at a TTL of 1h, want one per half hour", n)
+	}
+	b := newReplica(t, store, pool, 5*ms, 6*ms, 7*ms)
+	if u, d := pick(b); u != first || !d.Shared {
+		t.Fatalf("another replica 3 hours later: %s %+v, want %s from the store", u.addr, d, first.addr)
+	}
+	store.Flush()
+	clock.Add(int64(40 * time.Minute))
+	pick(a)
+	if v, ok := store.Value(key); !ok || v != first.addr {
+		t.Fatalf("entry not restored after a flush: %q %v", v, ok)
 	}
 }

@@ -209,7 +209,7 @@ func (st *State) applyShared(s Settings) {
 	}
 	cur := st.shared.Load()
 	if cur != nil && want != nil && sameShared(&cur.cfg, want) {
-		cur.ttl.Store(int64(s.StickyTTL))
+		cur.setTTL(s.StickyTTL)
 		return
 	}
 	var next *Shared

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/edgesteer/edgesteer/internal/latency"
+	"github.com/edgesteer/edgesteer/internal/sticky"
 )
 
 // Defaults, from the seed where it has them.
@@ -95,6 +96,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("timeout must be positive, got %v", c.Timeout)
 	case c.Window < 0:
 		return fmt.Errorf("window must be at least 1, got %d", c.Window)
+	case c.MaxTargets < 0 || c.MaxTargets > sticky.IDMask:
+		return fmt.Errorf("max targets must be in [1, %d], got %d", sticky.IDMask, c.MaxTargets)
 	}
 	for addr, d := range c.Segments {
 		if d < 0 {

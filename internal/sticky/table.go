@@ -25,7 +25,22 @@ const (
 	secondsPerSec = int64(time.Second)
 	// MaxValue is the largest value a table stores.
 	MaxValue = 1<<31 - 1
+	// A value is a target id (IDMask bits) and a 2-bit tag above it
+	// (TagShift): the shared sticky level keeps there the epoch in which
+	// the pair was last synced with the store. DeleteValue and Counts
+	// look at the id alone.
+	TagShift = 29
+	IDMask   = 1<<TagShift - 1
 )
+
+// ID is the target id of a stored value.
+func ID(v uint32) uint32 { return v & IDMask }
+
+// Tag is the tag of a stored value.
+func Tag(v uint32) uint32 { return v >> TagShift & 3 }
+
+// Tagged makes a value of a target id and a tag (0-3).
+func Tagged(id, tag uint32) uint32 { return id&IDMask | (tag&3)<<TagShift }
 
 // Table maps pair hashes to target ids. It is safe for concurrent use.
 type Table struct {
@@ -83,10 +98,10 @@ func (t *Table) Put(key uint64, value uint32, now int64) {
 // Delete forgets key.
 func (t *Table) Delete(key uint64) { t.t.Delete(key) }
 
-// DeleteValue forgets every pair pointing at value (a target that is gone)
-// and returns how many it forgot.
+// DeleteValue forgets every pair pointing at target id value (a target
+// that is gone), whatever its tag, and returns how many it forgot.
 func (t *Table) DeleteValue(value uint32) int {
-	return t.t.RemoveIf(func(v uint32, _ uint32) bool { return v == value })
+	return t.t.RemoveIf(func(v uint32, _ uint32) bool { return ID(v) == value })
 }
 
 // Clear forgets every pair.
@@ -95,10 +110,10 @@ func (t *Table) Clear() { t.t.Clear() }
 // Len returns the number of entries, expired ones not yet swept included.
 func (t *Table) Len() int { return t.t.Len() }
 
-// Counts returns how many live entries point at each target.
+// Counts returns how many live entries point at each target id.
 func (t *Table) Counts(now int64) map[uint32]int {
 	out := map[uint32]int{}
-	t.t.Each(seconds(now), func(v uint32) { out[v]++ })
+	t.t.Each(seconds(now), func(v uint32) { out[ID(v)]++ })
 	return out
 }
 

@@ -255,3 +255,23 @@ func BenchmarkStickyHit(b *testing.B) {
 	})
 	b.ReportMetric(bytesPerEntry, "B/entry")
 }
+
+// Tagged values keep their id for DeleteValue and Counts.
+func TestTaggedValues(t *testing.T) {
+	tb := New(10, time.Hour)
+	tb.Put(1, Tagged(7, 0), 0)
+	tb.Put(2, Tagged(7, 3), 0)
+	tb.Put(3, Tagged(8, 2), 0)
+	if v, _ := tb.Get(2, 0); ID(v) != 7 || Tag(v) != 3 {
+		t.Fatalf("value %x: id %d tag %d", v, ID(v), Tag(v))
+	}
+	if c := tb.Counts(0); c[7] != 2 || c[8] != 1 || len(c) != 2 {
+		t.Fatalf("counts %v", c)
+	}
+	if n := tb.DeleteValue(7); n != 2 || tb.Len() != 1 {
+		t.Fatalf("DeleteValue(7) removed %d", n)
+	}
+	if Tagged(IDMask, 3) > MaxValue {
+		t.Fatal("a tagged value exceeds MaxValue")
+	}
+}
