@@ -74,6 +74,7 @@ type StoreView struct {
 	Skipped     uint64    `json:"skipped"`
 	Writes      uint64    `json:"writes"`
 	Adopted     uint64    `json:"adopted"`
+	Refreshes   uint64    `json:"refreshes"`
 }
 
 // PublisherView is one publisher in the admin API's answer.
@@ -151,7 +152,7 @@ func storeView(h pubsel.SharedHealth, s *pubsel.SharedStats, stickyPicks uint64)
 		LastError: h.LastError, LastErrorAt: h.ErrorAt,
 		HitsLocal: localHits(stickyPicks, s), HitsRedis: s.SharedHits.Load(), Misses: s.Misses.Load(), Stale: s.Stale.Load(),
 		Malformed: s.Malformed.Load(), Errors: s.Errors.Load(), Skipped: s.Skipped.Load(), Writes: s.Writes.Load(),
-		Adopted: s.Adopted.Load(),
+		Adopted: s.Adopted.Load(), Refreshes: s.Refreshes.Load(),
 	}
 }
 

@@ -91,6 +91,8 @@ var (
 		"Store calls not made because the store is known to be down.", []string{"policy"}, nil)
 	descStoreWrites = prometheus.NewDesc(metricsPrefix+"store_writes_total",
 		"New pins written to the store.", []string{"policy"}, nil)
+	descStoreRefreshes = prometheus.NewDesc(metricsPrefix+"store_refreshes_total",
+		"Store entries renewed (off the request path) for pairs in use from the local table, once per half sticky_ttl.", []string{"policy"}, nil)
 	descStoreHealthy = prometheus.NewDesc(metricsPrefix+"store_healthy",
 		"1 if the shared sticky store answers, 0 while it is known to be down.", []string{"policy"}, nil)
 )
@@ -101,7 +103,7 @@ func (*stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descBucket
 	ch <- descSticky
 	for _, d := range []*prometheus.Desc{descStoreHits, descStoreMisses, descStoreStale, descStoreErrors,
-		descStoreMalformed, descStoreSkipped, descStoreWrites, descStoreHealthy} {
+		descStoreMalformed, descStoreSkipped, descStoreWrites, descStoreRefreshes, descStoreHealthy} {
 		ch <- d
 	}
 }
@@ -149,6 +151,7 @@ func collectStore(ch chan<- prometheus.Metric, name string, healthy bool, s *pub
 	counter(descStoreMalformed, s.Malformed.Load())
 	counter(descStoreSkipped, s.Skipped.Load())
 	counter(descStoreWrites, s.Writes.Load())
+	counter(descStoreRefreshes, s.Refreshes.Load())
 	up := 0.0
 	if healthy {
 		up = 1
