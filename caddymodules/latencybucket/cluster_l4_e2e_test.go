@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/edgesteer/edgesteer/caddymodules/latencybucket"
 	"github.com/edgesteer/edgesteer/internal/e2e"
 )
 
@@ -19,7 +20,11 @@ import (
 func TestLayer4ClusterStickinessThroughRedis(t *testing.T) {
 	_, redisAddr := e2e.StartRedis(t)
 	pubs, _ := publishers(t, 0, 0, 0) // equally near: a replica alone picks at random
-	config := func(front string) string {
+	config := func(front string, timeout ...string) string {
+		to := "2s"
+		if len(timeout) > 0 {
+			to = timeout[0]
+		}
 		return fmt.Sprintf(`{
 	edgesteer_redis main {
 		address %s
@@ -33,7 +38,7 @@ func TestLayer4ClusterStickinessThroughRedis(t *testing.T) {
 						probe_interval 200ms
 						sticky_app db
 						sticky_store redis main
-						sticky_store_timeout 2s
+						sticky_store_timeout %s
 					}
 					lb_try_duration 5s
 				}
@@ -41,7 +46,7 @@ func TestLayer4ClusterStickinessThroughRedis(t *testing.T) {
 		}
 	}
 }
-`, redisAddr, front, strings.Join(pubs, " "))
+`, redisAddr, front, strings.Join(pubs, " "), to)
 	}
 	fronts := []string{e2e.Addr(t), e2e.Addr(t)}
 	var caddies []*e2e.Caddy
@@ -112,6 +117,26 @@ func TestLayer4ClusterStickinessThroughRedis(t *testing.T) {
 	for i, c := range caddies {
 		if n, ok := c.Metric(t, `caddy_edgesteer_latency_bucket_store_hits_total{level="redis",policy="l4-apps"}`); !ok || n == 0 {
 			t.Fatalf("replica %d: no Redis hits (%v %v)", i, n, ok)
+		}
+	}
+
+	// A reload that changes the store timeout keeps the pins and the
+	// counts; the new timeout is in force.
+	var before []latencybucket.PolicyView
+	caddies[0].AdminJSON(t, "/latency_bucket/", &before)
+	caddies[0].Reload(t, "caddyfile", config(fronts[0], "1500ms"))
+	var after []latencybucket.PolicyView
+	caddies[0].AdminJSON(t, "/latency_bucket/", &after)
+	if len(after) != 1 || after[0].StickyStore == nil || after[0].StickyStore.TimeoutMS != 1500 ||
+		after[0].StickyStore.Writes != before[0].StickyStore.Writes || after[0].StickyEntries != before[0].StickyEntries {
+		t.Fatalf("after the reload: %+v; before: %+v", after, before)
+	}
+	for i := range users {
+		src := fmt.Sprintf("127.0.3.%d", i+1)
+		p1, err1 := dialL4(fronts[0], src)
+		p2, err2 := dialL4(fronts[1], src)
+		if err1 != nil || err2 != nil || p1 != p2 {
+			t.Fatalf("user %s after the reload: %s %v / %s %v", src, p1, err1, p2, err2)
 		}
 	}
 }
