@@ -294,6 +294,11 @@ func TestClusterStickinessThroughRedis(t *testing.T) {
 		if v.StickyStore.Skipped == 0 {
 			t.Fatalf("%s: every local miss still called the dead Redis: %+v", h, v.StickyStore)
 		}
+		// The 100 pairs of the first burst, and the 40 new ones, each seen
+		// once per replica and pinned locally.
+		if v.StickyEntries != 140 {
+			t.Fatalf("%s with Redis down: %d local pins, want 140", h, v.StickyEntries)
+		}
 	}
 
 	// Redis back (empty: no persistence): once each replica's ping
