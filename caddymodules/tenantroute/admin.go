@@ -43,6 +43,12 @@ func (t *tenants) add(tenant string, d int) {
 	}
 }
 
+func (t *tenants) get(tenant string) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.n[tenant]
+}
+
 func (t *tenants) snapshot() map[string]int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -119,6 +125,7 @@ func (Admin) Routes() []caddy.AdminRoute {
 	return []caddy.AdminRoute{
 		{Pattern: "/tenant_route/", Handler: caddy.AdminHandlerFunc(serveView)},
 		{Pattern: "/tenant_route/partitions", Handler: caddy.AdminHandlerFunc(servePartitions)},
+		{Pattern: "/tenant_route/placement", Handler: caddy.AdminHandlerFunc(servePlacement)},
 	}
 }
 
@@ -126,11 +133,14 @@ func (Admin) Routes() []caddy.AdminRoute {
 // state kept under that name, so it spans reloads: connections routed by
 // an earlier config generation and still open are counted.
 type View struct {
-	Name            string   `json:"name"`
-	Membership      string   `json:"membership"`
-	MembershipAge   string   `json:"membership_age,omitempty"` // since etcd last answered
-	MembershipError string   `json:"membership_error,omitempty"`
-	Nodes           []string `json:"nodes"`
+	Name       string `json:"name"`
+	Membership string `json:"membership"`
+	// MembershipUpdated (RFC 3339) is when etcd last answered, and
+	// MembershipAgeMS how long ago; both absent with static membership.
+	MembershipUpdated string   `json:"membership_updated,omitempty"`
+	MembershipAgeMS   *int64   `json:"membership_age_ms,omitempty"`
+	MembershipError   string   `json:"membership_error,omitempty"`
+	Nodes             []string `json:"nodes"`
 	// OpenConnections per node; a node removed from the members stays
 	// listed while connections to it are open.
 	OpenConnections map[string]int64 `json:"open_connections"`
@@ -168,7 +178,8 @@ func handlerViews() []View {
 			updated, lastErr := w.state()
 			v.Membership, v.MembershipError = "etcd", lastErr
 			if !updated.IsZero() {
-				v.MembershipAge = time.Since(updated).Round(time.Millisecond).String()
+				age := time.Since(updated).Milliseconds()
+				v.MembershipUpdated, v.MembershipAgeMS = updated.UTC().Format(time.RFC3339Nano), &age
 			}
 		}
 		for tenant, n := range s.connected.snapshot() {

@@ -246,22 +246,7 @@ func (p *Placer) Reserve(tenant string, now time.Time) (node string, ok bool) {
 	ranked := Rank(tenant, p.nodes)
 	k := min(p.partitions(tenant), len(ranked))
 	for {
-		best, bestConns := "", int64(0)
-		for i, n := range ranked {
-			if i >= k && best != "" {
-				break // a node among the tenant's own was usable
-			}
-			if until, down := p.down[n]; down && now.Before(until) {
-				continue
-			}
-			c := p.conns[n].Load()
-			if best == "" || (i < k && c < bestConns) {
-				best, bestConns = n, c
-			}
-			if i >= k {
-				break // first usable node past the tenant's own
-			}
-		}
+		best, bestConns := p.choose(ranked, k, now)
 		if best == "" {
 			return "", false
 		}
@@ -269,6 +254,97 @@ func (p *Placer) Reserve(tenant string, now time.Time) (node string, ok bool) {
 			return best, true
 		}
 	}
+}
+
+// choose is Reserve's choice without the count: among the first k of
+// ranked not cooling off, the one with the fewest connections (ties by
+// rank); if all are down, the next usable node past them. p.mu is held.
+func (p *Placer) choose(ranked []string, k int, now time.Time) (best string, bestConns int64) {
+	for i, n := range ranked {
+		if i >= k && best != "" {
+			break // a node among the tenant's own was usable
+		}
+		if p.coolingOff(n, now) {
+			continue
+		}
+		c := p.conns[n].Load()
+		if best == "" || (i < k && c < bestConns) {
+			best, bestConns = n, c
+		}
+		if i >= k {
+			break // first usable node past the tenant's own
+		}
+	}
+	return best, bestConns
+}
+
+func (p *Placer) coolingOff(node string, now time.Time) bool {
+	until, down := p.down[node]
+	return down && now.Before(until)
+}
+
+// Source of a tenant's partition count, as Explain reports it.
+const (
+	SourceDefault = "default" // the handler's partitions
+	SourceConfig  = "config"  // the tenant's own count in the config
+	SourceRuntime = "runtime" // set at run time, over the config
+)
+
+// NodeState is one of a tenant's nodes as Explain sees it.
+type NodeState struct {
+	Node            string
+	Rank            int // 1 = the tenant's first node in rendezvous order
+	OpenConnections int64
+	CoolOffUntil    time.Time // zero unless cooling off at the time asked
+}
+
+// Explanation is where a new connection of a tenant would go, and why,
+// without reserving anything.
+type Explanation struct {
+	Partitions int    // k
+	Source     string // where k comes from: SourceDefault, SourceConfig, SourceRuntime
+	Members    int    // live nodes
+	Nodes      []NodeState
+	Next       string // the node a new connection would take now; "" with none usable
+	Reason     string // why Next
+}
+
+// Explain answers where a new connection of tenant would go at now, as
+// Reserve would choose, without counting it: operators ask it before
+// moving a customer.
+func (p *Placer) Explain(tenant string, now time.Time) Explanation {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	ranked := Rank(tenant, p.nodes)
+	e := Explanation{Partitions: p.partitions(tenant), Source: SourceDefault, Members: len(ranked)}
+	if _, ok := p.runtimeK[tenant]; ok {
+		e.Source = SourceRuntime
+	} else if _, ok := p.configK[tenant]; ok {
+		e.Source = SourceConfig
+	}
+	k := min(e.Partitions, len(ranked))
+	for i, n := range ranked[:k] {
+		st := NodeState{Node: n, Rank: i + 1, OpenConnections: p.conns[n].Load()}
+		if p.coolingOff(n, now) {
+			st.CoolOffUntil = p.down[n]
+		}
+		e.Nodes = append(e.Nodes, st)
+	}
+	var conns int64
+	e.Next, conns = p.choose(ranked, k, now)
+	switch {
+	case len(ranked) == 0:
+		e.Reason = "no members"
+	case e.Next == "":
+		e.Reason = "every member is cooling off after a failure"
+	case !slices.Contains(ranked[:k], e.Next):
+		e.Reason = fmt.Sprintf("all %d of the tenant's nodes are cooling off: the next member in rendezvous order", k)
+	case k == 1:
+		e.Reason = "the tenant's only node"
+	default:
+		e.Reason = fmt.Sprintf("fewest open connections (%d) among the tenant's %d nodes not cooling off; ties go to the higher rendezvous rank", conns, k)
+	}
+	return e
 }
 
 // Release uncounts a connection. The last connection to a node that has
