@@ -333,3 +333,24 @@ func TestTallyIsBounded(t *testing.T) {
 		t.Fatalf("tally %v", got)
 	}
 }
+
+// Acquire, bind and Release, as each routed connection now does (with auto
+// partitions on), beside BenchmarkReserveRelease (the choice alone).
+func BenchmarkAcquireRelease(b *testing.B) {
+	for _, n := range []int{4, 64} {
+		b.Run(fmt.Sprint(n, " nodes"), func(b *testing.B) {
+			p, _ := New(3)
+			p.SetNodes(nodes(n))
+			p.SetLimits(&Auto{TargetPerNode: 1000, CoolDown: time.Minute}, 0)
+			now := time.Now()
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					l, _ := p.Acquire("acme", now)
+					l.Bound(true, now)
+					l.Release(now)
+				}
+			})
+		})
+	}
+}
