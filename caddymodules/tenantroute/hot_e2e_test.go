@@ -322,3 +322,76 @@ func TestMaxPerNodeRefusesBusy(t *testing.T) {
 		t.Fatalf("admin view busy_refusals %d", n)
 	}
 }
+
+// With etcd, a grown or shrunk k is published under the assignment prefix:
+// the key names the tenant's new node by the time a connection reached it,
+// and its former node set after a shrink.
+func TestGrownPartitionsPublished(t *testing.T) {
+	e2e.SkipShort(t)
+	_, etcdURL := e2e.StartEtcd(t)
+	reg := newRegistry(t, etcdURL)
+	addrs, names := startNodes(t, 4, ldif)
+	for _, a := range addrs {
+		reg.join(names[a], a, 10)
+	}
+	front := e2e.Addr(t)
+	c := e2e.StartCaddy(t, "caddyfile", fmt.Sprintf(`{
+	layer4 {
+		%s {
+			@bind ldap {
+				operation bind
+				anonymous false
+			}
+			route @bind {
+				tenant_route {
+					name ldap
+					partitions 2
+					auto_partitions {
+						target_per_node 5
+						cool_down 2s
+					}
+					etcd %s {
+						prefix %s
+						assignment_prefix %s
+					}
+				}
+			}
+		}
+	}
+}`, front, etcdURL, nodesPrefix, assignPrefix))
+	c.WaitTCP(t, front)
+	waitMembers(t, c, addrs)
+	rank := placement.Rank("acme", addrs)
+	var held []*boundConn
+	for range 3 {
+		held = append(held, wave(t, front, "acme", 5)...)
+	}
+	if got := reg.assignments()["acme"]; !slices.Equal(got, rank[:3]) {
+		t.Fatalf("acme grown to 3: assignment %v, want %v", got, rank[:3])
+	}
+	for _, b := range held {
+		if !slices.Contains(rank[:3], addrOfName(names, b.node)) {
+			t.Fatalf("a connection reached %s, outside %v", b.node, rank[:3])
+		}
+	}
+	for _, b := range held[1:] {
+		b.conn.Close()
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for !slices.Equal(reg.assignments()["acme"], rank[:2]) {
+		if time.Now().After(deadline) {
+			t.Fatalf("after the shrink: assignment %v, want %v", reg.assignments()["acme"], rank[:2])
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	stillThere(t, "after the shrink", held[:1])
+}
+
+func addrOfName(names map[string]string, name string) string {
+	for a, n := range names {
+		if n == name {
+			return a
+		}
+	}
+	return ""
+}
