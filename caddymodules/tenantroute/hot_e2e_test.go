@@ -395,3 +395,32 @@ func addrOfName(names map[string]string, name string) string {
 	}
 	return ""
 }
+
+// Hysteresis through bin/caddy: a tenant whose load swings around its
+// growth threshold (T·k = 10 with target 5, k = 2) grows once, then stays:
+// the swings never reach the new shrink threshold (7.5) nor the next growth
+// threshold (15).
+func TestOscillatingLoadChangesKOnce(t *testing.T) {
+	e2e.SkipShort(t)
+	addrs, _ := startNodes(t, 4, ldif)
+	front := e2e.Addr(t)
+	c := e2e.StartCaddy(t, "caddyfile", autoConfig(front, addrs, `auto_partitions {
+						target_per_node 5
+						cool_down 1s
+					}`))
+	c.WaitTCP(t, front)
+	held := append(wave(t, front, "acme", 5), wave(t, front, "acme", 4)...) // 9: below T·k
+	for swing := range 6 {
+		extra := wave(t, front, "acme", 3) // 12: above T·k while k = 2
+		for _, b := range extra {
+			b.conn.Close()
+		}
+		waitView(t, c, "the swing's connections closed", func(v viewT) bool { return v.Tenants["acme"].Connections == 9 })
+		time.Sleep(2 * time.Second) // past cool_down and a tick: a shrink would have had its chance
+		v := adminView(t, c)
+		if v.Tenants["acme"].Partitions != 3 || v.PartitionChanges["grow"] != 1 || v.PartitionChanges["shrink"] != 0 {
+			t.Fatalf("swing %d: acme %+v, changes %v: want grown once to 3", swing, v.Tenants["acme"], v.PartitionChanges)
+		}
+	}
+	stillThere(t, "after the swings", held)
+}
