@@ -3,6 +3,8 @@ package tenantroute_test
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -106,13 +108,19 @@ func TestHotTenantGrowsAndShrinks(t *testing.T) {
 	e2e.SkipShort(t)
 	addrs, _ := startNodes(t, 5, ldif)
 	front := e2e.Addr(t)
-	c := e2e.StartCaddy(t, "caddyfile", autoConfig(front, addrs, `auto_partitions {
-						target_per_node 40
-						max 5
-						cool_down 3s
-					}
-					max_failed_binds 3`))
+	// The hot-tenant example, with its addresses replaced and a cool-down
+	// a test can wait for.
+	example, err := os.ReadFile(filepath.Join(e2e.Root(t), "Caddyfile.examples", "ldap-tenant-routing-hot.Caddyfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := e2e.StartCaddy(t, "caddyfile", strings.NewReplacer("127.0.0.1:3389", front, "127.0.0.1:3891", addrs[0],
+		"127.0.0.1:3892", addrs[1], "127.0.0.1:3893", addrs[2], "127.0.0.1:3894", addrs[3], "127.0.0.1:3895", addrs[4],
+		"cool_down 5m", "cool_down 3s").Replace(string(example)))
 	c.WaitTCP(t, front)
+	if v := adminView(t, c); v.AutoPartitions == nil || v.AutoPartitions.CoolDownMS != 3000 || len(v.Nodes) != 5 {
+		t.Fatalf("the example was not loaded as meant: %+v", v)
+	}
 	metric := func(series string) float64 {
 		v, _ := c.Metric(t, series)
 		return v
