@@ -431,4 +431,17 @@ func TestOscillatingLoadChangesKOnce(t *testing.T) {
 		}
 	}
 	stillThere(t, "after the swings", held)
+
+	// A reload keeps the grown count and the tenant's load (process state).
+	c.Reload(t, "caddyfile", autoConfig(front, addrs, `auto_partitions {
+						target_per_node 5
+						cool_down 2s
+					}`))
+	v := waitView(t, c, "the reloaded cool-down", func(v viewT) bool {
+		return v.AutoPartitions != nil && v.AutoPartitions.CoolDownMS == 2000
+	})
+	if at := v.Tenants["acme"]; at.Partitions != 3 || at.AuthenticatedConnections != 9 {
+		t.Fatalf("after a reload: acme %+v", at)
+	}
+	stillThere(t, "after the reload", held)
 }
