@@ -12,6 +12,7 @@ import (
 
 	"github.com/edgesteer/edgesteer/caddymodules/internal/metricsreg"
 	"github.com/edgesteer/edgesteer/caddymodules/internal/views"
+	"github.com/edgesteer/edgesteer/internal/placement"
 )
 
 func init() {
@@ -41,6 +42,12 @@ func (t *tenants) add(tenant string, d int) {
 	if t.n[tenant] += d; t.n[tenant] <= 0 {
 		delete(t.n, tenant)
 	}
+}
+
+func (t *tenants) get(tenant string) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.n[tenant]
 }
 
 func (t *tenants) snapshot() map[string]int {
@@ -78,24 +85,71 @@ var (
 		Name: "caddy_edgesteer_tenant_route_membership_changes_total",
 		Help: "Changes of the node set (each re-places the tenants).",
 	}, []string{"handler"})
+	busyRefusals = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "caddy_edgesteer_tenant_route_busy_refusals_total",
+		Help: "Connections refused with LDAP busy (51): every node of the tenant at max_per_node.",
+	}, []string{"handler"})
+	failedBinds = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "caddy_edgesteer_tenant_route_failed_binds_total",
+		Help: "Binds the node answered with an error (the connection stops counting as load).",
+	}, []string{"handler"})
+	failedBindCloses = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "caddy_edgesteer_tenant_route_failed_bind_closes_total",
+		Help: "Connections closed after max_failed_binds failed binds.",
+	}, []string{"handler"})
+	descPartitions = prometheus.NewDesc("caddy_edgesteer_tenant_route_partitions",
+		"Partition count of each tenant above the handler's default (auto partitions, tenant_partitions or run time).",
+		[]string{"handler", "tenant"}, nil)
+	descChanges = prometheus.NewDesc("caddy_edgesteer_tenant_route_partition_changes_total",
+		"Partition count changes by auto partitions, by direction (grow, shrink).", []string{"handler", "direction"}, nil)
 	descOpen = prometheus.NewDesc("caddy_edgesteer_tenant_route_open_connections",
 		"Connections open through the router, per node.", []string{"handler", "node"}, nil)
 )
 
 type openCollector struct{}
 
-func (openCollector) Describe(ch chan<- *prometheus.Desc) { ch <- descOpen }
+func (openCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descOpen
+	ch <- descPartitions
+	ch <- descChanges
+}
 
 func (openCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, s := range liveStates() {
 		for node, n := range s.placer.Conns() {
 			ch <- prometheus.MustNewConstMetric(descOpen, prometheus.GaugeValue, float64(n), s.name, node)
 		}
+		for tenant, k := range abovePartitions(s.placer) {
+			ch <- prometheus.MustNewConstMetric(descPartitions, prometheus.GaugeValue, float64(k), s.name, tenant)
+		}
+		c := s.placer.Counters()
+		ch <- prometheus.MustNewConstMetric(descChanges, prometheus.CounterValue, float64(c.Grown), s.name, "grow")
+		ch <- prometheus.MustNewConstMetric(descChanges, prometheus.CounterValue, float64(c.Shrunk), s.name, "shrink")
 	}
 }
 
+// abovePartitions lists the tenants whose k is above the default: grown by
+// auto partitions (tenants with authenticated load), or with their own
+// count in the config or set at run time.
+func abovePartitions(p *placement.Placer) map[string]int {
+	def := p.DefaultPartitions()
+	out := map[string]int{}
+	for tenant, k := range p.Overrides() {
+		if k > def {
+			out[tenant] = k
+		}
+	}
+	for tenant, k := range p.Grown() {
+		if k > def {
+			out[tenant] = k
+		}
+	}
+	return out
+}
+
 func registerMetrics(ctx caddy.Context) error {
-	return metricsreg.Register(ctx, routed, dialFailures, unanswered, refusedRebinds, membershipStale, membershipChanges, openCollector{})
+	return metricsreg.Register(ctx, routed, dialFailures, unanswered, refusedRebinds, membershipStale, membershipChanges,
+		busyRefusals, failedBinds, failedBindCloses, openCollector{})
 }
 
 // Admin serves /tenant_route/: GET lists every live tenant_route handler's
@@ -119,6 +173,7 @@ func (Admin) Routes() []caddy.AdminRoute {
 	return []caddy.AdminRoute{
 		{Pattern: "/tenant_route/", Handler: caddy.AdminHandlerFunc(serveView)},
 		{Pattern: "/tenant_route/partitions", Handler: caddy.AdminHandlerFunc(servePartitions)},
+		{Pattern: "/tenant_route/placement", Handler: caddy.AdminHandlerFunc(servePlacement)},
 	}
 }
 
@@ -126,11 +181,14 @@ func (Admin) Routes() []caddy.AdminRoute {
 // state kept under that name, so it spans reloads: connections routed by
 // an earlier config generation and still open are counted.
 type View struct {
-	Name            string   `json:"name"`
-	Membership      string   `json:"membership"`
-	MembershipAge   string   `json:"membership_age,omitempty"` // since etcd last answered
-	MembershipError string   `json:"membership_error,omitempty"`
-	Nodes           []string `json:"nodes"`
+	Name       string `json:"name"`
+	Membership string `json:"membership"`
+	// MembershipUpdated (RFC 3339) is when etcd last answered, and
+	// MembershipAgeMS how long ago; both absent with static membership.
+	MembershipUpdated string   `json:"membership_updated,omitempty"`
+	MembershipAgeMS   *int64   `json:"membership_age_ms,omitempty"`
+	MembershipError   string   `json:"membership_error,omitempty"`
+	Nodes             []string `json:"nodes"`
 	// OpenConnections per node; a node removed from the members stays
 	// listed while connections to it are open.
 	OpenConnections map[string]int64 `json:"open_connections"`
@@ -140,12 +198,35 @@ type View struct {
 	TenantPartitions  map[string]int      `json:"tenant_partitions"`
 	RuntimePartitions map[string]int      `json:"runtime_partitions"`
 	Tenants           map[string]TenantAt `json:"tenants"`
+	// AutoPartitions is the rule in force (nil: off); MaxPerNode the
+	// per-node ceiling (0: none).
+	AutoPartitions *AutoView `json:"auto_partitions"`
+	MaxPerNode     int       `json:"max_per_node"`
+	// PartitionChanges counts auto partitions' steps by direction.
+	PartitionChanges           map[string]uint64 `json:"partition_changes"`
+	BusyRefusals               uint64            `json:"busy_refusals"`
+	UnauthenticatedConnections int64             `json:"unauthenticated_connections"`
+	// FailedBinds per tenant, for the most recent maxFailedTenants tenants.
+	FailedBinds map[string]uint64 `json:"failed_binds"`
 }
 
-// TenantAt is a connected tenant: its nodes and open connections.
+// AutoView is auto_partitions as configured.
+type AutoView struct {
+	TargetPerNode int   `json:"target_per_node"`
+	Max           int   `json:"max"`
+	CoolDownMS    int64 `json:"cool_down_ms"`
+}
+
+// TenantAt is a connected tenant: its nodes and open connections, and its
+// partition count with the last change auto partitions made to it.
 type TenantAt struct {
-	Nodes       []string `json:"nodes"`
-	Connections int      `json:"connections"`
+	Nodes                    []string `json:"nodes"`
+	Connections              int      `json:"connections"`
+	AuthenticatedConnections int      `json:"authenticated_connections"`
+	Partitions               int      `json:"partitions"`
+	PartitionsChanged        string   `json:"partitions_changed,omitempty"`
+	PartitionsChangeReason   string   `json:"partitions_change_reason,omitempty"`
+	PartitionsChangeDir      string   `json:"partitions_change_direction,omitempty"`
 }
 
 func serveView(w http.ResponseWriter, r *http.Request) error {
@@ -168,12 +249,34 @@ func handlerViews() []View {
 			updated, lastErr := w.state()
 			v.Membership, v.MembershipError = "etcd", lastErr
 			if !updated.IsZero() {
-				v.MembershipAge = time.Since(updated).Round(time.Millisecond).String()
+				age := time.Since(updated).Milliseconds()
+				v.MembershipUpdated, v.MembershipAgeMS = updated.UTC().Format(time.RFC3339Nano), &age
 			}
 		}
+		loads := p.Loads()
 		for tenant, n := range s.connected.snapshot() {
-			v.Tenants[tenant] = TenantAt{Nodes: p.Place(tenant), Connections: n}
+			at := TenantAt{Nodes: p.Place(tenant), Connections: n}
+			at.Partitions = len(at.Nodes)
+			if l, ok := loads[tenant]; ok {
+				at.AuthenticatedConnections = l.Authenticated
+				if !l.Changed.IsZero() {
+					at.PartitionsChanged = l.Changed.UTC().Format(time.RFC3339Nano)
+					at.PartitionsChangeReason, at.PartitionsChangeDir = l.Reason, "shrink"
+					if l.Grew {
+						at.PartitionsChangeDir = "grow"
+					}
+				}
+			}
+			v.Tenants[tenant] = at
 		}
+		auto, maxPerNode := p.AutoConfig()
+		if auto != nil {
+			v.AutoPartitions = &AutoView{TargetPerNode: auto.TargetPerNode, Max: auto.Max, CoolDownMS: auto.CoolDown.Milliseconds()}
+		}
+		c := p.Counters()
+		v.MaxPerNode, v.BusyRefusals, v.UnauthenticatedConnections = maxPerNode, c.BusyRefusals, c.Unauthenticated
+		v.PartitionChanges = map[string]uint64{"grow": c.Grown, "shrink": c.Shrunk}
+		v.FailedBinds = s.failed.Counts()
 		views = append(views, v)
 	}
 	return views

@@ -27,6 +27,13 @@ import (
 //			prefix <key prefix of node registrations>
 //			assignment_prefix <key prefix to publish tenant → nodes>
 //		}
+//		auto_partitions {
+//			target_per_node <connections>
+//			max <k>                         # default: every member
+//			cool_down <duration>            # default 5m
+//		}
+//		max_per_node <connections>
+//		max_failed_binds <n>            # default 3
 //	}
 //
 // nodes is a list (repeating it adds nodes) and tenant_partitions is given
@@ -64,6 +71,12 @@ func (t *TenantRoute) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			t.MaxMessageLength, err = o.Int(1, math.MaxInt)
 		case "etcd":
 			t.Etcd, err = unmarshalEtcd(o)
+		case "auto_partitions":
+			t.AutoPartitions, err = unmarshalAuto(o)
+		case "max_per_node":
+			t.MaxPerNode, err = o.Int(1, math.MaxInt)
+		case "max_failed_binds":
+			t.MaxFailedBinds, err = o.Int(1, math.MaxInt)
 		default:
 			err = o.Unknown()
 		}
@@ -118,4 +131,35 @@ func unmarshalEtcd(o *cfparse.Block) (*EtcdMembership, error) {
 		}
 	}
 	return e, nil
+}
+
+// unmarshalAuto reads auto_partitions { target_per_node …; max …; cool_down … }.
+func unmarshalAuto(o *cfparse.Block) (*AutoPartitions, error) {
+	if err := o.Once(); err != nil {
+		return nil, err
+	}
+	if _, err := o.BlockArgs(0, 0); err != nil {
+		return nil, err
+	}
+	a := &AutoPartitions{}
+	var err error
+	for sub := o.Sub(); sub.Next(); {
+		switch sub.Name() {
+		case "target_per_node":
+			a.TargetPerNode, err = sub.Int(1, math.MaxInt)
+		case "max":
+			a.Max, err = sub.Int(1, math.MaxInt)
+		case "cool_down":
+			a.CoolDown, err = sub.Duration(time.Nanosecond)
+		default:
+			err = sub.Unknown()
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	if a.TargetPerNode == 0 {
+		return nil, o.Errf("auto_partitions: target_per_node is required")
+	}
+	return a, nil
 }

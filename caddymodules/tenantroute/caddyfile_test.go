@@ -34,6 +34,24 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 			`"tenant_rdn":"o","tenant_regexp":",o=([^,]+),","tenant":"{l4.tls.server_name}",` +
 			`"dial_timeout":3000000000,"cool_off":86400000000000,"first_response_timeout":500000000,"max_message_length":65536}`},
 
+		{Input: `tenant_route {
+			nodes 127.0.0.1:3891
+			auto_partitions {
+				target_per_node 50
+				max 4
+				cool_down 2m
+			}
+			max_per_node 500
+			max_failed_binds 2
+		}`, Expected: `{"nodes":["127.0.0.1:3891"],"auto_partitions":{"target_per_node":50,"max":4,"cool_down":120000000000},"max_per_node":500,"max_failed_binds":2}`},
+		{Input: "tenant_route {\nauto_partitions {\nmax 3\n}\n}", ExpectedErr: `auto_partitions: target_per_node is required`},
+		{Input: "tenant_route {\nauto_partitions {\ntarget_per_node 0\n}\n}", ExpectedErr: `tenant_route: auto_partitions: target_per_node "0": want a whole number of at least 1`},
+		{Input: "tenant_route {\nauto_partitions {\ntarget_per_node 5\ncool_down 0s\n}\n}", ExpectedErr: `tenant_route: auto_partitions: cool_down "0s": want a positive duration`},
+		{Input: "tenant_route {\nauto_partitions {\ntarget_per_node 5\nburst 2\n}\n}", ExpectedErr: `burst`},
+		{Input: "tenant_route {\nauto_partitions 5\n}", ExpectedErr: `want no arguments, got 1: 5`},
+		{Input: "tenant_route {\nmax_per_node 0\n}", ExpectedErr: `tenant_route: max_per_node "0"`},
+		{Input: "tenant_route {\nmax_failed_binds many\n}", ExpectedErr: `tenant_route: max_failed_binds "many"`},
+
 		// Loose numbers.
 		{Input: "tenant_route {\npartitions 3x\n}", ExpectedErr: `tenant_route: partitions "3x": want a whole number of at least 1, at Testfile:2`},
 		{Input: "tenant_route {\npartitions 0x10\n}", ExpectedErr: `tenant_route: partitions "0x10": want a whole number of at least 1, at Testfile:2`},

@@ -16,7 +16,11 @@ import (
 // message and started answering it.
 type upstream struct {
 	net.Conn
-	head []byte // the answer's first byte, read while waiting for it
+	// head is what was read of the answer while waiting for it: the whole
+	// BindResponse to a first bind, else the answer's first byte.
+	head []byte
+	// bindResult is that BindResponse's resultCode (-1: not a bind).
+	bindResult int64
 }
 
 // errNoAnswer: the node accepted the connection and the first message but
@@ -29,16 +33,22 @@ var errNoAnswer = errors.New("no answer to the first message")
 // FirstResponseTimeout, cools off and the next is tried. A first message
 // that is not Replayable is sent to one node only: if that node does not
 // answer, the connection fails.
-func (t *TenantRoute) connect(tenant string, first *ldapwire.Message) (string, *upstream, error) {
+func (t *TenantRoute) connect(tenant string, first *ldapwire.Message) (*placement.Lease, *upstream, error) {
 	dialTimeout, answerTimeout := time.Duration(t.DialTimeout), time.Duration(t.FirstResponseTimeout)
-	node, up, err := placement.Connect(t.placer, tenant, time.Duration(t.CoolOff),
+	lease, up, err := placement.Connect(t.placer, tenant, time.Duration(t.CoolOff),
 		func(node string) (*upstream, error) {
+			if w := t.state.watcher.Load(); w != nil {
+				// Published before the dial: the node is named in the
+				// tenant's assignment (with k as auto partitions may just
+				// have grown it) before the tenant's connection reaches it.
+				w.publish(tenant)
+			}
 			conn, err := net.DialTimeout("tcp", node, dialTimeout)
 			if err != nil {
 				return nil, err
 			}
-			up := &upstream{Conn: conn}
-			if err := up.forwardFirst(first, answerTimeout); err != nil {
+			up := &upstream{Conn: conn, bindResult: -1}
+			if err := up.forwardFirst(first, answerTimeout, int64(t.MaxMessageLength)); err != nil {
 				conn.Close()
 				return nil, err
 			}
@@ -55,16 +65,18 @@ func (t *TenantRoute) connect(tenant string, first *ldapwire.Message) (string, *
 			t.logger.Warn("node unreachable: cooling off", zap.String("node", node), zap.Error(err))
 		})
 	if err != nil {
-		return "", nil, fmt.Errorf("tenant_route: no node took the connection of tenant %s: %w", tenant, err)
+		return nil, nil, fmt.Errorf("tenant_route: no node took the connection of tenant %s: %w", tenant, err)
 	}
-	return node, up, nil
+	return lease, up, nil
 }
 
 // forwardFirst sends the first message and, if it expects an answer, waits
-// up to timeout for the answer's first byte. A node that closes the
-// connection instead has answered too (the relay passes the close on): only
-// silence marks a node as failed.
-func (up *upstream) forwardFirst(first *ldapwire.Message, timeout time.Duration) error {
+// up to timeout for the answer: a bind's whole BindResponse (at most maxLen
+// bytes: the bind's outcome decides whether the connection counts as
+// load), any other message's first byte. A node that closes the connection
+// instead has answered too (the relay passes the close on): only silence
+// marks a node as failed.
+func (up *upstream) forwardFirst(first *ldapwire.Message, timeout time.Duration, maxLen int64) error {
 	up.SetDeadline(time.Now().Add(timeout))
 	defer up.SetDeadline(time.Time{})
 	noRetry := func(err error) error {
@@ -77,6 +89,20 @@ func (up *upstream) forwardFirst(first *ldapwire.Message, timeout time.Duration)
 		return noRetry(err)
 	}
 	if !first.ExpectsResponse() {
+		return nil
+	}
+	if first.Op == "bind" {
+		resp, err := ldapwire.Read(up, maxLen)
+		if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			return noRetry(fmt.Errorf("%w within %v", errNoAnswer, timeout))
+		}
+		if err != nil {
+			return nil // closed or garbled: the relay passes what follows on
+		}
+		up.head = resp.Raw
+		if code, ok := ldapwire.BindResult(resp.Raw); ok {
+			up.bindResult = code
+		}
 		return nil
 	}
 	var b [1]byte

@@ -73,6 +73,16 @@ type TenantRoute struct {
 	FirstResponseTimeout caddy.Duration `json:"first_response_timeout,omitempty"`
 	// MaxMessageLength bounds a client message (default 65536).
 	MaxMessageLength int `json:"max_message_length,omitempty"`
+	// AutoPartitions, if set, makes each tenant's partition count follow
+	// its authenticated load (internal/placement.Auto states the rule).
+	AutoPartitions *AutoPartitions `json:"auto_partitions,omitempty"`
+	// MaxPerNode caps the connections through this router on one node
+	// (0: none). A tenant whose nodes are all full grows (auto_partitions)
+	// or its connection is refused with LDAP busy (51).
+	MaxPerNode int `json:"max_per_node,omitempty"`
+	// MaxFailedBinds closes a connection after this many failed binds
+	// (default 3).
+	MaxFailedBinds int `json:"max_failed_binds,omitempty"`
 
 	rule   *ldapwire.TenantRule
 	logger *zap.Logger
@@ -82,6 +92,15 @@ type TenantRoute struct {
 	// released is set by Cleanup; state stays set for connections still
 	// relaying, which keep counting in it.
 	released atomic.Bool
+}
+
+// AutoPartitions grows a tenant's partitions while its connections per
+// node exceed TargetPerNode, up to Max (0: every member), and shrinks them
+// one step after its load stayed below half the target for CoolDown.
+type AutoPartitions struct {
+	TargetPerNode int            `json:"target_per_node"`
+	Max           int            `json:"max,omitempty"`
+	CoolDown      caddy.Duration `json:"cool_down,omitempty"` // default 5m
 }
 
 // CaddyModule returns the Caddy module information.
@@ -153,6 +172,25 @@ func (t *TenantRoute) Provision(ctx caddy.Context) error {
 	if t.MaxMessageLength == 0 {
 		t.MaxMessageLength = ldapwire.DefaultMaxLength
 	}
+	if a := t.AutoPartitions; a != nil {
+		if a.CoolDown == 0 {
+			a.CoolDown = caddy.Duration(5 * time.Minute)
+		}
+		switch {
+		case a.TargetPerNode < 1:
+			return fmt.Errorf("tenant_route: auto_partitions target_per_node %d: must be at least 1", a.TargetPerNode)
+		case a.Max < 0:
+			return fmt.Errorf("tenant_route: auto_partitions max %d: must be at least 1", a.Max)
+		case a.CoolDown < 0:
+			return fmt.Errorf("tenant_route: auto_partitions cool_down %v: must be positive", time.Duration(a.CoolDown))
+		}
+	}
+	if t.MaxPerNode < 0 || t.MaxFailedBinds < 0 {
+		return fmt.Errorf("tenant_route: max_per_node %d, max_failed_binds %d: must be at least 1", t.MaxPerNode, t.MaxFailedBinds)
+	}
+	if t.MaxFailedBinds == 0 {
+		t.MaxFailedBinds = 3
+	}
 	if t.Name == "" {
 		t.Name = defaultName(t)
 	}
@@ -208,20 +246,31 @@ func (t *TenantRoute) Handle(cx *layer4.Connection, _ layer4.Handler) error {
 		return err
 	}
 	st := t.state
-	if w := st.watcher.Load(); w != nil {
-		// Published before the dial: the node is named in the tenant's
-		// assignment before the tenant's connection reaches it.
-		st.seen.Touch(tenant)
-		w.publish(tenant)
+	if st.watcher.Load() != nil {
+		st.seen.Touch(tenant) // its assignment is published (connect.go)
 	}
-	node, up, err := t.connect(tenant, first)
+	lease, up, err := t.connect(tenant, first)
+	if errors.Is(err, placement.ErrBusy) {
+		busyRefusals.WithLabelValues(t.Name).Inc()
+		if ce := t.logger.Check(zap.DebugLevel, "every node of the tenant is at max_per_node: busy"); ce != nil {
+			ce.Write(zap.String("tenant", tenant))
+		}
+		// LDAP busy (51): the client may try again later.
+		if first.Op == "bind" {
+			cx.Write(ldapwire.BindResponse(first.ID, ldapwire.ResultBusy, "every directory node of this tenant is at its connection limit; try again later"))
+		} else {
+			cx.Write(ldapwire.NoticeOfDisconnection(ldapwire.ResultBusy, "every directory node of this tenant is at its connection limit; try again later"))
+		}
+		return nil
+	}
 	if err != nil {
 		// Tell the client why before caddy-l4 closes the connection.
 		cx.Write(ldapwire.NoticeOfDisconnection(ldapwire.ResultUnavailable, "no directory node answered; try again"))
 		return err
 	}
+	node := lease.Node
 	defer up.Close()
-	defer t.placer.Release(node) // the reservation made by the pick
+	defer func() { lease.Release(time.Now()) }() // the reservation made by the pick
 	st.connected.add(tenant, 1)
 	defer st.connected.add(tenant, -1)
 	routed.WithLabelValues(t.Name, node).Inc()
@@ -232,15 +281,44 @@ func (t *TenantRoute) Handle(cx *layer4.Connection, _ layer4.Handler) error {
 		ce.Write(zap.String("tenant", tenant), zap.String("node", node), zap.String("remote", cx.RemoteAddr().String()))
 	}
 
+	// Only authenticated connections count as load: each BindResponse the
+	// node sends says whether this one is (internal/placement.Lease).
+	clientConn := &closingConn{Conn: cx}
+	failures := 0
+	onBind := func(code int64) error {
+		switch code {
+		case ldapwire.ResultSuccess:
+			lease.Bound(true, time.Now())
+		case ldapwire.ResultSASLBindInProgress:
+		default:
+			lease.Bound(false, time.Now())
+			failedBinds.WithLabelValues(t.Name).Inc()
+			st.failed.Add(tenant)
+			if failures++; failures >= t.MaxFailedBinds {
+				failedBindCloses.WithLabelValues(t.Name).Inc()
+				if ce := t.logger.Check(zap.InfoLevel, "closing a connection after max_failed_binds failed binds"); ce != nil {
+					ce.Write(zap.String("tenant", tenant), zap.Int("failed_binds", failures), zap.String("remote", cx.RemoteAddr().String()))
+				}
+				clientConn.closeAfterWrite.Store(true) // the client reads the last answer, then the close
+			}
+		}
+		return nil
+	}
+	if up.bindResult >= 0 {
+		onBind(up.bindResult)
+	} else if first.Op != "bind" {
+		lease.Bound(true, time.Now()) // no bind to judge (tenant from a placeholder): counted
+	}
+
 	if len(up.head) > 0 { // the node's answer has begun
-		if _, err := cx.Write(up.head); err != nil {
+		if _, err := clientConn.Write(up.head); err != nil {
 			return err
 		}
 	}
 	// Later messages are framed, and only BindRequests decoded, by the
 	// guard; an idle connection holds no buffer (internal/relay).
 	client := relay.End{
-		Conn: cx,
+		Conn: clientConn,
 		// Bytes a matcher read ahead are still in cx: read them first.
 		Buffered: func() int { return len(cx.MatchingBytes()) },
 		Filter:   &ldapwire.TenantGuard{Rule: guard, Tenant: tenant, MaxLen: max},
@@ -248,7 +326,8 @@ func (t *TenantRoute) Handle(cx *layer4.Connection, _ layer4.Handler) error {
 	if sc, ok := cx.Conn.(syscall.Conn); ok {
 		client.Socket = sc
 	}
-	err = relay.Pipe(client, relay.End{Conn: up.Conn})
+	node2client := relay.End{Conn: up.Conn, Filter: &ldapwire.BindWatcher{OnBind: onBind, MaxLen: max}}
+	err = relay.Pipe(client, node2client)
 	if rebind := (*ldapwire.RebindError)(nil); errors.As(err, &rebind) {
 		refusedRebinds.WithLabelValues(t.Name).Inc()
 		t.logger.Warn("bind to another tenant on a routed connection: closing it",
@@ -259,6 +338,22 @@ func (t *TenantRoute) Handle(cx *layer4.Connection, _ layer4.Handler) error {
 		return nil
 	}
 	return err
+}
+
+// closingConn is the client's connection, closed right after the write
+// that follows closeAfterWrite being set: the answer to a client's last
+// allowed failed bind reaches it, then the close.
+type closingConn struct {
+	net.Conn
+	closeAfterWrite atomic.Bool
+}
+
+func (c *closingConn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	if c.closeAfterWrite.Load() {
+		c.Conn.Close()
+	}
+	return n, err
 }
 
 // Interface guards

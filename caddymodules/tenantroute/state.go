@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
@@ -37,6 +38,10 @@ type state struct {
 	// change publishes again; bounded, as names come from clients.
 	seen    *placement.Recent
 	watcher atomic.Pointer[etcdWatcher] // nil with static membership
+	// failed counts failed binds per tenant (the most recent
+	// maxFailedTenants tenants: names come from clients).
+	failed   *placement.Tally
+	stopTick chan struct{}
 
 	mu sync.Mutex
 	// gens are the handlers using this name, in provisioning order; the
@@ -50,13 +55,40 @@ type state struct {
 
 func newState(name string) *state {
 	p, _ := placement.New(1) // Configure sets the real count
-	return &state{name: name, placer: p, seen: placement.NewRecent(maxTrackedTenants)}
+	s := &state{name: name, placer: p, seen: placement.NewRecent(maxTrackedTenants),
+		failed: placement.NewTally(maxFailedTenants), stopTick: make(chan struct{})}
+	go s.tick()
+	return s
+}
+
+// maxFailedTenants bounds the tenants whose failed binds are listed.
+const maxFailedTenants = 1000
+
+// tick applies auto partitions' shrink rule every half second (a tenant
+// with no arrivals or departures shrinks when its cool-down ends) and
+// publishes the assignments of tenants that shrank.
+func (s *state) tick() {
+	t := time.NewTicker(500 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stopTick:
+			return
+		case now := <-t.C:
+			for _, tenant := range s.placer.Tick(now) {
+				if w := s.watcher.Load(); w != nil {
+					w.publish(tenant)
+				}
+			}
+		}
+	}
 }
 
 // Destruct stops the etcd watch once no config uses the name.
 func (s *state) Destruct() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	close(s.stopTick)
 	if w := s.watcher.Swap(nil); w != nil {
 		w.stop()
 	}
@@ -130,6 +162,13 @@ func (s *state) apply(t *TenantRoute) error {
 	if err := s.placer.Configure(t.Partitions, t.TenantPartitions); err != nil {
 		return fmt.Errorf("tenant_route: %v", err)
 	}
+	var auto *placement.Auto
+	if a := t.AutoPartitions; a != nil {
+		auto = &placement.Auto{TargetPerNode: a.TargetPerNode, Max: a.Max, CoolDown: time.Duration(a.CoolDown)}
+	}
+	if err := s.placer.SetLimits(auto, t.MaxPerNode); err != nil {
+		return fmt.Errorf("tenant_route: %v", err)
+	}
 	key := etcdKey(t.Etcd)
 	if key != "" && key == s.etcdKey {
 		w := s.watcher.Load()
@@ -166,6 +205,8 @@ func etcdKey(e *EtcdMembership) string {
 
 func sameShared(a, b *TenantRoute) bool {
 	return a.Partitions == b.Partitions && maps.Equal(a.TenantPartitions, b.TenantPartitions) &&
+		a.MaxPerNode == b.MaxPerNode && (a.AutoPartitions == nil) == (b.AutoPartitions == nil) &&
+		(a.AutoPartitions == nil || *a.AutoPartitions == *b.AutoPartitions) &&
 		slices.Equal(sortedSet(a.Nodes), sortedSet(b.Nodes)) && etcdKey(a.Etcd) == etcdKey(b.Etcd)
 }
 

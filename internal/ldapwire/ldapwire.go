@@ -126,30 +126,36 @@ const (
 // and the protocolOp's tag), so a message it passes over is the message
 // the node reads. ErrShort asks for more bytes.
 func Frame(b []byte, maxLen int64) (size int, bind bool, err error) {
+	size, op, err := frameOp(b, maxLen)
+	// Constructed or not: anything a decoder could take for a BindRequest
+	// is inspected.
+	return size, err == nil && op|0x20 == tagBindRequest, err
+}
+
+// frameOp is Frame, returning the protocolOp's tag.
+func frameOp(b []byte, maxLen int64) (size int, op byte, err error) {
 	hdr, length, err := tagLength(b, tagMessage)
 	if err != nil {
-		return 0, false, err
+		return 0, 0, err
 	}
 	if int64(hdr)+int64(length) > maxLen {
-		return 0, false, fmt.Errorf("%w: longer than %d bytes", ErrMalformed, maxLen)
+		return 0, 0, fmt.Errorf("%w: longer than %d bytes", ErrMalformed, maxLen)
 	}
 	size = hdr + length
 	idHdr, idLen, err := tagLength(b[hdr:], tagMessageID)
 	if err != nil {
-		return 0, false, err
+		return 0, 0, err
 	}
 	at := hdr + idHdr + idLen
 	switch {
 	case at >= size:
-		return 0, false, fmt.Errorf("%w: no protocol operation", ErrMalformed)
+		return 0, 0, fmt.Errorf("%w: no protocol operation", ErrMalformed)
 	case at >= len(b):
-		return 0, false, ErrShort
+		return 0, 0, ErrShort
 	case b[at]&0xc0 != 0x40:
-		return 0, false, fmt.Errorf("%w: no protocol operation", ErrMalformed)
+		return 0, 0, fmt.Errorf("%w: no protocol operation", ErrMalformed)
 	}
-	// Constructed or not: anything a decoder could take for a BindRequest
-	// is inspected.
-	return size, b[at]|0x20 == tagBindRequest, nil
+	return size, b[at], nil
 }
 
 // tagLength reads a one-byte identifier, which must be want, and a

@@ -74,11 +74,22 @@ type Placer struct {
 	runtimeK map[string]int       // per-tenant counts set at run time; win over configK
 	down     map[string]time.Time // node → end of its cool-off
 	conns    map[string]*atomic.Int64
+
+	// Load-driven partitions and node ceilings (auto.go). am guards loads
+	// and serialises Acquire, so growth decisions see every arrival.
+	auto       *Auto
+	maxPerNode int64
+	am         sync.Mutex
+	loads      map[string]*load
+	unauth     atomic.Int64     // connections whose bind failed, counted nowhere else
+	changes    [2]atomic.Uint64 // partition changes: grow, shrink
+	busy       atomic.Uint64
 }
 
 // New returns a placer with partition count k per tenant by default.
 func New(k int) (*Placer, error) {
-	p := &Placer{configK: map[string]int{}, runtimeK: map[string]int{}, down: map[string]time.Time{}, conns: map[string]*atomic.Int64{}}
+	p := &Placer{configK: map[string]int{}, runtimeK: map[string]int{}, down: map[string]time.Time{},
+		conns: map[string]*atomic.Int64{}, loads: map[string]*load{}}
 	return p, p.Configure(k, nil)
 }
 
@@ -209,12 +220,25 @@ func (p *Placer) RuntimeOverrides() map[string]int {
 	return maps.Clone(p.runtimeK)
 }
 
-// Place returns tenant's nodes: the top k live nodes by rendezvous weight.
+// Place returns tenant's nodes: the top k live nodes by rendezvous weight,
+// with k as auto partitions may have grown it.
 func (p *Placer) Place(tenant string) []string {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	ranked := Rank(tenant, p.nodes)
-	return ranked[:min(p.partitions(tenant), len(ranked))]
+	return ranked[:min(p.current(tenant), len(ranked))]
+}
+
+// current is tenant's k now: its own or default count, or more if auto
+// partitions grew it; p.mu is held.
+func (p *Placer) current(tenant string) int {
+	k := p.partitions(tenant)
+	p.am.Lock()
+	defer p.am.Unlock()
+	if l := p.loads[tenant]; l != nil {
+		k = max(k, l.k)
+	}
+	return k
 }
 
 // PlaceAmong returns tenant's nodes if the live set were nodes: the top k
@@ -223,7 +247,7 @@ func (p *Placer) Place(tenant string) []string {
 // change (SetNodes), so it can publish it first.
 func (p *Placer) PlaceAmong(tenant string, nodes []string) []string {
 	p.mu.RLock()
-	k := p.partitions(tenant)
+	k := p.current(tenant)
 	p.mu.RUnlock()
 	nodes = slices.Clone(nodes)
 	slices.Sort(nodes)
@@ -246,22 +270,7 @@ func (p *Placer) Reserve(tenant string, now time.Time) (node string, ok bool) {
 	ranked := Rank(tenant, p.nodes)
 	k := min(p.partitions(tenant), len(ranked))
 	for {
-		best, bestConns := "", int64(0)
-		for i, n := range ranked {
-			if i >= k && best != "" {
-				break // a node among the tenant's own was usable
-			}
-			if until, down := p.down[n]; down && now.Before(until) {
-				continue
-			}
-			c := p.conns[n].Load()
-			if best == "" || (i < k && c < bestConns) {
-				best, bestConns = n, c
-			}
-			if i >= k {
-				break // first usable node past the tenant's own
-			}
-		}
+		best, bestConns, _ := p.choose(ranked, k, now)
 		if best == "" {
 			return "", false
 		}
@@ -269,6 +278,116 @@ func (p *Placer) Reserve(tenant string, now time.Time) (node string, ok bool) {
 			return best, true
 		}
 	}
+}
+
+// choose is Reserve's choice without the count: among the first k of
+// ranked not cooling off and below max_per_node, the one with the fewest
+// connections (ties by rank); if all of them are cooling off, the next
+// usable node past them. full counts the tenant's nodes at the ceiling: a
+// connection finds no node when they are all down or full, and some full.
+// p.mu is held.
+func (p *Placer) choose(ranked []string, k int, now time.Time) (best string, bestConns int64, full int) {
+	for i, n := range ranked {
+		if i >= k && (best != "" || full > 0) {
+			break // a node among the tenant's own was usable, or they are full
+		}
+		if p.coolingOff(n, now) {
+			continue
+		}
+		c := p.conns[n].Load()
+		if p.maxPerNode > 0 && c >= p.maxPerNode {
+			if i < k {
+				full++
+			}
+			continue
+		}
+		if best == "" || (i < k && c < bestConns) {
+			best, bestConns = n, c
+		}
+		if i >= k {
+			break // first usable node past the tenant's own
+		}
+	}
+	return best, bestConns, full
+}
+
+func (p *Placer) coolingOff(node string, now time.Time) bool {
+	until, down := p.down[node]
+	return down && now.Before(until)
+}
+
+// Source of a tenant's partition count, as Explain reports it.
+const (
+	SourceDefault = "default" // the handler's partitions
+	SourceConfig  = "config"  // the tenant's own count in the config
+	SourceRuntime = "runtime" // set at run time, over the config
+	SourceAuto    = "auto"    // grown by auto_partitions above the others
+)
+
+// NodeState is one of a tenant's nodes as Explain sees it.
+type NodeState struct {
+	Node            string
+	Rank            int // 1 = the tenant's first node in rendezvous order
+	OpenConnections int64
+	CoolOffUntil    time.Time // zero unless cooling off at the time asked
+}
+
+// Explanation is where a new connection of a tenant would go, and why,
+// without reserving anything.
+type Explanation struct {
+	Partitions int    // k
+	Source     string // where k comes from: SourceDefault, SourceConfig, SourceRuntime, SourceAuto
+	Members    int    // live nodes
+	Nodes      []NodeState
+	Next       string // the node a new connection would take now; "" with none usable
+	Reason     string // why Next
+}
+
+// Explain answers where a new connection of tenant would go at now, as
+// Reserve would choose, without counting it: operators ask it before
+// moving a customer.
+func (p *Placer) Explain(tenant string, now time.Time) Explanation {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	ranked := Rank(tenant, p.nodes)
+	e := Explanation{Partitions: p.partitions(tenant), Source: SourceDefault, Members: len(ranked)}
+	if _, ok := p.runtimeK[tenant]; ok {
+		e.Source = SourceRuntime
+	} else if _, ok := p.configK[tenant]; ok {
+		e.Source = SourceConfig
+	}
+	p.am.Lock()
+	if l := p.loads[tenant]; l != nil && l.k > e.Partitions {
+		e.Source, e.Partitions = SourceAuto, l.k
+	}
+	p.am.Unlock()
+	k := min(e.Partitions, len(ranked))
+	for i, n := range ranked[:k] {
+		st := NodeState{Node: n, Rank: i + 1, OpenConnections: p.conns[n].Load()}
+		if p.coolingOff(n, now) {
+			st.CoolOffUntil = p.down[n]
+		}
+		e.Nodes = append(e.Nodes, st)
+	}
+	var conns int64
+	var full int
+	e.Next, conns, full = p.choose(ranked, k, now)
+	switch {
+	case len(ranked) == 0:
+		e.Reason = "no members"
+	case e.Next == "" && full > 0:
+		e.Reason = fmt.Sprintf("%d of the tenant's nodes are at max_per_node and the rest cooling off: "+
+			"the tenant grows if auto_partitions allows, otherwise the connection is refused (busy)", full)
+	case e.Next == "":
+		e.Reason = "every member is cooling off after a failure"
+	case !slices.Contains(ranked[:k], e.Next):
+		e.Reason = fmt.Sprintf("all %d of the tenant's nodes are cooling off: the next member in rendezvous order", k)
+	case k == 1:
+		e.Reason = "the tenant's only node"
+	default:
+		e.Reason = fmt.Sprintf("fewest open connections (%d) among the tenant's %d nodes not cooling off; ties go to the higher rendezvous rank", conns, k)
+	}
+	return e
 }
 
 // Release uncounts a connection. The last connection to a node that has
@@ -291,27 +410,31 @@ func (p *Placer) Release(node string) {
 // was sent to it must not be sent to another.
 var ErrNoRetry = errors.New("not retried on another node")
 
-// Connect reserves a node for tenant and dials it. A node whose dial
-// fails is released, cools off for coolOff (skipped until then), is
+// Connect acquires a node for tenant (Acquire) and dials it. A node whose
+// dial fails is released, cools off for coolOff (skipped until then), is
 // reported to failed, and the next choice is dialled, up to one try per
-// node (none more if the error wraps ErrNoRetry). On success the caller
-// owns the reservation and must Release node when the connection ends.
+// node (none more if the error wraps ErrNoRetry). ErrBusy (every node of
+// the tenant at max_per_node) ends it at once. On success the caller owns
+// the lease and must Release it when the connection ends.
 func Connect[C any](p *Placer, tenant string, coolOff time.Duration, dial func(node string) (C, error),
-	failed func(node string, err error)) (node string, conn C, err error) {
-	err = errors.New("no node")
+	failed func(node string, err error)) (lease *Lease, conn C, err error) {
+	err = ErrNoNode
 	for range max(1, len(p.Nodes())) {
-		n, ok := p.Reserve(tenant, time.Now())
-		if !ok {
+		ls, aerr := p.Acquire(tenant, time.Now())
+		if aerr != nil {
+			if errors.Is(aerr, ErrBusy) {
+				err = aerr
+			}
 			break
 		}
-		c, derr := dial(n)
+		c, derr := dial(ls.Node)
 		if derr == nil {
-			return n, c, nil
+			return ls, c, nil
 		}
-		p.Release(n)
-		p.MarkDown(n, time.Now().Add(coolOff))
+		ls.Release(time.Now())
+		p.MarkDown(ls.Node, time.Now().Add(coolOff))
 		if failed != nil {
-			failed(n, derr)
+			failed(ls.Node, derr)
 		}
 		err = derr
 		if errors.Is(derr, ErrNoRetry) {
@@ -319,7 +442,7 @@ func Connect[C any](p *Placer, tenant string, coolOff time.Duration, dial func(n
 		}
 	}
 	var zero C
-	return "", zero, err
+	return nil, zero, err
 }
 
 // Conns returns the connections counted per node.

@@ -290,14 +290,14 @@ func TestConnectFailsOver(t *testing.T) {
 	p.SetNodes(nodes(4))
 	own := p.Place("acme")
 	var failed []string
-	node, conn, err := Connect(p, "acme", time.Minute, func(n string) (string, error) {
+	lease, conn, err := Connect(p, "acme", time.Minute, func(n string) (string, error) {
 		if n == own[0] {
 			return "", errors.New("refused")
 		}
 		return "conn to " + n, nil
 	}, func(n string, err error) { failed = append(failed, n) })
-	if err != nil || node != own[1] || conn != "conn to "+own[1] || !slices.Equal(failed, own[:1]) {
-		t.Fatalf("got %s %q %v, failed %v", node, conn, err, failed)
+	if err != nil || lease.Node != own[1] || conn != "conn to "+own[1] || !slices.Equal(failed, own[:1]) {
+		t.Fatalf("got %+v %q %v, failed %v", lease, conn, err, failed)
 	}
 	if c := p.Conns(); c[own[0]] != 0 || c[own[1]] != 1 {
 		t.Fatalf("counts %v: the failed dial kept its reservation", c)

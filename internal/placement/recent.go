@@ -2,6 +2,7 @@ package placement
 
 import (
 	"container/list"
+	"maps"
 	"sync"
 )
 
@@ -21,20 +22,23 @@ func NewRecent(limit int) *Recent {
 	return &Recent{max: max(1, limit), at: map[string]*list.Element{}}
 }
 
-// Touch adds name, or marks it most recent if it is there.
-func (r *Recent) Touch(name string) {
+// Touch adds name, or marks it most recent if it is there. It returns the
+// name it forgot to make room, if any.
+func (r *Recent) Touch(name string) (forgot string, ok bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if e, ok := r.at[name]; ok {
 		r.order.MoveToFront(e)
-		return
+		return "", false
 	}
 	if r.order.Len() >= r.max {
 		oldest := r.order.Back()
-		delete(r.at, oldest.Value.(string))
+		forgot, ok = oldest.Value.(string), true
+		delete(r.at, forgot)
 		r.order.Remove(oldest)
 	}
 	r.at[name] = r.order.PushFront(name)
+	return forgot, ok
 }
 
 // Names returns the names held, most recent first.
@@ -53,4 +57,35 @@ func (r *Recent) Len() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.order.Len()
+}
+
+// Tally counts events per name for a bounded set of names: once it holds
+// max names, a new one forgets the least recently counted. A router uses
+// it for failed binds per tenant, whose names come from clients.
+type Tally struct {
+	names *Recent
+	mu    sync.Mutex
+	n     map[string]uint64
+}
+
+// NewTally returns a tally of at most limit names.
+func NewTally(limit int) *Tally {
+	return &Tally{names: NewRecent(limit), n: map[string]uint64{}}
+}
+
+// Add counts one event for name.
+func (t *Tally) Add(name string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if forgot, ok := t.names.Touch(name); ok {
+		delete(t.n, forgot)
+	}
+	t.n[name]++
+}
+
+// Counts returns the names held with their counts.
+func (t *Tally) Counts() map[string]uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return maps.Clone(t.n)
 }
