@@ -88,11 +88,14 @@
     var sig = list.map(function (s) { return s.key + "=" + s.label; }).join("\n");
     var data = [S.times.map(function (t) { return t / 1000; })];
     list.forEach(function (s) { data.push(S.values[s.key]); });
+    var points = 0;
+    data.slice(1).forEach(function (v) { v.forEach(function (x) { if (x !== null) points++; }); });
     var ch = charts[id];
     var width = Math.max(200, (c.charts.clientWidth || c.clientWidth || 500) - 4);
     if (ch && ch.sig === sig) {
       ch.u.setData(data);
       if (Math.abs(ch.u.width - width) > 8) ch.u.setSize({width: width, height: 170});
+      ch.el.dataset.points = String(points);
       c.charts.appendChild(ch.el);
       return;
     }
@@ -110,6 +113,7 @@
       axes: [{}, {size: 50}]
     };
     var u = new uPlot(opts, data, box);
+    box.dataset.points = String(points);
     charts[id] = {u: u, sig: sig, el: box};
   }
 
