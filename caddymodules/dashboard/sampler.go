@@ -30,7 +30,8 @@ var gaugeFields = map[string]bool{
 }
 
 // mapGauges are objects of name → number whose entries are each a gauge
-// (open connections per node, RTT per gateway).
+// (open connections per node, RTT per gateway); the entries of an object
+// whose name ends in _total are counters (requests per path).
 var mapGauges = map[string]bool{"open_connections": true, "rtts_ms": true}
 
 // skipped are fields keyed by client-controlled data: shown, never charted.
@@ -267,9 +268,12 @@ func walk(r recorder, path []string, v any, inArray bool) {
 					r.gauge(key, x)
 				}
 			case map[string]any:
-				if mapGauges[k] {
+				if counters := strings.HasSuffix(k, "_total"); counters || mapGauges[k] {
 					for name, n := range x {
-						if f, ok := n.(float64); ok {
+						if f, ok := n.(float64); !ok {
+						} else if counters {
+							r.counter(key+sep+name, f)
+						} else {
 							r.gauge(key+sep+name, f)
 						}
 					}

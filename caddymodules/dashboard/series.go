@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"maps"
 	"math"
 	"slices"
 	"sync"
@@ -79,8 +80,9 @@ func (s *series) add(smp *sample) {
 		}
 		ring[slot] = v
 	}
-	for k, v := range smp.gauges {
-		put(k, v)
+	// In key order, so which keys get in under max is stable.
+	for _, k := range slices.Sorted(maps.Keys(smp.gauges)) {
+		put(k, smp.gauges[k])
 	}
 	seen := make(map[string]bool, len(smp.counters))
 	for k, v := range smp.counters {
