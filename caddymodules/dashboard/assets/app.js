@@ -320,6 +320,7 @@
     }).then(function (st) {
       render(st);
       rendered++;
+      if (rendered === 1) document.body.dataset.firstRenderMs = String(Math.round(performance.now()));
       status.className = "status";
       status.textContent = "updated " + new Date(st.generated_at).toLocaleTimeString() + " · sample every " + (st.sample_interval_ms / 1000) + " s";
       document.body.dataset.renders = String(rendered);
