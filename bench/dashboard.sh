@@ -6,14 +6,17 @@
 #     api/state every 2 s as the open page does) vs the same Caddy config
 #     without the dashboard: PAIRS interleaved rounds, median of per-round
 #     ratios (goal >= 0.98x);
-#  2. the page: bytes transferred (page, assets and the first api/state,
+#  2. the sampler's own CPU: each idle Caddy's CPU time (utime + stime from
+#     /proc) over IDLE seconds, with the poller still running: what sampling
+#     and serving api/state cost, whatever the machine's other load;
+#  3. the page: bytes transferred (page, assets and the first api/state,
 #     gzip) and time to the first complete render in headless Chromium.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/lib.sh
 need wrk wrk
 need chromium chromium
-PAIRS=${PAIRS:-10} DUR=${DUR:-5s}
+PAIRS=${PAIRS:-10} DUR=${DUR:-5s} IDLE=${IDLE:-30}
 go build -o bin/caddy ./builds/caddy
 go build -o bin/dashboardrender ./bench/dashboardrender
 
@@ -33,6 +36,7 @@ config 18580 18580 0 0 >"$work/without.Caddyfile"
 for c in with without; do
 	mkdir -p "$work/$c"
 	bg env XDG_DATA_HOME="$work/$c" XDG_CONFIG_HOME="$work/$c" bin/caddy run --adapter caddyfile --config "$work/$c.Caddyfile" 2>"$work/$c.log"
+	eval "pid_$c=\$!"
 done
 for p in 18480 18483 18488 18580 18583; do wait_port $p; done
 sleep 5 # a few probe rounds and samples
@@ -50,6 +54,16 @@ for i in $(seq "$PAIRS"); do
 done
 echo "throughput medians: with dashboard $(printf '%s\n' "${with_all[@]}" | median), without $(printf '%s\n' "${without_all[@]}" | median) req/s"
 echo "ratio with/without (median of per-round ratios): $(printf '%s\n' "${ratios[@]}" | median)x (goal >= 0.98x)"
+
+# CPU ticks (utime + stime) of a process.
+ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+w0=$(ticks "$pid_with") o0=$(ticks "$pid_without")
+sleep "$IDLE"
+w1=$(ticks "$pid_with") o1=$(ticks "$pid_without")
+hz=$(getconf CLK_TCK)
+awk -v w=$((w1 - w0)) -v o=$((o1 - o0)) -v hz="$hz" -v s="$IDLE" 'BEGIN {
+	printf "idle CPU over %d s (probes every 2 s in both; sampling every 2 s and api/state polled every 2 s in one): with dashboard %.1f ms/s, without %.1f ms/s; the dashboard costs %.1f ms of CPU per second (%.2f %% of one core)\n",
+		s, 1000*w/hz/s, 1000*o/hz/s, 1000*(w-o)/hz/s, 100*(w-o)/hz/s }'
 
 # Page weight, file by file (gzip as served), then the browser's figures.
 total=0

@@ -126,7 +126,11 @@
     });
     return out;
   }
-  function pkey(src) { return src.prefix.concat(Array.prototype.slice.call(arguments, 1)).join(SEP); }
+  // pkey is a series key: the source's prefix, then the parts (an object
+  // without a name adds no part, as on the server).
+  function pkey(src) {
+    return src.prefix.concat(Array.prototype.slice.call(arguments, 1).filter(function (p) { return p !== ""; })).join(SEP);
+  }
   function show(panel, on) { document.getElementById("panel-" + panel).hidden = !on; }
 
   function renderLatency(src, seen) {
