@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -270,21 +271,57 @@ http://%[5]s {
 	if err := chromedp.Do(ctx, chromedp.Navigate(base)); err != nil {
 		t.Fatal(err)
 	}
-	// A few refreshes (every 2 s), with the latency chart holding points.
+	// A few refreshes (every 2 s): the latency chart has points after the
+	// first, and more after later ones (each brings only the new samples).
 	deadline := time.Now().Add(90 * time.Second)
-	var renders, points int
+	var renders, points, firstPoints int
 	for {
 		eval(`Number(document.body.dataset.renders || 0)`, &renders)
 		eval(`(function(){var b=document.querySelector('[data-chart$="\u001flat"]');return b?Number(b.dataset.points):0})()`, &points)
-		if renders >= 4 && points >= 6 {
+		if renders == 1 && firstPoints == 0 {
+			firstPoints = points
+		}
+		if renders >= 4 && firstPoints > 0 && points > firstPoints+2 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("after 90 s: %d renders, %d points in the latency chart", renders, points)
+			t.Fatalf("after 90 s: %d renders, %d points in the latency chart (%d after the first)", renders, points, firstPoints)
 		}
-		time.Sleep(500 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond)
 	}
-	t.Logf("%d renders, %d points in the latency chart", renders, points)
+	t.Logf("%d renders, %d points in the latency chart (%d after the first)", renders, points, firstPoints)
+	// After more refreshes than one window holds, the chart holds the whole
+	// history the server has (less the samples taken since the last poll).
+	for start := renders; renders < start+6; time.Sleep(200 * time.Millisecond) {
+		eval(`Number(document.body.dataset.renders || 0)`, &renders)
+	}
+	eval(`(function(){var b=document.querySelector('[data-chart$="\u001flat"]');return b?Number(b.dataset.points):0})()`, &points)
+	resp, err := http.Get(base + "api/state")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var full struct{ Series struct{ Values map[string][]*float64 } }
+	err = json.NewDecoder(resp.Body).Decode(&full)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := 0
+	for k, v := range full.Series.Values {
+		if strings.HasPrefix(k, "latency_bucket\x1ffront-policy\x1f") && strings.HasSuffix(k, "latency_ms") {
+			for _, x := range v {
+				if x != nil {
+					held++
+				}
+			}
+		}
+	}
+	// A page that kept only the last poll's window (about 6 s of the 15 s
+	// or more held) would fall below three quarters.
+	if points > held || points < held*3/4 {
+		t.Errorf("the latency chart has %d points, the server %d", points, held)
+	}
+	t.Logf("after 6 more refreshes: %d points in the chart, %d on the server", points, held)
 
 	var text, xssText string
 	var hidden []string
@@ -358,8 +395,8 @@ http://%[5]s {
 			t.Errorf("console: %s", c)
 		}
 	}
-	if len(requests) < 5 {
-		t.Errorf("only %d requests recorded: %q", len(requests), requests)
+	if len(requests) < 5 || !slices.ContainsFunc(requests, func(u string) bool { return strings.HasPrefix(u, base+"api/state?window=") }) {
+		t.Errorf("%d requests recorded, want the page, its assets, api/state and later api/state?window=…: %q", len(requests), requests)
 	}
 	for _, u := range requests {
 		if !strings.HasPrefix(u, base) && !strings.HasPrefix(u, "data:") {

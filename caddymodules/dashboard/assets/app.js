@@ -72,11 +72,6 @@
     for (var i = v.length - 1; i >= 0; i--) if (v[i] !== null) return v[i];
     return null;
   }
-  function keysWithPrefix(prefix, suffix) {
-    return Object.keys(S.values).filter(function (k) {
-      return k.indexOf(prefix) === 0 && (!suffix || k.slice(-suffix.length) === suffix);
-    }).sort();
-  }
   function key() { return Array.prototype.slice.call(arguments).join(SEP); }
 
   // chart draws (or updates) a uPlot line chart in c of the given series
@@ -303,7 +298,7 @@
 
   function render(st) {
     touched = {};
-    S = {times: arr(obj(st.series).times_ms), values: obj(obj(st.series).values)};
+    merge(st);
     var seen = {};
     sources(st).forEach(function (src) {
       renderLatency(src, seen); renderRate(src, seen); renderTenants(src, seen); renderNtier(src, seen); renderOther(src, seen);
@@ -315,14 +310,53 @@
     Object.keys(cards).forEach(function (id) { if (!touched[id]) { cards[id].remove(); delete cards[id]; } });
   }
 
+  // merge adds the samples of an answer to those held: the first answer
+  // brings the whole history, later ones only the last seconds
+  // (api/state?window=…), so a poll stays small however long the history.
+  function nulls(n) { var a = new Array(n); for (var i = 0; i < n; i++) a[i] = null; return a; }
+  function merge(st) {
+    var inc = obj(st.series), times = arr(inc.times_ms), vals = obj(inc.values);
+    var lastT = S.times.length ? S.times[S.times.length - 1] : -Infinity;
+    var start = 0;
+    while (start < times.length && times[start] <= lastT) start++;
+    var n = times.length - start, held = S.times.length;
+    if (n > 0) {
+      S.times = S.times.concat(times.slice(start));
+      Object.keys(S.values).forEach(function (k) {
+        var v = vals[k];
+        S.values[k] = S.values[k].concat(Array.isArray(v) ? v.slice(start) : nulls(n));
+      });
+      Object.keys(vals).forEach(function (k) {
+        if (!S.values[k] && Array.isArray(vals[k])) S.values[k] = nulls(held).concat(vals[k].slice(start));
+      });
+    }
+    var cutoff = (S.times.length ? S.times[S.times.length - 1] : 0) - (Number(st.history_seconds) || 900) * 1000;
+    var drop = 0;
+    while (drop < S.times.length && S.times[drop] < cutoff) drop++;
+    if (drop) S.times = S.times.slice(drop);
+    Object.keys(S.values).forEach(function (k) {
+      var v = drop ? S.values[k].slice(drop) : S.values[k];
+      if (v.every(function (x) { return x === null; })) delete S.values[k]; else S.values[k] = v;
+    });
+  }
+
   var status = document.getElementById("status");
-  var rendered = 0;
+  var rendered = 0, lastOK = 0, historyS = 0, intervalS = 2;
+  function stateURL() {
+    if (!lastOK) return "api/state";
+    var w = Math.ceil((Date.now() - lastOK) / 1000) + 2 * intervalS + 2;
+    return "api/state?window=" + Math.min(w, historyS) + "s";
+  }
   function refresh() {
-    fetch("api/state", {cache: "no-store", credentials: "same-origin"}).then(function (r) {
+    var asked = Date.now();
+    fetch(stateURL(), {cache: "no-store", credentials: "same-origin"}).then(function (r) {
       if (!r.ok) throw new Error("HTTP " + r.status);
       return r.json();
     }).then(function (st) {
       render(st);
+      lastOK = asked;
+      historyS = Math.floor(Number(st.history_seconds) || 900);
+      intervalS = Math.ceil((Number(st.sample_interval_ms) || 2000) / 1000);
       rendered++;
       if (rendered === 1) document.body.dataset.firstRenderMs = String(Math.round(performance.now()));
       status.className = "status";
