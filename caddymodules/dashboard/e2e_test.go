@@ -300,7 +300,9 @@ http://%[5]s {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var full struct{ Series struct{ Values map[string][]*float64 } }
+	var full struct {
+		Series struct{ Values map[string][]*float64 }
+	}
 	err = json.NewDecoder(resp.Body).Decode(&full)
 	resp.Body.Close()
 	if err != nil {
