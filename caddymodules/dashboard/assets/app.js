@@ -47,6 +47,24 @@
     return el("div", {"class": "bar"}, f, String(v));
   }
 
+  // extras shows the fields of a view object the page has no place for
+  // (fields added by newer modules: cluster or store state, counters), as
+  // "name: value" text.
+  function extras(c, o, known) {
+    var parts = [];
+    Object.keys(obj(o)).sort().forEach(function (k) {
+      if (known.indexOf(k) >= 0) return;
+      var v = o[k], t;
+      if (v === null || v === undefined) return;
+      if (typeof v === "object") {
+        t = JSON.stringify(v);
+        if (t.length > 200) t = t.slice(0, 200) + "…";
+      } else t = String(v);
+      parts.push(k + ": " + t);
+    });
+    if (parts.length) add(c.info, el("div", {"class": "meta extras"}, parts.join(" · ")));
+  }
+
   // card returns the persistent card for id in panel, its info part emptied.
   function card(panel, id, title) {
     touched[id] = true;
@@ -136,6 +154,8 @@
       add(c.info, el("div", {"class": "meta"},
         "bucket width " + fmt(p.bucket_width_ms, 0) + " ms · latency " + str(p.latency) + " · probe window " + str(p.probe_window) +
         " · sticky " + (p.sticky ? "on, " + str(p.sticky_entries) + " / " + str(p.sticky_max_entries) + " entries" : "off")));
+      extras(c, p, ["name", "kind", "state_since", "generations", "bucket_width_ms", "latency", "probe_window", "sticky",
+        "sticky_entries", "sticky_max_entries", "publishers"]);
       var pubs = arr(p.publishers);
       add(c.info, table(["publisher", "latency ms", "bucket", "active", "sticky", "picks/s", "last error"],
         pubs.map(function (u) {
@@ -160,6 +180,7 @@
       var d = h.dynamic;
       if (d) add(c.info, el("div", {"class": "meta"}, "dynamic: load " + fmt(d.load_percent, 1) + " % · throttle " + str(d.throttle_percent) +
         " % · source " + str(d.source), d.last_error ? el("span", {"class": "err"}, " · " + str(d.last_error)) : null));
+      extras(c, h, ["name", "kind", "profiles", "dynamic"]);
       var rows = [], rateSeries = [], throttleSeries = [], flowSeries = [];
       arr(h.profiles).forEach(function (p) {
         var pn = str(p.name);
@@ -197,6 +218,8 @@
       add(c.info, el("div", {"class": "meta"}, "membership " + str(h.membership) + (h.membership_age ? " (age " + str(h.membership_age) + ")" : "") +
         " · " + str(h.partitions) + " partitions per tenant",
         h.membership_error ? el("span", {"class": "err"}, " · " + str(h.membership_error)) : null));
+      extras(c, h, ["name", "membership", "membership_age", "membership_error", "nodes", "open_connections", "partitions",
+        "tenant_partitions", "runtime_partitions", "tenants"]);
       var conns = obj(h.open_connections), nodes = arr(h.nodes).map(str);
       Object.keys(conns).forEach(function (n) { if (nodes.indexOf(n) < 0) nodes.push(n); });
       var max = 0;
@@ -252,6 +275,7 @@
       seen.ntier = true;
       var node = str(h.node), id = "cr" + SEP + src.prefix.join(SEP) + SEP + node;
       var c = card("ntier", id, "cache_redirect node " + node + src.label);
+      extras(c, h, ["node", "client_ip_header", "caches", "origin", "requests_total", "forged_client_ip_total"]);
       var paths = obj(h.requests_total), pn = Object.keys(paths).sort();
       add(c.info, table(["path", "requests", "per second"], pn.map(function (p) {
         return [p, str(paths[p]), fmt(last(pkey(src, "cache_redirect", node, "requests_total", p)), 1)];
