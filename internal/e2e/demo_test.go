@@ -361,8 +361,11 @@ func checkDemoDashboard(t *testing.T) {
 			t.Errorf("replica views lack %s: %s", want, views)
 		}
 	}
-	if len(st.OGS) != 1 || st.OGS[0].Reachable || st.OGS[0].Error == "" {
-		t.Errorf("ogs: %+v, want one URL, unreachable with its error", st.OGS)
+	// Until demo.Corefile gives the ogs plugin its JSON address the URL is
+	// unreachable, and says why; once it does, it shows the demo's zone.
+	if len(st.OGS) != 1 || (st.OGS[0].Reachable && !strings.Contains(string(st.OGS[0].Body["servers"]), "vpn.demo.edgesteer.test")) ||
+		(!st.OGS[0].Reachable && st.OGS[0].Error == "") {
+		t.Errorf("ogs: %+v, want one URL, unreachable with its error or answering the demo zone", st.OGS)
 	}
 	resp, err := http.Get("http://127.0.0.1:8488/")
 	if err != nil {
