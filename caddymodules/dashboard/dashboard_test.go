@@ -259,3 +259,44 @@ func keys[V any](m map[string]V) []string {
 	}
 	return out
 }
+
+// A reload with the same settings adopts the running sampler and its
+// history; other settings start a new one; the last user stops it.
+func TestReloadAdoptsSampler(t *testing.T) {
+	cfg := func(iv time.Duration) *Handler {
+		return &Handler{SampleInterval: caddy.Duration(iv), History: caddy.Duration(time.Minute)}
+	}
+	old := cfg(100 * time.Millisecond)
+	if err := old.Provision(caddy.Context{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for len(old.sampler.series.view(time.Time{}).TimesMS) < 3 {
+		if time.Now().After(deadline) {
+			t.Fatal("no samples")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	same, other := cfg(100*time.Millisecond), cfg(200*time.Millisecond)
+	if err := same.Provision(caddy.Context{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Provision(caddy.Context{}); err != nil {
+		t.Fatal(err)
+	}
+	old.Cleanup() // Caddy cleans the old generation up after the new one is provisioned
+	if same.sampler != old.sampler || other.sampler == old.sampler {
+		t.Fatal("the same settings must adopt the sampler, other settings must not")
+	}
+	if n := len(same.sampler.series.view(time.Time{}).TimesMS); n < 3 {
+		t.Fatalf("history after the reload: %d samples", n)
+	}
+	s := same.sampler
+	same.Cleanup()
+	other.Cleanup()
+	select {
+	case <-s.done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the sampler still runs after its last user was cleaned up")
+	}
+}

@@ -117,7 +117,7 @@ func TestDashboardInChromium(t *testing.T) {
 	node1, node2 := fakeLDAPNode(t), fakeLDAPNode(t)
 	dash, front, pub1, pub2, limited, ldapAddr := e2e.Addr(t), e2e.Addr(t), e2e.Addr(t), e2e.Addr(t), e2e.Addr(t), e2e.Addr(t)
 
-	caddy := e2e.StartCaddy(t, "caddyfile", fmt.Sprintf(`{
+	config := fmt.Sprintf(`{
 	auto_https off
 	layer4 {
 		%[6]s {
@@ -171,7 +171,8 @@ http://%[5]s {
 	}
 	respond "ok"
 }
-`, dash, front, pub1, pub2, limited, ldapAddr, node1, node2, ogs.URL+"/ogs", downOGS))
+`, dash, front, pub1, pub2, limited, ldapAddr, node1, node2, ogs.URL+"/ogs", downOGS)
+	caddy := e2e.StartCaddy(t, "caddyfile", config)
 	for _, a := range []string{dash, front, limited, ldapAddr} {
 		caddy.WaitTCP(t, a)
 	}
@@ -395,6 +396,32 @@ http://%[5]s {
 	if overflow {
 		t.Error("the page is wider than a 390 px screen")
 	}
+
+	// caddy reload with the dashboard's settings unchanged (another site
+	// changed): the sampler and its history carry over, the page goes on.
+	samples := func() int {
+		t.Helper()
+		resp, err := http.Get(base + "api/state")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var st struct {
+			Series struct {
+				TimesMS []int64 `json:"times_ms"`
+			}
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+			t.Fatal(err)
+		}
+		return len(st.Series.TimesMS)
+	}
+	before := samples()
+	caddy.Reload(t, "caddyfile", strings.Replace(config, `respond "one"`, `respond "uno"`, 1))
+	if after := samples(); after < before {
+		t.Errorf("history after the reload: %d samples, %d before", after, before)
+	}
+	moreRenders(2)
 
 	mu.Lock()
 	defer mu.Unlock()
