@@ -4,13 +4,18 @@
 # Corefile.examples/demo.Corefile; then, when varnish is installed, the
 # N-tier cache redirection examples (upper tier, two lower-tier nodes,
 # varnish); and, when slapd is installed, the LDAP tenant routing example
-# with three slapd nodes. Ctrl-C (or SIGTERM) stops everything.
-# BIN_DIR picks other binaries.
+# with three slapd nodes; then a small background load so the dashboard
+# (http://127.0.0.1:8488/) moves. Ctrl-C (or SIGTERM) stops everything and
+# exits 0. Each server's output goes to a log file (DEMO_LOG_DIR, default a
+# new directory under /tmp, kept after the demo). BIN_DIR picks other
+# binaries; DEMO_LOAD=0 starts no background load.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${BIN_DIR:-bin}
 dns_port=${DEMO_DNS_PORT:-8453}
 state=$(mktemp -d)
+logs=${DEMO_LOG_DIR:-$(mktemp -d /tmp/edgesteer-demo-logs.XXXXXX)}
+mkdir -p "$logs"
 export PATH="$PATH:/usr/sbin"
 
 pids=()
@@ -20,18 +25,19 @@ stop() {
 	for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
 	wait 2>/dev/null || true
 	rm -rf "$state"
-	echo "demo stopped"
+	echo "demo stopped (logs kept in $logs)"
 }
 trap 'stop; exit 0' INT TERM
 trap stop EXIT
 
 # start NAME CMD...: run a server in the background (exec, so the PID is
-# the server's), with its own Caddy storage directory.
+# the server's), with its own Caddy storage directory and its output in
+# $logs/NAME.log.
 start() {
 	local name=$1
 	shift
 	mkdir -p "$state/$name"
-	(export XDG_DATA_HOME=$state/$name XDG_CONFIG_HOME=$state/$name; exec "$@") &
+	(export XDG_DATA_HOME=$state/$name XDG_CONFIG_HOME=$state/$name; exec "$@" >"$logs/$name.log" 2>&1) &
 	pids+=($!)
 }
 wait_tcp() { # host port
@@ -54,8 +60,8 @@ up() { # host:port...
 start caddy "$bin/caddy" run --config Caddyfile.examples/demo.Caddyfile --adapter caddyfile
 start coredns "$bin/coredns" -conf Corefile.examples/demo.Corefile -dns.port "$dns_port"
 up 127.0.0.1:8480 127.0.0.1:8481 127.0.0.1:8482 127.0.0.1:8483 127.0.0.1:8485 127.0.0.1:8490 \
-	127.0.0.1:"$dns_port" 127.0.0.6:8610
-try_ntier= try_ldap=
+	127.0.0.1:8488 127.0.0.21:8444 127.0.0.22:8444 127.0.0.23:8444 127.0.0.1:"$dns_port" 127.0.0.6:8610
+try_ntier= try_ldap= has_ntier=0 has_ldap=0
 
 # N-tier cache redirection: the example files as they are; varnish fetches
 # misses through lower-tier node l2b; the origin is a site of demo.Caddyfile.
@@ -69,6 +75,7 @@ if command -v varnishd >/dev/null; then
 	start l2b env CADDY_ADMIN=localhost:2022 NODE=l2b LOWER_IP=127.0.0.4 "$bin/caddy" run --adapter caddyfile \
 		--config Caddyfile.examples/ntier-lower.Caddyfile
 	up 127.0.0.5:6081 127.0.0.2:8600 127.0.0.2:8700 127.0.0.3:8601 127.0.0.4:8601 127.0.0.3:8701 127.0.0.4:8701
+	has_ntier=1
 	try_ntier="
 N-tier cache redirection (ntier-upper/lower.Caddyfile, varnish at 127.0.0.5:6081):
   curl -si --interface 127.0.0.10 http://127.0.0.2:8600/img/logo.png | grep -E 'X-Cache-Path|X-Varnish|origin'
@@ -119,6 +126,7 @@ CONF
 	start ldap env CADDY_ADMIN=localhost:2023 "$bin/caddy" run --adapter caddyfile \
 		--config Caddyfile.examples/ldap-tenant-routing.Caddyfile
 	up 127.0.0.1:3891 127.0.0.1:3892 127.0.0.1:3893 127.0.0.1:3389
+	has_ldap=1
 	try_ldap="
 LDAP tenant routing (ldap-tenant-routing.Caddyfile, slapd nodes 3891-3893):
   ldapsearch -x -H ldap://127.0.0.1:3389 -D uid=alice,o=acme,dc=example -w pw -b cn=marker,dc=example description
@@ -129,9 +137,54 @@ else
 (LDAP tenant routing: install slapd to see it here.)"
 fi
 
+# A small background load, so the dashboard's panels move: users through
+# the latency-bucket front, two peers over and under their rate limit, N-tier
+# requests (cache and bypass), and LDAP connections of each tenant held open
+# for a while. It uses its own users, peers, paths and tenants' connections,
+# so the commands of the banner behave as described.
+ldap_bind() { # DN: hold one connection bound as DN (password pw) for a while
+	local dn=$1 dnhex body op msg
+	dnhex=$(printf '%s' "$dn" | od -An -tx1 -v | tr -d ' \n')
+	# BindRequest (version 3, DN, simple "pw") in LDAPMessage 1; DN < 100 bytes.
+	body=020103$(printf '04%02x' ${#dn})${dnhex}80027077
+	op=$(printf '60%02x' $((${#body} / 2)))$body
+	msg=$(printf '30%02x' $((${#op} / 2 + 3)))020101$op
+	exec 3<>/dev/tcp/127.0.0.1/3389 || return 0
+	printf "$(printf '%s' "$msg" | sed 's/../\\x&/g')" >&3
+	sleep $((RANDOM % 20 + 5))
+	exec 3>&-
+}
+load() {
+	local i=0
+	while :; do
+		i=$((i + 1))
+		curl -s -o /dev/null -m 2 -H "X-User: load-$((i % 40))" http://127.0.0.1:8480/load || true
+		for _ in 1 2 3; do # about 7/s: over its 5/s
+			curl -s -o /dev/null -m 2 -H "X-Peer: load-busy" http://127.0.0.1:8485/ || true
+		done
+		curl -s -o /dev/null -m 2 -H "X-Peer: load-calm" http://127.0.0.1:8485/ || true
+		if [ "$has_ntier" = 1 ] && [ $((i % 2)) = 0 ]; then
+			curl -s -o /dev/null -m 2 --interface 127.0.0.10 "http://127.0.0.2:8600/img/load-$((i % 7)).png" || true
+			curl -s -o /dev/null -m 2 --interface 127.0.0.10 -H 'Client-IP: 6.6.6.6' http://127.0.0.2:8600/api/load || true
+		fi
+		if [ "$has_ldap" = 1 ] && [ $((i % 4)) = 0 ]; then
+			for t in acme acme globex initech; do
+				(ldap_bind "uid=alice,o=$t,dc=example") >/dev/null 2>&1 &
+			done
+		fi
+		sleep 0.4
+	done
+}
+if [ "${DEMO_LOAD:-1}" != 0 ]; then
+	(load) >/dev/null 2>&1 &
+	pids+=($!)
+fi
+
 cat <<MSG
 
 edgesteer demo is running ($("$bin/caddy" version | head -n1)).
+Dashboard: http://127.0.0.1:8488/   (a small background load keeps it moving)
+Logs: $logs/<server>.log ($(cd "$logs" && ls | tr '\n' ' '))
 Try:
   curl -i -H 'X-User: alice' http://127.0.0.1:8480/hello   # latency-bucket pick; alice sticks to hers
   curl -s http://localhost:2019/latency_bucket/            # publisher latency details
@@ -140,7 +193,8 @@ Try:
   curl -s http://localhost:2019/peer_rate_limit/           # limits and throttle levels
   printf 'GET / HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n' | nc 127.0.0.1 8490   # layer4 proxy, same policy
   dig @127.0.0.1 -p $dns_port www.demo.edgesteer.test A +short
-  dig @127.0.0.1 -p $dns_port vpn.demo.edgesteer.test A +short        # gateways, best first (ogs)
+  dig @127.0.0.1 -p $dns_port vpn.demo.edgesteer.test A +short        # gateways, best first (ogs): gw2 (5 ms),
+                                                                       # gw3 (20 ms), gw1 (40 ms)
   dig @127.0.0.1 -p $dns_port _ogs.vpn.demo.edgesteer.test TXT +short  # OGS Selection Results
 $try_ntier
 $try_ldap

@@ -14,6 +14,7 @@ import (
 	_ "github.com/mholt/caddy-l4"
 
 	_ "github.com/edgesteer/edgesteer/caddymodules/cacheredirect"
+	_ "github.com/edgesteer/edgesteer/caddymodules/dashboard"
 	_ "github.com/edgesteer/edgesteer/caddymodules/diametermatch"
 	_ "github.com/edgesteer/edgesteer/caddymodules/latencybucket"
 	_ "github.com/edgesteer/edgesteer/caddymodules/ldapmatch"

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgesteer/edgesteer/caddymodules/cacheredirect"
 	"github.com/edgesteer/edgesteer/internal/e2e"
 	"github.com/edgesteer/edgesteer/internal/portrange"
 )
@@ -250,6 +251,38 @@ func TestNTierCacheRedirectionInNamespaces(t *testing.T) {
 		}
 		if nodes["l2a"] == 0 || nodes["l2b"] == 0 {
 			t.Errorf("bypass requests reached the origin only through %v", nodes)
+		}
+	})
+
+	// The admin view (read by the dashboard) gives each node's counters as
+	// its metrics do, and its caches, up.
+	t.Run("admin view", func(t *testing.T) {
+		bypass := 0
+		for _, node := range []string{"l2a", "l2b"} {
+			resp, err := n.tp.HTTPClient(node).Get("http://127.0.0.1:2019/cache_redirect/")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var views []cacheredirect.NodeView
+			err = json.NewDecoder(resp.Body).Decode(&views)
+			resp.Body.Close()
+			if err != nil || len(views) != 1 || views[0].Node != node || len(views[0].Caches) == 0 || !views[0].Caches[0].Up {
+				t.Fatalf("%s: /cache_redirect/ %+v, %v", node, views, err)
+			}
+			for _, path := range []string{"cache", "bypass", "miss", "fallback"} {
+				m, _ := n.tp.Metric(t, node, fmt.Sprintf(`caddy_edgesteer_cache_redirect_requests_total{node="%s",path="%s"}`, node, path))
+				if got := views[0].RequestsTotal[path]; float64(got) != m {
+					t.Errorf("%s %s: view %d, metric %v", node, path, got, m)
+				}
+			}
+			m, _ := n.tp.Metric(t, node, `caddy_edgesteer_cache_redirect_forged_client_ip_total{node="`+node+`"}`)
+			if float64(views[0].ForgedClientIPTotal) != m {
+				t.Errorf("%s forged: view %d, metric %v", node, views[0].ForgedClientIPTotal, m)
+			}
+			bypass += int(views[0].RequestsTotal["bypass"])
+		}
+		if bypass < 10 {
+			t.Errorf("bypass requests over both nodes: %d, want at least 10", bypass)
 		}
 	})
 

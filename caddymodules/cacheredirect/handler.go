@@ -169,7 +169,11 @@ func (c *CacheRedirect) Provision(ctx caddy.Context) error {
 	if c.Node == "" {
 		c.Node = "lower"
 	}
-	return registerMetrics(ctx)
+	if err := registerMetrics(ctx); err != nil {
+		return err
+	}
+	handlers.Add(c)
+	return nil
 }
 
 func upstreams(addrs []string) reverseproxy.UpstreamPool {
@@ -231,6 +235,7 @@ func (c *CacheRedirect) cacheUp() bool {
 
 // Cleanup stops both proxies.
 func (c *CacheRedirect) Cleanup() error {
+	handlers.Remove(c)
 	var errs []error
 	for _, h := range []*reverseproxy.Handler{c.cache, c.origin} {
 		if h != nil {

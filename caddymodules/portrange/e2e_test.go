@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgesteer/edgesteer/caddymodules/portrange"
 	"github.com/edgesteer/edgesteer/internal/e2e"
 )
 
@@ -92,7 +93,26 @@ func TestTransportRangeExhaustedEndToEnd(t *testing.T) {
 	}
 }`, front, upstream, lo, lo+1))
 	c.WaitTCP(t, front)
-	statuses := burst(6, func(int) (int, error) { return get("http://" + front + "/slow") })
+	// While the burst holds the range, the admin view shows both ports in use.
+	done := make(chan []int)
+	go func() { done <- burst(6, func(int) (int, error) { return get("http://" + front + "/slow") }) }()
+	var views []portrange.TransportView
+	full := false
+	var statuses []int
+	for statuses == nil {
+		select {
+		case statuses = <-done:
+		case <-time.After(20 * time.Millisecond):
+			c.AdminJSON(t, "/port_range/", &views)
+			if len(views) == 1 && views[0].PortsInUse == 2 {
+				full = true
+			}
+		}
+	}
+	want := portrange.TransportView{Ports: fmt.Sprintf("%d-%d", lo, lo+1), Size: 2}
+	if len(views) != 1 || views[0].Ports != want.Ports || views[0].Size != 2 || !full {
+		t.Errorf("admin view during the burst: %+v (both ports seen in use: %v), want %+v", views, full, want)
+	}
 	ok, refused := 0, 0
 	for i, st := range statuses {
 		switch st {
@@ -110,6 +130,10 @@ func TestTransportRangeExhaustedEndToEnd(t *testing.T) {
 	series := fmt.Sprintf(`caddy_edgesteer_port_range_exhausted_total{ports="%d-%d"}`, lo, lo+1)
 	if n, found := c.Metric(t, series); !found || int(n) < refused {
 		t.Errorf("%s = %v (found %v), want >= %d", series, n, found, refused)
+	}
+	c.AdminJSON(t, "/port_range/", &views)
+	if len(views) != 1 || int(views[0].ExhaustedTotal) < refused {
+		t.Errorf("admin view after the burst: %+v, want exhausted_total >= %d", views, refused)
 	}
 	if st, err := get("http://" + front + "/again"); err != nil || st != 200 {
 		t.Fatalf("after the burst: status %d, %v", st, err)

@@ -111,6 +111,7 @@ func (t *Transport) Provision(ctx caddy.Context) error {
 	t.dialer.Timeout = time.Duration(t.HTTP.DialTimeout)
 	t.HTTP.Transport.DialContext = t.dial
 	registerMetrics(ctx)
+	transports.Add(t)
 	return nil
 }
 
@@ -165,6 +166,7 @@ func (t *Transport) EnableTLS(base *reverseproxy.TLSConfig) error {
 
 // Cleanup releases the HTTP transport's idle connections.
 func (t *Transport) Cleanup() error {
+	transports.Remove(t)
 	if t.HTTP == nil || t.HTTP.Transport == nil {
 		return nil // provisioning failed before there was anything to release
 	}

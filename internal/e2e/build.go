@@ -124,8 +124,9 @@ func build() (string, error) {
 	return dir, os.WriteFile(stamp, []byte(sum+"\n"), 0o644)
 }
 
-// sourceHash digests everything that goes into the binaries: go.mod, go.sum
-// and every non-test Go file outside bin/, testdata and hidden directories.
+// sourceHash digests everything that goes into the binaries: go.mod, go.sum,
+// every non-test Go file outside bin/, testdata and hidden directories, and
+// the files embedded with go:embed (those under an assets/ directory).
 func sourceHash(root string) (string, error) {
 	var files []string
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
@@ -140,7 +141,8 @@ func sourceHash(root string) (string, error) {
 			return nil
 		}
 		if name == "go.mod" || name == "go.sum" ||
-			(strings.HasSuffix(name, ".go") && !strings.HasSuffix(name, "_test.go")) {
+			(strings.HasSuffix(name, ".go") && !strings.HasSuffix(name, "_test.go")) ||
+			filepath.Base(filepath.Dir(path)) == "assets" {
 			files = append(files, path)
 		}
 		return nil

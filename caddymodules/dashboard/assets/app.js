@@ -1,0 +1,395 @@
+// edgesteer dashboard: polls api/state every 2 s and renders each module's
+// panel. Every string from the network goes into the page as text
+// (textContent / text nodes), never as markup.
+"use strict";
+(function () {
+  var SEP = "\u001f";
+  var REFRESH_MS = 2000;
+  var MAX_ROWS = 50;
+  var PALETTE = ["#2f6fde", "#e8590c", "#2b8a3e", "#c2255c", "#7048e8", "#0c8599", "#a61e4d", "#5c940d", "#d9480f", "#1864ab", "#862e9c", "#087f5b"];
+  var charts = {};   // chart id -> {u, sig, el}
+  var cards = {};    // card id -> element
+  var touched = {};  // card/chart ids used in this render
+
+  function el(tag, attrs) {
+    var e = document.createElement(tag);
+    if (attrs) for (var k in attrs) {
+      if (k === "class") e.className = attrs[k]; else e.setAttribute(k, attrs[k]);
+    }
+    for (var i = 2; i < arguments.length; i++) add(e, arguments[i]);
+    return e;
+  }
+  function add(e, c) {
+    if (c === null || c === undefined) return;
+    if (Array.isArray(c)) { c.forEach(function (x) { add(e, x); }); return; }
+    e.appendChild(typeof c === "object" ? c : document.createTextNode(String(c)));
+  }
+  function fmt(n, d) {
+    if (n === null || n === undefined || typeof n !== "number" || !isFinite(n)) return "—";
+    return n.toFixed(d === undefined ? 1 : d);
+  }
+  function yesno(b, yes, no) { return el("span", {"class": b ? "yes" : "no"}, b ? (yes || "yes") : (no || "no")); }
+  function arr(x) { return Array.isArray(x) ? x : []; }
+  function obj(x) { return x && typeof x === "object" && !Array.isArray(x) ? x : {}; }
+  function str(x) { return x === null || x === undefined ? "" : String(x); }
+  function table(head, rows, numCols) {
+    numCols = numCols || [];
+    return el("div", {"class": "tablewrap"}, el("table", null,
+      el("thead", null, el("tr", null, head.map(function (h) { return el("th", null, h); }))),
+      el("tbody", null, rows.map(function (r) {
+        return el("tr", null, r.map(function (c, i) { return el("td", numCols.indexOf(i) >= 0 ? {"class": "num"} : null, c); }));
+      }))));
+  }
+  function bar(v, max) {
+    var w = max > 0 ? Math.round(100 * v / max) : 0;
+    var f = el("span", {"class": "fill"});
+    f.style.width = Math.max(w, v > 0 ? 2 : 0) + "px";
+    return el("div", {"class": "bar"}, f, String(v));
+  }
+
+  // extras shows the fields of a view object the page has no place for
+  // (fields added by newer modules: cluster or store state, counters), as
+  // "name: value" text.
+  function extras(c, o, known) {
+    var parts = [];
+    Object.keys(obj(o)).sort().forEach(function (k) {
+      if (known.indexOf(k) >= 0) return;
+      var v = o[k], t;
+      if (v === null || v === undefined) return;
+      if (typeof v === "object") {
+        t = JSON.stringify(v);
+        if (t.length > 200) t = t.slice(0, 200) + "…";
+      } else t = String(v);
+      parts.push(k + ": " + t);
+    });
+    if (parts.length) add(c.info, el("div", {"class": "meta extras"}, parts.join(" · ")));
+  }
+
+  // card returns the persistent card for id in panel, its info part emptied.
+  function card(panel, id, title) {
+    touched[id] = true;
+    var c = cards[id];
+    if (!c) {
+      c = el("div", {"class": "card"});
+      c.dataset.id = id;
+      c.h = el("h3"); c.info = el("div"); c.charts = el("div");
+      c.appendChild(c.h); c.appendChild(c.info); c.appendChild(c.charts);
+      cards[id] = c;
+    }
+    document.querySelector("#panel-" + panel + " .cards").appendChild(c);
+    c.h.textContent = title;
+    c.info.replaceChildren();
+    return c;
+  }
+
+  // series helpers
+  var S = {times: [], values: {}};
+  function last(key) {
+    var v = S.values[key];
+    if (!v) return null;
+    for (var i = v.length - 1; i >= 0; i--) if (v[i] !== null) return v[i];
+    return null;
+  }
+  function key() { return Array.prototype.slice.call(arguments).join(SEP); }
+
+  // chart draws (or updates) a uPlot line chart in c of the given series
+  // [{key, label}]; nothing when no series has data.
+  function chart(c, id, title, list, unit) {
+    list = list.filter(function (s) { return S.values[s.key]; }).slice(0, PALETTE.length);
+    if (!list.length) return;
+    touched[id] = true;
+    var sig = list.map(function (s) { return s.key + "=" + s.label; }).join("\n");
+    var data = [S.times.map(function (t) { return t / 1000; })];
+    list.forEach(function (s) { data.push(S.values[s.key]); });
+    var points = 0;
+    data.slice(1).forEach(function (v) { v.forEach(function (x) { if (x !== null) points++; }); });
+    var ch = charts[id];
+    var width = Math.max(200, (c.charts.clientWidth || c.clientWidth || 500) - 4);
+    if (ch && ch.sig === sig) {
+      ch.u.setData(data);
+      if (Math.abs(ch.u.width - width) > 8) ch.u.setSize({width: width, height: 170});
+      ch.el.dataset.points = String(points);
+      c.charts.appendChild(ch.el);
+      return;
+    }
+    if (ch) { ch.u.destroy(); ch.el.remove(); }
+    var box = el("div", {"class": "chart", "data-chart": id}, el("div", {"class": "title"}, title));
+    c.charts.appendChild(box);
+    var opts = {
+      width: width, height: 170,
+      scales: {x: {time: true}},
+      legend: {live: false},
+      series: [{}].concat(list.map(function (s, i) {
+        return {label: s.label, stroke: PALETTE[i], width: 1.5, spanGaps: false,
+          value: function (u, v) { return v === null ? "—" : fmt(v, 1) + (unit ? " " + unit : ""); }};
+      })),
+      axes: [{}, {size: 50}]
+    };
+    var u = new uPlot(opts, data, box);
+    box.dataset.points = String(points);
+    charts[id] = {u: u, sig: sig, el: box};
+  }
+
+  // sources: this Caddy's modules, then each reachable replica's.
+  function sources(st) {
+    var out = [{label: "", prefix: [], modules: obj(st.modules)}];
+    arr(st.replicas).forEach(function (r, i) {
+      if (!r.reachable || !r.body) return;
+      out.push({label: " @ " + str(r.url), prefix: ["replica", String(i)], modules: obj(r.body)});
+    });
+    return out;
+  }
+  // pkey is a series key: the source's prefix, then the parts (an object
+  // without a name adds no part, as on the server).
+  function pkey(src) {
+    return src.prefix.concat(Array.prototype.slice.call(arguments, 1).filter(function (p) { return p !== ""; })).join(SEP);
+  }
+  function show(panel, on) { document.getElementById("panel-" + panel).hidden = !on; }
+
+  function renderLatency(src, seen) {
+    arr(src.modules.latency_bucket).forEach(function (p) {
+      seen.latency_bucket = true;
+      var name = str(p.name), id = "lb" + SEP + src.prefix.join(SEP) + SEP + name + SEP + str(p.kind);
+      var c = card("latency_bucket", id, "policy " + name + " (" + str(p.kind) + ")" + src.label);
+      add(c.info, el("div", {"class": "meta"},
+        "bucket width " + fmt(p.bucket_width_ms, 0) + " ms · latency " + str(p.latency) + " · probe window " + str(p.probe_window) +
+        " · sticky " + (p.sticky ? "on, " + str(p.sticky_entries) + " / " + str(p.sticky_max_entries) + " entries" : "off")));
+      extras(c, p, ["name", "kind", "state_since", "generations", "bucket_width_ms", "latency", "probe_window", "sticky",
+        "sticky_entries", "sticky_max_entries", "publishers"]);
+      var pubs = arr(p.publishers);
+      add(c.info, table(["publisher", "latency ms", "bucket", "active", "sticky", "picks/s", "last error"],
+        pubs.map(function (u) {
+          var picks = last(pkey(src, "latency_bucket", name, str(u.address), "picks_total"));
+          return [str(u.address), u.measured ? fmt(u.latency_ms, 1) : "—", str(u.bucket) || "—", yesno(!!u.active, "active", "inactive"),
+            str(u.sticky_entries === undefined ? "—" : u.sticky_entries), fmt(picks, 1), el("span", {"class": "err"}, str(u.last_error))];
+        }), [1, 4, 5]));
+      chart(c, id + SEP + "lat", "latency ms per publisher (probes)", pubs.map(function (u) {
+        return {key: pkey(src, "latency_bucket", name, str(u.address), "latency_ms"), label: str(u.address)};
+      }), "ms");
+      chart(c, id + SEP + "picks", "picks per second", pubs.map(function (u) {
+        return {key: pkey(src, "latency_bucket", name, str(u.address), "picks_total"), label: str(u.address)};
+      }), "/s");
+    });
+  }
+
+  function renderRate(src, seen) {
+    arr(src.modules.peer_rate_limit).forEach(function (h) {
+      seen.peer_rate_limit = true;
+      var name = str(h.name), id = "prl" + SEP + src.prefix.join(SEP) + SEP + name + SEP + str(h.kind);
+      var c = card("peer_rate_limit", id, "limiter " + name + " (" + str(h.kind) + ")" + src.label);
+      var d = h.dynamic;
+      if (d) add(c.info, el("div", {"class": "meta"}, "dynamic: load " + fmt(d.load_percent, 1) + " % · throttle " + str(d.throttle_percent) +
+        " % · source " + str(d.source), d.last_error ? el("span", {"class": "err"}, " · " + str(d.last_error)) : null));
+      extras(c, h, ["name", "kind", "profiles", "dynamic"]);
+      var rows = [], rateSeries = [], throttleSeries = [], flowSeries = [];
+      arr(h.profiles).forEach(function (p) {
+        var pn = str(p.name);
+        ["admitted_total", "rejected_total"].forEach(function (f) {
+          flowSeries.push({key: pkey(src, "peer_rate_limit", name, pn, f), label: pn + " " + f.replace("_total", "")});
+        });
+        arr(p.limits).forEach(function (l) {
+          var ln = str(l.name);
+          var adm = last(pkey(src, "peer_rate_limit", name, pn, ln, "admitted_total"));
+          var rej = last(pkey(src, "peer_rate_limit", name, pn, ln, "rejected_total"));
+          rows.push([pn, ln, fmt(l.rate, 1) + " / " + str(l.burst), str(l.throttle_percent) + " %", fmt(l.effective_rate, 1) + " / " + str(l.effective_burst),
+            str(p.keys), fmt(adm === null ? last(pkey(src, "peer_rate_limit", name, pn, "admitted_total")) : adm, 1),
+            fmt(rej === null ? last(pkey(src, "peer_rate_limit", name, pn, "rejected_total")) : rej, 1)]);
+          rateSeries.push({key: pkey(src, "peer_rate_limit", name, pn, ln, "effective_rate"), label: pn + " " + ln});
+          throttleSeries.push({key: pkey(src, "peer_rate_limit", name, pn, ln, "throttle_percent"), label: pn + " " + ln + " throttle %"});
+          ["admitted_total", "rejected_total"].forEach(function (f) {
+            flowSeries.push({key: pkey(src, "peer_rate_limit", name, pn, ln, f), label: pn + " " + ln + " " + f.replace("_total", "")});
+          });
+        });
+      });
+      add(c.info, table(["profile", "limit", "configured rate/burst", "throttle", "effective rate/burst", "keys", "admitted/s", "rejected/s"], rows, [2, 3, 4, 5, 6, 7]));
+      var dyn = [{key: pkey(src, "peer_rate_limit", name, "dynamic", "load_percent"), label: "load %"},
+        {key: pkey(src, "peer_rate_limit", name, "dynamic", "throttle_percent"), label: "throttle %"}];
+      chart(c, id + SEP + "thr", "throttle % and load % over time", dyn.concat(throttleSeries), "%");
+      chart(c, id + SEP + "flow", "admitted vs rejected per second", flowSeries, "/s");
+      chart(c, id + SEP + "eff", "effective rate (requests/s)", rateSeries, "/s");
+    });
+  }
+
+  function renderTenants(src, seen) {
+    arr(src.modules.tenant_route).forEach(function (h) {
+      seen.tenant_route = true;
+      var name = str(h.name), id = "tr" + SEP + src.prefix.join(SEP) + SEP + name;
+      var c = card("tenant_route", id, "router " + name + src.label);
+      add(c.info, el("div", {"class": "meta"}, "membership " + str(h.membership) + (h.membership_age ? " (age " + str(h.membership_age) + ")" : "") +
+        " · " + str(h.partitions) + " partitions per tenant",
+        h.membership_error ? el("span", {"class": "err"}, " · " + str(h.membership_error)) : null));
+      extras(c, h, ["name", "membership", "membership_age", "membership_error", "nodes", "open_connections", "partitions",
+        "tenant_partitions", "runtime_partitions", "tenants"]);
+      var conns = obj(h.open_connections), nodes = arr(h.nodes).map(str);
+      Object.keys(conns).forEach(function (n) { if (nodes.indexOf(n) < 0) nodes.push(n); });
+      var max = 0;
+      nodes.forEach(function (n) { max = Math.max(max, Number(conns[n]) || 0); });
+      add(c.info, table(["node", "open connections"], nodes.map(function (n) { return [n, bar(Number(conns[n]) || 0, max)]; })));
+      var tenants = obj(h.tenants), names = Object.keys(tenants);
+      names.sort(function (a, b) { return (Number(obj(tenants[b]).connections) || 0) - (Number(obj(tenants[a]).connections) || 0) || (a < b ? -1 : 1); });
+      var rows = names.slice(0, MAX_ROWS).map(function (t) {
+        var v = obj(tenants[t]);
+        return [el("span", {"class": "tenant"}, t), arr(v.nodes).map(str).join(", "), str(v.connections)];
+      });
+      add(c.info, el("div", {"class": "meta"}, names.length + " tenants connected" + (names.length > MAX_ROWS ? " (top " + MAX_ROWS + " shown)" : "")));
+      if (rows.length) add(c.info, table(["tenant", "nodes", "connections"], rows, [2]));
+      var tp = obj(h.tenant_partitions), tpn = Object.keys(tp).sort();
+      if (tpn.length) add(c.info, el("div", {"class": "meta"}, "own partition counts: " + tpn.slice(0, MAX_ROWS).map(function (t) { return t + "=" + str(tp[t]); }).join(", ")));
+      chart(c, id + SEP + "conns", "open connections per node", nodes.map(function (n) {
+        return {key: pkey(src, "tenant_route", name, "open_connections", n), label: n};
+      }), "");
+    });
+  }
+
+  function renderOGS(st) {
+    var list = arr(st.ogs);
+    show("ogs", list.length > 0);
+    list.forEach(function (r, i) {
+      var id = "ogs" + SEP + i;
+      var c = card("ogs", id, "ogs " + str(r.url));
+      add(c.info, el("div", {"class": "meta"}, r.reachable ? yesno(true, "reachable") : el("span", {"class": "err"}, "unreachable: " + str(r.error)),
+        r.fetched_at ? " · fetched " + str(r.fetched_at) : ""));
+      arr(obj(r.body).servers).forEach(function (s) {
+        var zone = str(s.zone);
+        add(c.info, el("div", {"class": "meta"}, "zone " + zone + " · store " + str(s.store) +
+          (s.redis_healthy === undefined ? "" : " · redis " + (s.redis_healthy ? "healthy" : "unhealthy")) +
+          " · last run " + str(s.last_run) + " · runs " + str(s.runs_total)));
+        var gws = arr(s.gateways);
+        if (gws.length) add(c.info, el("div", {"class": "meta"}, "gateways: " + gws.map(function (g) { return str(obj(g).name) + " " + str(obj(g).address); }).join(", ")));
+        var series = [];
+        add(c.info, table(["location", "order (RTT ms)", "probed at", "cache age s"], arr(s.locations).slice(0, MAX_ROWS).map(function (l) {
+          var rtts = obj(l.rtts_ms);
+          var order = arr(l.order).map(function (g, k) { return (k + 1) + ". " + str(g) + " (" + fmt(rtts[g], 1) + ")"; });
+          Object.keys(rtts).forEach(function (g) {
+            series.push({key: key("ogs", String(i), zone, str(l.location), "rtts_ms", g), label: str(l.location) + " " + g});
+          });
+          return [str(l.location), el("div", null, order.map(function (o) { return el("div", null, o); })), str(l.probed_at), fmt(l.age_seconds, 1)];
+        }), [3]));
+        chart(c, id + SEP + zone, "RTT ms per gateway (" + zone + ")", series, "ms");
+      });
+    });
+  }
+
+  function renderNtier(src, seen) {
+    arr(src.modules.cache_redirect).forEach(function (h) {
+      seen.ntier = true;
+      var node = str(h.node), id = "cr" + SEP + src.prefix.join(SEP) + SEP + node;
+      var c = card("ntier", id, "cache_redirect node " + node + src.label);
+      extras(c, h, ["node", "client_ip_header", "caches", "origin", "requests_total", "forged_client_ip_total"]);
+      var paths = obj(h.requests_total), pn = Object.keys(paths).sort();
+      add(c.info, table(["path", "requests", "per second"], pn.map(function (p) {
+        return [p, str(paths[p]), fmt(last(pkey(src, "cache_redirect", node, "requests_total", p)), 1)];
+      }), [1, 2]));
+      add(c.info, el("div", {"class": "meta"}, "forged Client-IP replaced: " + str(h.forged_client_ip_total) +
+        " · caches " + arr(h.caches).map(function (x) { return str(obj(x).address) + (obj(x).up === false ? " (down)" : ""); }).join(", ")));
+      chart(c, id + SEP + "rate", "requests per second by path", pn.map(function (p) {
+        return {key: pkey(src, "cache_redirect", node, "requests_total", p), label: p};
+      }), "/s");
+    });
+    arr(src.modules.port_range).forEach(function (t, k) {
+      seen.ntier = true;
+      var node = str(t.node) || "ports " + str(t.ports), id = "pr" + SEP + src.prefix.join(SEP) + SEP + k;
+      var c = card("ntier", id, "source ports " + node + src.label);
+      var size = Number(t.size) || 0, used = Number(t.ports_in_use) || 0;
+      add(c.info, table(["range", "size", "in use", "TIME_WAIT", "exhausted dials"],
+        [[str(t.ports), str(size), bar(used, size), str(t.time_wait), str(t.exhausted_total)]], [1, 3, 4]));
+      chart(c, id + SEP + "use", "source ports in use", [{key: pkey(src, "port_range", str(t.node), "ports_in_use"), label: "in use of " + size}], "");
+    });
+  }
+
+  var KNOWN = ["latency_bucket", "peer_rate_limit", "tenant_route", "cache_redirect", "port_range"];
+  function renderOther(src, seen) {
+    Object.keys(src.modules).sort().forEach(function (m) {
+      if (KNOWN.indexOf(m) >= 0) return;
+      var v = src.modules[m];
+      if (Array.isArray(v) && !v.length) return;
+      seen.other = true;
+      var c = card("other", "other" + SEP + src.prefix.join(SEP) + SEP + m, m + src.label);
+      add(c.info, el("pre", null, JSON.stringify(v, null, 1).slice(0, 20000)));
+    });
+  }
+
+  function renderReplicas(st) {
+    var list = arr(st.replicas);
+    show("replicas", list.length > 0);
+    if (!list.length) return;
+    var c = card("replicas", "replicas", "other Caddy processes");
+    add(c.info, table(["admin address", "state", "modules"], list.map(function (r) {
+      return [str(r.url), r.reachable ? yesno(true, "reachable") : el("span", {"class": "err"}, "unreachable: " + str(r.error)),
+        Object.keys(obj(r.body)).filter(function (m) { return arr(obj(r.body)[m]).length; }).join(", ")];
+    })));
+  }
+
+  function render(st) {
+    touched = {};
+    merge(st);
+    var seen = {};
+    sources(st).forEach(function (src) {
+      renderLatency(src, seen); renderRate(src, seen); renderTenants(src, seen); renderNtier(src, seen); renderOther(src, seen);
+    });
+    ["latency_bucket", "peer_rate_limit", "tenant_route", "ntier", "other"].forEach(function (p) { show(p, !!seen[p]); });
+    renderOGS(st);
+    renderReplicas(st);
+    Object.keys(charts).forEach(function (id) { if (!touched[id]) { charts[id].u.destroy(); charts[id].el.remove(); delete charts[id]; } });
+    Object.keys(cards).forEach(function (id) { if (!touched[id]) { cards[id].remove(); delete cards[id]; } });
+  }
+
+  // merge adds the samples of an answer to those held: the first answer
+  // brings the whole history, later ones only the last seconds
+  // (api/state?window=…), so a poll stays small however long the history.
+  function nulls(n) { var a = new Array(n); for (var i = 0; i < n; i++) a[i] = null; return a; }
+  function merge(st) {
+    var inc = obj(st.series), times = arr(inc.times_ms), vals = obj(inc.values);
+    var lastT = S.times.length ? S.times[S.times.length - 1] : -Infinity;
+    var start = 0;
+    while (start < times.length && times[start] <= lastT) start++;
+    var n = times.length - start, held = S.times.length;
+    if (n > 0) {
+      S.times = S.times.concat(times.slice(start));
+      Object.keys(S.values).forEach(function (k) {
+        var v = vals[k];
+        S.values[k] = S.values[k].concat(Array.isArray(v) ? v.slice(start) : nulls(n));
+      });
+      Object.keys(vals).forEach(function (k) {
+        if (!S.values[k] && Array.isArray(vals[k])) S.values[k] = nulls(held).concat(vals[k].slice(start));
+      });
+    }
+    var cutoff = (S.times.length ? S.times[S.times.length - 1] : 0) - (Number(st.history_seconds) || 900) * 1000;
+    var drop = 0;
+    while (drop < S.times.length && S.times[drop] < cutoff) drop++;
+    if (drop) S.times = S.times.slice(drop);
+    Object.keys(S.values).forEach(function (k) {
+      var v = drop ? S.values[k].slice(drop) : S.values[k];
+      if (v.every(function (x) { return x === null; })) delete S.values[k]; else S.values[k] = v;
+    });
+  }
+
+  var status = document.getElementById("status");
+  var rendered = 0, lastOK = 0, historyS = 0, intervalS = 2;
+  function stateURL() {
+    if (!lastOK) return "api/state";
+    var w = Math.ceil((Date.now() - lastOK) / 1000) + 2 * intervalS + 2;
+    return "api/state?window=" + Math.min(w, historyS) + "s";
+  }
+  function refresh() {
+    var asked = Date.now();
+    fetch(stateURL(), {cache: "no-store", credentials: "same-origin"}).then(function (r) {
+      if (!r.ok) throw new Error("HTTP " + r.status);
+      return r.json();
+    }).then(function (st) {
+      render(st);
+      lastOK = asked;
+      historyS = Math.floor(Number(st.history_seconds) || 900);
+      intervalS = Math.ceil((Number(st.sample_interval_ms) || 2000) / 1000);
+      rendered++;
+      if (rendered === 1) document.body.dataset.firstRenderMs = String(Math.round(performance.now()));
+      status.className = "status";
+      status.textContent = "updated " + new Date(st.generated_at).toLocaleTimeString() + " · sample every " + (st.sample_interval_ms / 1000) + " s";
+      document.body.dataset.renders = String(rendered);
+    }).catch(function (e) {
+      status.className = "status bad";
+      status.textContent = "no data: " + e.message;
+    }).finally(function () { setTimeout(refresh, REFRESH_MS); });
+  }
+  refresh();
+})();

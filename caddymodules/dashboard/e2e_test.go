@@ -1,0 +1,444 @@
+package dashboard_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
+	"github.com/go-ldap/ldap/v3"
+
+	"github.com/edgesteer/edgesteer/internal/e2e"
+	"github.com/edgesteer/edgesteer/internal/ldapwire"
+)
+
+// xssTenant is a tenant name that is markup: the page must show it as text.
+const xssTenant = "<img src=x onerror=alert(1)>"
+
+// ogsJSON is what a CoreDNS ogs plugin's JSON view answers.
+const ogsJSON = `{"servers":[{"zone":"gw.example.org.","store":"memory","gateways":[{"name":"gw1.example.org.","address":"10.0.0.1"},{"name":"gw2.example.org.","address":"10.0.0.2"}],
+"locations":[{"location":"192.0.2.0/24","order":["gw2.example.org.","gw1.example.org."],"rtts_ms":{"gw1.example.org.":31.2,"gw2.example.org.":12.0},"probed_at":"2026-12-01T07:00:00Z","age_seconds":12.5}],
+"last_run":"2026-12-01T07:00:00Z","runs_total":3}]}`
+
+// fakeLDAPNode accepts connections and answers every BindRequest with
+// success, holding the connection open: a directory node for tenant_route.
+func fakeLDAPNode(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+	})
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			go func() {
+				defer c.Close()
+				for {
+					m, err := ldapwire.Read(c, ldapwire.DefaultMaxLength)
+					if err != nil {
+						return
+					}
+					if m.Op == "bind" && m.ID < 128 {
+						// BindResponse, resultCode success.
+						c.Write([]byte{0x30, 0x0c, 0x02, 0x01, byte(m.ID), 0x61, 0x07, 0x0a, 0x01, 0x00, 0x04, 0x00, 0x04, 0x00})
+					}
+				}
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// bindAs opens an LDAP connection through the router and binds as dn; the
+// connection stays open until the test ends.
+func bindAs(t *testing.T, addr, dn string) {
+	t.Helper()
+	c, err := ldap.DialURL("ldap://"+addr, ldap.DialWithDialer(&net.Dialer{Timeout: 10 * time.Second}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.SetTimeout(30 * time.Second)
+	if err := c.Bind(dn, "pw"); err != nil {
+		t.Fatalf("bind %s: %v", dn, err)
+	}
+}
+
+// TestDashboardInChromium runs bin/caddy with latency_bucket,
+// peer_rate_limit, tenant_route and the dashboard (with one ogs URL served
+// by a fake ogs server and one that is down), and loads the page in
+// headless Chromium: every panel names the config's publishers, limits,
+// tenants and gateways; a chart gets data points; the markup tenant shows
+// as text and no script runs; the page requests nothing outside its Caddy.
+func TestDashboardInChromium(t *testing.T) {
+	e2e.SkipShort(t)
+	chromium, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Fatal("chromium is needed (scripts/test-deps.txt installs it):", err)
+	}
+	ogs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, ogsJSON)
+	}))
+	t.Cleanup(ogs.Close)
+	downOGS := "http://" + e2e.Addr(t) + "/ogs"
+	node1, node2 := fakeLDAPNode(t), fakeLDAPNode(t)
+	dash, front, pub1, pub2, limited, ldapAddr := e2e.Addr(t), e2e.Addr(t), e2e.Addr(t), e2e.Addr(t), e2e.Addr(t), e2e.Addr(t)
+
+	config := fmt.Sprintf(`{
+	auto_https off
+	layer4 {
+		%[6]s {
+			@bind ldap {
+				operation bind
+				anonymous false
+			}
+			route @bind {
+				tenant_route {
+					name directory
+					nodes %[7]s %[8]s
+					partitions 1
+				}
+			}
+		}
+	}
+}
+http://%[1]s {
+	encode gzip
+	edgesteer_dashboard {
+		ogs %[9]s %[10]s
+		sample_interval 500ms
+		history 5m
+	}
+}
+http://%[2]s {
+	reverse_proxy %[3]s %[4]s {
+		lb_policy latency_bucket {
+			name front-policy
+			probe http /
+			probe_interval 500ms
+			segment %[4]s 40ms
+			sticky_user {http.request.header.X-User}
+		}
+	}
+}
+http://%[3]s {
+	respond "one"
+}
+http://%[4]s {
+	respond "two"
+}
+http://%[5]s {
+	peer_rate_limit {
+		name edge-limiter
+		profile gold-peers {
+			peer {http.request.header.X-Peer}
+			rate 5 3
+			action reject 429 "limited"
+		}
+	}
+	respond "ok"
+}
+`, dash, front, pub1, pub2, limited, ldapAddr, node1, node2, ogs.URL+"/ogs", downOGS)
+	caddy := e2e.StartCaddy(t, "caddyfile", config)
+	for _, a := range []string{dash, front, limited, ldapAddr} {
+		caddy.WaitTCP(t, a)
+	}
+
+	// Traffic for each panel.
+	for i := range 20 {
+		req, _ := http.NewRequest("GET", "http://"+front+"/", nil)
+		req.Header.Set("X-User", fmt.Sprint("user-", i))
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}
+	rejected := 0
+	for range 10 {
+		req, _ := http.NewRequest("GET", "http://"+limited+"/", nil)
+		req.Header.Set("X-Peer", "pgw1")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusTooManyRequests {
+			rejected++
+		}
+	}
+	if rejected == 0 {
+		t.Fatal("the limiter rejected nothing")
+	}
+	bindAs(t, ldapAddr, "uid=alice,o=acme,dc=example")
+	bindAs(t, ldapAddr, "uid=bob,o=acme,dc=example")
+	bindAs(t, ldapAddr, `uid=eve,o=\3cimg src\3dx onerror\3dalert(1)\3e,dc=example`)
+
+	// Chromium, headless, recording requests, dialogs, console and
+	// exceptions.
+	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
+		append(chromedp.DefaultExecAllocatorOptions[:],
+			chromedp.ExecPath(chromium), chromedp.NoSandbox, chromedp.Headless, chromedp.DisableGPU,
+			chromedp.WindowSize(1280, 900), chromedp.UserDataDir(t.TempDir()))...)
+	defer cancelAlloc()
+	ctx, cancel := chromedp.NewContext(alloc)
+	defer cancel()
+	ctx, cancelTimeout := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancelTimeout()
+
+	// Open the tab first, so the listener misses none of its events.
+	if err := chromedp.Do(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var requests, dialogs, console []string
+	dialogOpened := make(chan struct{}, 16)
+	if err := chromedp.Listen(ctx, func(ev any) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch e := ev.(type) {
+		case *network.EventRequestWillBeSent:
+			requests = append(requests, e.Request.URL)
+		case *page.EventJavascriptDialogOpening:
+			dialogs = append(dialogs, e.Message)
+			select {
+			case dialogOpened <- struct{}{}:
+			default:
+			}
+		case *runtime.EventConsoleAPICalled:
+			for _, a := range e.Args {
+				console = append(console, string(e.Type)+": "+string(a.Value))
+			}
+		case *runtime.EventExceptionThrown:
+			console = append(console, "exception: "+e.ExceptionDetails.Text)
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	go func() { // a dialog would block the page: close it (and fail below)
+		for range dialogOpened {
+			chromedp.Call(ctx, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{Accept: true})
+		}
+	}()
+	eval := func(expr string, into any) {
+		t.Helper()
+		res, err := chromedp.Run(ctx, chromedp.Evaluate[json.RawMessage](expr))
+		if err == nil {
+			err = json.Unmarshal(res, into)
+		}
+		if err != nil {
+			t.Fatalf("evaluating %s: %v", expr, err)
+		}
+	}
+
+	// moreRenders waits for n more refreshes of the page.
+	moreRenders := func(n int) {
+		t.Helper()
+		var r int
+		eval(`Number(document.body.dataset.renders || 0)`, &r)
+		want, deadline := r+n, time.Now().Add(time.Duration(n)*15*time.Second)
+		for r < want {
+			if time.Now().After(deadline) {
+				t.Fatalf("the page stopped refreshing at %d renders", r)
+			}
+			time.Sleep(200 * time.Millisecond)
+			eval(`Number(document.body.dataset.renders || 0)`, &r)
+		}
+	}
+
+	base := "http://" + dash + "/"
+	if _, err := chromedp.Call(ctx, network.Enable, network.EnableParams{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chromedp.Call(ctx, runtime.Enable, cdp.Empty{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(ctx, chromedp.Navigate(base)); err != nil {
+		t.Fatal(err)
+	}
+	// A few refreshes (every 2 s): the latency chart has points after the
+	// first, and more after later ones (each brings only the new samples).
+	deadline := time.Now().Add(90 * time.Second)
+	var renders, points, firstRenders, firstPoints int
+	for {
+		eval(`Number(document.body.dataset.renders || 0)`, &renders)
+		eval(`(function(){var b=document.querySelector('[data-chart$="\u001flat"]');return b?Number(b.dataset.points):0})()`, &points)
+		if firstRenders == 0 && renders > 0 {
+			firstRenders, firstPoints = renders, points
+		}
+		if firstRenders > 0 && renders >= firstRenders+3 && points > firstPoints+2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 90 s: %d renders, %d points in the latency chart (%d after render %d)", renders, points, firstPoints, firstRenders)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Logf("%d renders, %d points in the latency chart (%d after render %d)", renders, points, firstPoints, firstRenders)
+	// After more refreshes than one window holds, the chart holds the whole
+	// history the server has (less the samples taken since the last poll).
+	moreRenders(6)
+	eval(`(function(){var b=document.querySelector('[data-chart$="\u001flat"]');return b?Number(b.dataset.points):0})()`, &points)
+	resp, err := http.Get(base + "api/state")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var full struct {
+		Series struct{ Values map[string][]*float64 }
+	}
+	err = json.NewDecoder(resp.Body).Decode(&full)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := 0
+	for k, v := range full.Series.Values {
+		if strings.HasPrefix(k, "latency_bucket\x1ffront-policy\x1f") && strings.HasSuffix(k, "latency_ms") {
+			for _, x := range v {
+				if x != nil {
+					held++
+				}
+			}
+		}
+	}
+	// A page that kept only the last poll's window (about 6 s of the 15 s
+	// or more held) would fall below three quarters.
+	if points > held || points < held*3/4 {
+		t.Errorf("the latency chart has %d points, the server %d", points, held)
+	}
+	t.Logf("after 6 more refreshes: %d points in the chart, %d on the server", points, held)
+
+	var text, xssText string
+	var hidden []string
+	var imgs, xssSpans int
+	eval(`document.body.innerText`, &text)
+	eval(`Array.from(document.querySelectorAll('section.panel')).filter(s => s.hidden).map(s => s.id)`, &hidden)
+	eval(`document.querySelectorAll('main img').length`, &imgs)
+	eval(`Array.from(document.querySelectorAll('.tenant')).filter(s => s.textContent === `+"`"+xssTenant+"`"+`).length`, &xssSpans)
+	eval(`Array.from(document.querySelectorAll('.tenant')).map(s => s.textContent).join("|")`, &xssText)
+	for _, want := range []string{
+		"Publisher selection", "front-policy", pub1, pub2, "[32,64)",
+		"Rate limiting", "edge-limiter", "gold-peers", "5.0 / 3",
+		"Tenant routing", "directory", node1, node2, "acme", xssTenant,
+		"Gateway selection", "gw1.example.org.", "gw2.example.org.", "192.0.2.0/24", "1. gw2.example.org. (12.0)", "unreachable",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the page does not show %q", want)
+		}
+	}
+	// Panels for modules not configured stay hidden; the others show.
+	for _, h := range hidden {
+		if h != "panel-ntier" && h != "panel-replicas" && h != "panel-other" {
+			t.Errorf("panel %s hidden", h)
+		}
+	}
+	if imgs != 0 || xssSpans != 1 {
+		t.Errorf("the markup tenant: %d img elements, %d tenant cells with its text (tenants %q)", imgs, xssSpans, xssText)
+	}
+
+	dir := t.TempDir()
+	if d := os.Getenv("EDGESTEER_SCREENSHOTS"); d != "" { // to keep them after the test
+		dir = d
+	}
+	shoot := func(name string) {
+		t.Helper()
+		shot, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, shot, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Log("screenshot:", path)
+	}
+	shoot("dashboard-1280.png")
+
+	// A phone: nothing wider than the screen, after a refresh at that width.
+	if err := chromedp.Do(ctx, chromedp.EmulateViewport(390, 844)); err != nil {
+		t.Fatal(err)
+	}
+	moreRenders(2)
+	var overflow bool
+	eval(`document.documentElement.scrollWidth > window.innerWidth + 1`, &overflow)
+	shoot("dashboard-390.png")
+	if overflow {
+		t.Error("the page is wider than a 390 px screen")
+	}
+
+	// caddy reload with the dashboard's settings unchanged (another site
+	// changed): the sampler and its history carry over, the page goes on.
+	samples := func() int {
+		t.Helper()
+		resp, err := http.Get(base + "api/state")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var st struct {
+			Series struct {
+				TimesMS []int64 `json:"times_ms"`
+			}
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+			t.Fatal(err)
+		}
+		return len(st.Series.TimesMS)
+	}
+	before := samples()
+	caddy.Reload(t, "caddyfile", strings.Replace(config, `respond "one"`, `respond "uno"`, 1))
+	if after := samples(); after < before {
+		t.Errorf("history after the reload: %d samples, %d before", after, before)
+	}
+	moreRenders(2)
+
+	mu.Lock()
+	defer mu.Unlock()
+	if len(dialogs) != 0 {
+		t.Errorf("dialogs opened: %q", dialogs)
+	}
+	for _, c := range console {
+		if strings.Contains(c, "alert") || strings.HasPrefix(c, "exception") || strings.HasPrefix(c, "error") {
+			t.Errorf("console: %s", c)
+		}
+	}
+	if len(requests) < 5 || !slices.ContainsFunc(requests, func(u string) bool { return strings.HasPrefix(u, base+"api/state?window=") }) {
+		t.Errorf("%d requests recorded, want the page, its assets, api/state and later api/state?window=…: %q", len(requests), requests)
+	}
+	for _, u := range requests {
+		if !strings.HasPrefix(u, base) && !strings.HasPrefix(u, "data:") {
+			t.Errorf("the page requested %s, outside %s", u, base)
+		}
+	}
+}

@@ -1,0 +1,270 @@
+// Package dashboard is the Caddy HTTP handler http.handlers.edgesteer_dashboard:
+// one page, embedded in the binary, that shows the live state of every
+// edgesteer module of this Caddy (read in process from
+// caddymodules/internal/views), time series the handler samples into
+// bounded rings, and the JSON of configured CoreDNS ogs servers and other
+// replicas, fetched server-side.
+package dashboard
+
+import (
+	"embed"
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"net/http"
+	"net/url"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+)
+
+func init() {
+	caddy.RegisterModule(Handler{})
+}
+
+//go:embed assets
+var assetFS embed.FS
+
+// Defaults and bounds.
+const (
+	defaultInterval  = 2 * time.Second
+	defaultHistory   = 15 * time.Minute
+	defaultMaxSeries = 1000
+	minInterval      = 100 * time.Millisecond
+	maxSamples       = 10_000 // history / sample_interval
+	maxMaxSeries     = 100_000
+)
+
+// samplers keeps one sampler per configuration across reloads, so the
+// history survives a reload that does not change the dashboard.
+var samplers = caddy.NewUsagePool()
+
+// Handler serves the dashboard page (at the path it handles, ending in
+// "/"), its assets (assets/<name>) and its data (api/state).
+type Handler struct {
+	// OGS are URLs of CoreDNS ogs plugins' JSON views, fetched by the
+	// handler (never by the browser).
+	OGS []string `json:"ogs,omitempty"`
+	// Replicas are admin API addresses of other Caddys (edgesteer builds):
+	// their GET /edgesteer/views is fetched by the handler.
+	Replicas []string `json:"replicas,omitempty"`
+	// SampleInterval between samples of the views (default 2s).
+	SampleInterval caddy.Duration `json:"sample_interval,omitempty"`
+	// History kept in the rings (default 15m).
+	History caddy.Duration `json:"history,omitempty"`
+	// MaxSeries bounds the number of time series (default 1000).
+	MaxSeries int `json:"max_series,omitempty"`
+
+	key     string
+	sampler *sampler
+}
+
+// CaddyModule returns the Caddy module information.
+func (Handler) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "http.handlers.edgesteer_dashboard",
+		New: func() caddy.Module { return new(Handler) },
+	}
+}
+
+func (h *Handler) fillDefaults() {
+	if h.SampleInterval == 0 {
+		h.SampleInterval = caddy.Duration(defaultInterval)
+	}
+	if h.History == 0 {
+		h.History = caddy.Duration(defaultHistory)
+	}
+	if h.MaxSeries == 0 {
+		h.MaxSeries = defaultMaxSeries
+	}
+}
+
+// Validate checks the settings; errors name the option and the value.
+func (h *Handler) Validate() error {
+	h.fillDefaults()
+	iv, hist := time.Duration(h.SampleInterval), time.Duration(h.History)
+	switch {
+	case iv < minInterval:
+		return fmt.Errorf("edgesteer_dashboard: sample_interval %v: want at least %v", iv, minInterval)
+	case hist < iv:
+		return fmt.Errorf("edgesteer_dashboard: history %v: want at least sample_interval (%v)", hist, iv)
+	case hist/iv > maxSamples:
+		return fmt.Errorf("edgesteer_dashboard: history %v: at most %d samples (history / sample_interval %v)", hist, maxSamples, iv)
+	case h.MaxSeries < 1 || h.MaxSeries > maxMaxSeries:
+		return fmt.Errorf("edgesteer_dashboard: max_series %d: want 1 to %d", h.MaxSeries, maxMaxSeries)
+	}
+	for _, list := range []struct {
+		name string
+		urls []string
+	}{{"ogs", h.OGS}, {"replicas", h.Replicas}} {
+		seen := map[string]bool{}
+		for _, u := range list.urls {
+			if err := checkURL(u); err != nil {
+				return fmt.Errorf("edgesteer_dashboard: %s %q: %v", list.name, u, err)
+			}
+			if seen[u] {
+				return fmt.Errorf("edgesteer_dashboard: %s %q: given twice", list.name, u)
+			}
+			seen[u] = true
+		}
+	}
+	return nil
+}
+
+func checkURL(s string) error {
+	u, err := url.Parse(s)
+	switch {
+	case err != nil:
+		return err
+	case u.Scheme != "http" && u.Scheme != "https":
+		return fmt.Errorf("want an http or https URL")
+	case u.Host == "":
+		return fmt.Errorf("want a host")
+	case u.User != nil:
+		return fmt.Errorf("credentials in the URL are not supported")
+	}
+	return nil
+}
+
+// Provision starts (or adopts) the sampler of this configuration.
+func (h *Handler) Provision(ctx caddy.Context) error {
+	if err := h.Validate(); err != nil {
+		return err
+	}
+	k, _ := json.Marshal([]any{h.OGS, h.Replicas, h.SampleInterval, h.History, h.MaxSeries})
+	h.key = string(k)
+	v, _, err := samplers.LoadOrNew(h.key, func() (caddy.Destructor, error) {
+		s := newSampler(time.Duration(h.SampleInterval), time.Duration(h.History), h.MaxSeries, h.OGS, h.Replicas)
+		s.start()
+		return s, nil
+	})
+	if err != nil {
+		return err
+	}
+	h.sampler = v.(*sampler)
+	return nil
+}
+
+// Cleanup lets go of the sampler; the last user stops it.
+func (h *Handler) Cleanup() error {
+	if h.key != "" {
+		_, err := samplers.Delete(h.key)
+		return err
+	}
+	return nil
+}
+
+// securityHeaders: the page loads nothing but its own assets and data.
+func securityHeaders(w http.ResponseWriter) {
+	hd := w.Header()
+	hd.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; "+
+		"img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+	hd.Set("X-Content-Type-Options", "nosniff")
+	hd.Set("Referrer-Policy", "no-referrer")
+	hd.Set("Cache-Control", "no-cache")
+}
+
+// ServeHTTP serves the page, an asset or the state, by the request path's
+// ending, so the handler works at any path (handle_path /dashboard/*).
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.Handler) error {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		return caddyhttp.Error(http.StatusMethodNotAllowed, fmt.Errorf("method %s", r.Method))
+	}
+	securityHeaders(w)
+	p := r.URL.Path
+	switch {
+	case strings.HasSuffix(p, "/api/state") || p == "api/state":
+		return h.serveState(w, r)
+	case strings.Contains(p, "/assets/"):
+		name := p[strings.LastIndex(p, "/assets/")+len("/assets/"):]
+		return serveAsset(w, r, name)
+	case p == "" || strings.HasSuffix(p, "/"):
+		return serveAsset(w, r, "index.html")
+	}
+	return caddyhttp.Error(http.StatusNotFound, fmt.Errorf("no dashboard resource at %q", p))
+}
+
+func serveAsset(w http.ResponseWriter, r *http.Request, name string) error {
+	if name == "" || strings.Contains(name, "/") || !fs.ValidPath(name) {
+		return caddyhttp.Error(http.StatusNotFound, fmt.Errorf("no asset %q", name))
+	}
+	f, err := assetFS.Open(path.Join("assets", name))
+	if err != nil {
+		return caddyhttp.Error(http.StatusNotFound, fmt.Errorf("no asset %q", name))
+	}
+	defer f.Close()
+	rs, ok := f.(interface {
+		Read([]byte) (int, error)
+		Seek(int64, int) (int64, error)
+	})
+	if !ok {
+		return caddyhttp.Error(http.StatusInternalServerError, fmt.Errorf("asset %q not seekable", name))
+	}
+	if strings.HasSuffix(name, ".LICENSE") {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	}
+	http.ServeContent(w, r, name, time.Time{}, rs)
+	return nil
+}
+
+// State is the JSON of api/state.
+type State struct {
+	GeneratedAt      time.Time                  `json:"generated_at"`
+	SampleIntervalMS int64                      `json:"sample_interval_ms"`
+	HistorySeconds   float64                    `json:"history_seconds"`
+	Modules          map[string]json.RawMessage `json:"modules"`
+	OGS              []remote                   `json:"ogs"`
+	Replicas         []remote                   `json:"replicas"`
+	Series           seriesView                 `json:"series"`
+}
+
+// serveState answers api/state[?window=<duration>]: the modules' views
+// now, the last answers of the ogs and replica URLs, and the series of the
+// last window (default: the whole history; 0s: none).
+func (h *Handler) serveState(w http.ResponseWriter, r *http.Request) error {
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return caddyhttp.Error(http.StatusBadRequest, fmt.Errorf("query: %v", err))
+	}
+	window := time.Duration(h.History)
+	for k, v := range q {
+		if k != "window" {
+			return caddyhttp.Error(http.StatusBadRequest, fmt.Errorf("unknown query parameter %q (want window)", k))
+		}
+		if len(v) != 1 {
+			return caddyhttp.Error(http.StatusBadRequest, fmt.Errorf("window given %d times", len(v)))
+		}
+		d, err := time.ParseDuration(v[0])
+		if err != nil || d < 0 || d > time.Duration(h.History) {
+			return caddyhttp.Error(http.StatusBadRequest,
+				fmt.Errorf("window %q: want a duration from 0s to the history (%v)", v[0], time.Duration(h.History)))
+		}
+		window = d
+	}
+	now := time.Now()
+	st := State{
+		GeneratedAt: now.UTC(), SampleIntervalMS: time.Duration(h.SampleInterval).Milliseconds(),
+		HistorySeconds: time.Duration(h.History).Seconds(), Modules: map[string]json.RawMessage{},
+		OGS: h.sampler.remoteList("ogs", h.OGS), Replicas: h.sampler.remoteList("replica", h.Replicas),
+	}
+	st.Modules = allViews()
+	if window > 0 {
+		st.Series = h.sampler.series.view(now.Add(-window))
+	} else {
+		st.Series = seriesView{TimesMS: []int64{}, Values: map[string][]*float64{}}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	return json.NewEncoder(w).Encode(st)
+}
+
+// Interface guards
+var (
+	_ caddy.Provisioner           = (*Handler)(nil)
+	_ caddy.Validator             = (*Handler)(nil)
+	_ caddy.CleanerUpper          = (*Handler)(nil)
+	_ caddyhttp.MiddlewareHandler = (*Handler)(nil)
+)
