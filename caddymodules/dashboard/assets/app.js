@@ -215,10 +215,10 @@
       seen.tenant_route = true;
       var name = str(h.name), id = "tr" + SEP + src.prefix.join(SEP) + SEP + name;
       var c = card("tenant_route", id, "router " + name + src.label);
-      add(c.info, el("div", {"class": "meta"}, "membership " + str(h.membership) + (h.membership_age ? " (age " + str(h.membership_age) + ")" : "") +
+      add(c.info, el("div", {"class": "meta"}, "membership " + str(h.membership) + (typeof h.membership_age_ms === "number" ? " (updated " + (h.membership_age_ms / 1000).toFixed(1) + " s ago)" : "") +
         " · " + str(h.partitions) + " partitions per tenant",
         h.membership_error ? el("span", {"class": "err"}, " · " + str(h.membership_error)) : null));
-      extras(c, h, ["name", "membership", "membership_age", "membership_error", "nodes", "open_connections", "partitions",
+      extras(c, h, ["name", "membership", "membership_age_ms", "membership_updated", "membership_error", "nodes", "open_connections", "partitions",
         "tenant_partitions", "runtime_partitions", "tenants"]);
       var conns = obj(h.open_connections), nodes = arr(h.nodes).map(str);
       Object.keys(conns).forEach(function (n) { if (nodes.indexOf(n) < 0) nodes.push(n); });
