@@ -171,6 +171,15 @@ func New(cfg Config, store Store) (*Quota, error) {
 	return q, nil
 }
 
+// SetStore replaces the store (a reload's new client for the same
+// store): shares, counts and state are kept. It waits for a sync in
+// progress.
+func (q *Quota) SetStore(s Store) {
+	q.syncMu.Lock()
+	q.store = s
+	q.syncMu.Unlock()
+}
+
 // Config returns the configuration with defaults filled in.
 func (q *Quota) Config() Config { return q.cfg }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -27,7 +28,7 @@ func (s *RedisStore) Sync(ctx context.Context, b *Batch) (*Answer, error) {
 	rk := ReplicasKey(b.Prefix)
 	nowMs := b.Now.UnixMilli()
 	cutoff := nowMs - b.ReplicaTTL.Milliseconds()
-	pipe.ZAdd(ctx, rk, redis.Z{Score: float64(nowMs), Member: b.Replica})
+	zadd := pipe.ZAdd(ctx, rk, redis.Z{Score: float64(nowMs), Member: b.Replica})
 	pipe.ZRemRangeByScore(ctx, rk, "-inf", "("+strconv.FormatInt(cutoff, 10))
 	card := pipe.ZCard(ctx, rk)
 
@@ -50,6 +51,13 @@ func (s *RedisStore) Sync(ctx context.Context, b *Batch) (*Answer, error) {
 	}
 	_, err := pipe.Exec(ctx)
 	if err != nil && !isReply(err) {
+		return nil, err
+	}
+	// A server that refuses the heartbeat for another reason than another
+	// program's key of the wrong type (LOADING after a restart, NOAUTH,
+	// READONLY, OOM) cannot be used: that is the store down, not a value
+	// to ignore.
+	if err := zadd.Err(); err != nil && !strings.HasPrefix(err.Error(), "WRONGTYPE") {
 		return nil, err
 	}
 
