@@ -1,0 +1,144 @@
+package peerratelimit_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/edgesteer/edgesteer/caddymodules/peerratelimit"
+	"github.com/edgesteer/edgesteer/internal/e2e"
+	"github.com/edgesteer/edgesteer/internal/quota"
+)
+
+// clusterView returns profile's cluster view in handler name.
+func clusterView(t *testing.T, c *e2e.Caddy, name, profile string) (peerratelimit.ProfileView, *peerratelimit.ClusterView) {
+	t.Helper()
+	for _, p := range handlerView(adminView(t, c), name).Profiles {
+		if p.Name == profile {
+			return p, p.Cluster
+		}
+	}
+	return peerratelimit.ProfileView{}, nil
+}
+
+// waitCluster polls the view until ok holds (generous: a loaded machine).
+func waitCluster(t *testing.T, c *e2e.Caddy, what string, ok func(*peerratelimit.ClusterView) bool) *peerratelimit.ClusterView {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, v := clusterView(t, c, "edge", "p")
+		if v != nil && ok(v) {
+			return v
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: cluster view %+v", what, v)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// One replica through bin/caddy with cluster redis: it registers, syncs and
+// gets the whole limit; another program's value under the prefix is
+// ignored and counted; with Redis stopped it falls back (logged once,
+// metric, admin view) and no request fails; with Redis back it resyncs.
+func TestClusterOneReplicaStoreDownAndBack(t *testing.T) {
+	e2e.SkipShort(t)
+	dir, addr := t.TempDir(), e2e.Addr(t)
+	srv := e2e.StartRedisAt(t, dir, addr)
+	front := e2e.Addr(t)
+	c := e2e.StartCaddy(t, "caddyfile", fmt.Sprintf(`{
+	edgesteer_redis main {
+		address %s
+		key_prefix e2e
+	}
+}
+http://%s {
+	peer_rate_limit {
+		name edge
+		profile p {
+			peer {http.request.header.X-Peer}
+			rate 50
+			cluster redis main {
+				sync 100ms
+			}
+		}
+	}
+	respond ok
+}
+`, addr, front))
+	v := waitCluster(t, c, "first sync", func(v *peerratelimit.ClusterView) bool {
+		return v.RedisHealthy && v.ReplicasSeen == 1 && !v.LastSync.IsZero()
+	})
+	if v.KeyPrefix != "e2e:peer_rate_limit:http/edge/p" || v.Redis != "main" || v.SyncIntervalMs != 100 || v.LimitPerSecond != 50 {
+		t.Fatalf("cluster view %+v", v)
+	}
+
+	// One replica: after a sync or two the share is the whole limit.
+	o := burst(t, "http://"+front+"/", "a", 2*time.Second)
+	if o.other.Load() != 0 {
+		t.Fatalf("%d requests failed", o.other.Load())
+	}
+	if got, hi := o.ok.Load(), most(50, 4, o.elapsed); got > hi || got < 50 {
+		t.Fatalf("admitted %d in %v at a cluster limit of 50/s with one replica, want 50..%d", got, o.elapsed, hi)
+	}
+	pv, v := clusterView(t, c, "edge", "p")
+	if pv.AdmittedTotal != uint64(o.ok.Load()) || pv.RejectedTotal != uint64(o.rejected.Load()) {
+		t.Fatalf("view admitted_total %d rejected_total %d, client saw %d and %d", pv.AdmittedTotal, pv.RejectedTotal, o.ok.Load(), o.rejected.Load())
+	}
+	if len(v.Shares) != 1 || v.Shares[0].Peer != "a" || v.Shares[0].SharePerSecond < 45 {
+		t.Fatalf("shares %+v, want peer a at ~50/s", v.Shares)
+	}
+
+	// Another program's value where the replicas set lives: ignored,
+	// counted, the store still healthy.
+	rc := redis.NewClient(&redis.Options{Addr: addr})
+	defer rc.Close()
+	ctx := context.Background()
+	rk := quota.ReplicasKey(v.KeyPrefix)
+	rc.Del(ctx, rk)
+	rc.Set(ctx, rk, "not a sorted set", 0)
+	waitCluster(t, c, "malformed counted", func(v *peerratelimit.ClusterView) bool { return v.Malformed > 0 && v.RedisHealthy })
+	if m, _ := c.Metric(t, `caddy_edgesteer_peer_rate_limit_cluster_malformed_total{handler="edge",profile="p"}`); m == 0 {
+		t.Fatal("cluster_malformed_total is 0 after a malformed value")
+	}
+	rc.Del(ctx, rk)
+
+	// Redis stopped: fallback, said once in the log, no failed request.
+	srv.Stop()
+	waitCluster(t, c, "fallback", func(v *peerratelimit.ClusterView) bool { return v.Fallback && !v.RedisHealthy && v.LastError != "" })
+	o = burst(t, "http://"+front+"/", "a", time.Second)
+	if o.other.Load() != 0 || o.ok.Load() == 0 {
+		t.Fatalf("with Redis down: %d admitted, %d failed", o.ok.Load(), o.other.Load())
+	}
+	if got, hi := o.ok.Load(), most(50, 4, o.elapsed); got > hi {
+		t.Fatalf("with Redis down admitted %d, want ≤ %d (limit ÷ 1 replica)", got, hi)
+	}
+	if f, _ := c.Metric(t, `caddy_edgesteer_peer_rate_limit_cluster_fallback{handler="edge",profile="p"}`); f != 1 {
+		t.Fatalf("cluster_fallback = %v with Redis down", f)
+	}
+	// Refused connections are retried by go-redis until the sync's
+	// deadline: the reason is connection or timeout.
+	conn, _ := c.Metric(t, `caddy_edgesteer_peer_rate_limit_cluster_errors_total{handler="edge",profile="p",reason="connection"}`)
+	tmo, _ := c.Metric(t, `caddy_edgesteer_peer_rate_limit_cluster_errors_total{handler="edge",profile="p",reason="timeout"}`)
+	if conn+tmo < 2 {
+		t.Fatalf("cluster_errors_total{reason=connection|timeout} = %v + %v after a second of Redis down", conn, tmo)
+	}
+	if n := strings.Count(c.Logs(), "cluster store unreachable"); n != 1 {
+		t.Fatalf("the fallback was logged %d times, want once per transition", n)
+	}
+
+	// Back: resync, logged once.
+	e2e.StartRedisAt(t, dir, addr)
+	waitCluster(t, c, "resync", func(v *peerratelimit.ClusterView) bool { return v.RedisHealthy && !v.Fallback && v.ReplicasSeen == 1 })
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(c.Logs(), "cluster store answering again") {
+		if time.Now().After(deadline) {
+			t.Fatal("no log line when Redis came back")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
