@@ -142,3 +142,101 @@ http://%s {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// clusterReloadConfig: an HTTP handler and a layer4 handler, each with a
+// cluster-wide profile; httpCluster is the HTTP profile's cluster line.
+func clusterReloadConfig(redisAddr, front, l4, upstream, httpCluster string) string {
+	return fmt.Sprintf(`{
+	edgesteer_redis main {
+		address %s
+	}
+	layer4 {
+		%s {
+			route {
+				peer_rate_limit {
+					name conns
+					profile p {
+						rate 100
+						cluster redis main
+					}
+				}
+				proxy %s
+			}
+		}
+	}
+}
+http://%s {
+	peer_rate_limit {
+		name edge
+		profile p {
+			rate 50
+			%s
+		}
+	}
+	respond ok
+}
+`, redisAddr, l4, upstream, front, httpCluster)
+}
+
+// Reloads keep a profile's quota and sync (layer4 untouched, same replica
+// identity, syncing on), apply a changed sync interval, and stop the sync
+// of a profile whose cluster block is removed (its metric series go).
+func TestClusterReload(t *testing.T) {
+	e2e.SkipShort(t)
+	_, redisAddr := e2e.StartRedis(t)
+	front, l4 := e2e.Addr(t), e2e.Addr(t)
+	up := e2e.Addr(t)
+	e2e.StartPeer(t, "up", up, 0)
+	c := e2e.StartCaddy(t, "caddyfile", clusterReloadConfig(redisAddr, front, l4, up, "cluster redis main"))
+	l4view := func() *peerratelimit.ClusterView {
+		p := handlerView(adminView(t, c), "conns").Profiles
+		if len(p) == 0 {
+			return nil
+		}
+		return p[0].Cluster
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for v := l4view(); v == nil || !v.RedisHealthy; v = l4view() {
+		if time.Now().After(deadline) {
+			t.Fatalf("layer4 cluster never synced: %+v", v)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	before := l4view()
+	waitCluster(t, c, "http first sync", func(v *peerratelimit.ClusterView) bool { return v.RedisHealthy })
+
+	c.Reload(t, "caddyfile", clusterReloadConfig(redisAddr, front, l4, up, "cluster redis main {\nsync 200ms\n}"))
+	waitCluster(t, c, "changed sync applied", func(v *peerratelimit.ClusterView) bool {
+		return v.SyncIntervalMs == 200 && v.RedisHealthy && v.LastSync.After(time.Now().Add(-2*time.Second))
+	})
+	var after *peerratelimit.ClusterView
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		after = l4view()
+		if after != nil && after.LastSync.After(before.LastSync.Add(time.Second)) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("layer4 cluster stopped syncing across the reload: before %+v, after %+v", before, after)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if after.Replica != before.Replica || !after.RedisHealthy || after.SyncErrors != 0 {
+		t.Fatalf("layer4 cluster across the reload: before %+v, after %+v", before, after)
+	}
+
+	c.Reload(t, "caddyfile", clusterReloadConfig(redisAddr, front, l4, up, ""))
+	if _, v := clusterView(t, c, "edge", "p"); v != nil {
+		t.Fatalf("cluster view after removing cluster: %+v", v)
+	}
+	if _, ok := c.Metric(t, `caddy_edgesteer_peer_rate_limit_cluster_sync_total{handler="edge",profile="p"}`); ok {
+		t.Fatal("cluster_sync_total of edge/p still exported after its cluster block was removed")
+	}
+	if _, ok := c.Metric(t, `caddy_edgesteer_peer_rate_limit_cluster_sync_total{handler="conns",profile="p"}`); !ok {
+		t.Fatal("cluster_sync_total of the layer4 handler is gone")
+	}
+	// The HTTP profile is limited per replica again: 50/s here.
+	o := burst(t, "http://"+front+"/", "a", time.Second)
+	if hi := most(50, 4, o.elapsed); o.ok.Load() > hi || o.ok.Load() < 40 || o.other.Load() != 0 {
+		t.Fatalf("after removing cluster: admitted %d (want 40..%d), failed %d", o.ok.Load(), hi, o.other.Load())
+	}
+}
