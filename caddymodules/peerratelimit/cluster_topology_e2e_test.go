@@ -365,3 +365,39 @@ func TestClusterThreeReplicas(t *testing.T) {
 		t.Log(ct.procs["r1"].Logs())
 	}
 }
+
+// TestClusterAccuracySkewed is the benchmark of global accuracy (opt-in,
+// CLUSTER_BENCH=1; figures in BENCHMARKS.md): demand 80/10/10 over the
+// three replicas at 3R in total, admitted ÷ R over 10 s counted at the
+// upstream, with cluster redis and with the anchors, per-replica static
+// limits of R and of R/3 each.
+func TestClusterAccuracySkewed(t *testing.T) {
+	if os.Getenv("CLUSTER_BENCH") == "" {
+		t.Skip("opt-in benchmark: CLUSTER_BENCH=1")
+	}
+	const R = 100.0
+	for _, v := range []struct {
+		name   string
+		rate   float64
+		static bool
+	}{{"cluster redis, limit R", R, false}, {"static, R each", R, true}, {"static, R/3 each", R / 3, true}} {
+		ct := newClusterTopology(t, replicaCaddyfile(v.rate, v.static))
+		if !v.static {
+			ct.waitAll(t, "registered", ct.replicas, func(c *peerratelimit.ClusterView) bool { return c.ReplicasSeen == 3 })
+		}
+		ips := []string{ct.tp.IP("r1"), ct.tp.IP("r2"), ct.tp.IP("r3")}
+		lc := startLoad(t, ct, 3*R, weighted(ips, []int{8, 1, 1}))
+		time.Sleep(3 * time.Second)
+		lc.setTag("bench")
+		time.Sleep(10 * time.Second)
+		lc.setTag("after")
+		time.Sleep(500 * time.Millisecond)
+		got, w := ct.upstreamCounts(t)["bench"], lc.window("bench")
+		t.Logf("%s: offered %d in 10 s (80/10/10), admitted at the upstream %d: %.3f × R (failed %d)",
+			v.name, w.sent, got, float64(got)/(10*R), len(w.failed))
+		for _, r := range ct.replicas {
+			ct.procs[r].Stop()
+		}
+		ct.redis.Stop()
+	}
+}
