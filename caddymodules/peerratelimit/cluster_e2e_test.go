@@ -7,9 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fiorix/go-diameter/v4/diam"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/edgesteer/edgesteer/caddymodules/peerratelimit"
+	"github.com/edgesteer/edgesteer/internal/diameter"
 	"github.com/edgesteer/edgesteer/internal/e2e"
 	"github.com/edgesteer/edgesteer/internal/quota"
 )
@@ -238,5 +240,85 @@ func TestClusterReload(t *testing.T) {
 	o := burst(t, "http://"+front+"/", "a", time.Second)
 	if hi := most(50, 4, o.elapsed); o.ok.Load() > hi || o.ok.Load() < 40 || o.other.Load() != 0 {
 		t.Fatalf("after removing cluster: admitted %d (want 40..%d), failed %d", o.ok.Load(), hi, o.other.Load())
+	}
+}
+
+// Diameter mode with a cluster-wide overall limit, through bin/caddy: the
+// peer is the CER's Origin-Host, requests past the replica's share (here
+// the whole limit: one replica) get 3002, and the admin view shows the
+// share of pgw2.example.
+func TestClusterDiameter(t *testing.T) {
+	e2e.SkipShort(t)
+	_, redisAddr := e2e.StartRedis(t)
+	pcrf, pcrfCounts := diamServer(t)
+	front := e2e.Addr(t)
+	c := e2e.StartCaddy(t, "caddyfile", fmt.Sprintf(`{
+	edgesteer_redis main {
+		address %s
+	}
+	layer4 {
+		%s {
+			route {
+				peer_rate_limit {
+					name dra
+					diameter {
+						origin_host dra.example
+						origin_realm example
+					}
+					profile pgw {
+						rate 100
+						cluster redis main {
+							sync 100ms
+						}
+					}
+				}
+				proxy %s
+			}
+		}
+	}
+}
+`, redisAddr, front, pcrf))
+	c.WaitTCP(t, front)
+	pgw := dialDiameter(t, front)
+	// 300 rounds 5 ms apart of 2 CCR-U: ~400/s against 100/s.
+	start, hbh := time.Now(), uint32(100)
+	var sent []uint32
+	for range 300 {
+		var batch []byte
+		for range 2 {
+			hbh++
+			sent = append(sent, hbh)
+			batch = append(batch, request(diameter.CmdCreditControl, diameter.AppGx, 2, hbh, fmt.Sprintf("s;%d", hbh))...)
+		}
+		pgw.send(t, batch)
+		time.Sleep(5 * time.Millisecond)
+	}
+	pgw.wait(t, 1+len(sent), 20*time.Second)
+	elapsed := time.Since(start)
+	ok, refused := 0, 0
+	for _, h := range sent {
+		switch a := pgw.get(h); a.result {
+		case diam.Success:
+			ok++
+		case 3002:
+			refused++
+		default:
+			t.Fatalf("answer %+v", a)
+		}
+	}
+	// The first requests come before the first sync with the floor share
+	// (10/s): the admitted count is between that and the limit.
+	if hi := most(100, 6, elapsed); ok > int(hi) || ok < int(0.5*100*elapsed.Seconds()) || refused == 0 {
+		t.Fatalf("admitted %d, refused %d in %v at a cluster-wide 100/s (want ≤ %d)", ok, refused, elapsed, hi)
+	}
+	if got := count(pcrfCounts, "gx-ccr-u"); got != int64(ok) {
+		t.Fatalf("the PCRF received %d CCR-U, %d were admitted", got, ok)
+	}
+	var v *peerratelimit.ClusterView
+	for _, p := range handlerView(adminView(t, c), "dra").Profiles {
+		v = p.Cluster
+	}
+	if v == nil || !v.RedisHealthy || len(v.Shares) != 1 || v.Shares[0].Peer != "pgw2.example" || v.KeyPrefix != "edgesteer:peer_rate_limit:layer4/dra/pgw" {
+		t.Fatalf("cluster view %+v", v)
 	}
 }
