@@ -3,6 +3,8 @@ package peerratelimit_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -320,5 +322,53 @@ func TestClusterDiameter(t *testing.T) {
 	}
 	if v == nil || !v.RedisHealthy || len(v.Shares) != 1 || v.Shares[0].Peer != "pgw2.example" || v.KeyPrefix != "edgesteer:peer_rate_limit:layer4/dra/pgw" {
 		t.Fatalf("cluster view %+v", v)
+	}
+}
+
+// Dynamic throttling lowers the cluster-wide limit: the load file says 60 %,
+// the table throttles 50 %, the quota's effective limit halves, and the
+// admitted rate follows.
+func TestClusterDynamicThrottle(t *testing.T) {
+	e2e.SkipShort(t)
+	_, redisAddr := e2e.StartRedis(t)
+	load := filepath.Join(t.TempDir(), "load")
+	if err := os.WriteFile(load, []byte("10\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	front := e2e.Addr(t)
+	c := e2e.StartCaddy(t, "caddyfile", fmt.Sprintf(`{
+	edgesteer_redis main {
+		address %s
+	}
+}
+http://%s {
+	peer_rate_limit {
+		name edge
+		profile p {
+			peer {http.request.header.X-Peer}
+			rate 100
+			dynamic
+			cluster redis main
+		}
+		dynamic {
+			source file %s
+			interval 200ms
+			threshold 50 50
+		}
+	}
+	respond ok
+}
+`, redisAddr, front, load))
+	waitCluster(t, c, "first sync", func(v *peerratelimit.ClusterView) bool { return v.RedisHealthy && v.ThrottlePercent == 0 })
+	if err := os.WriteFile(load, []byte("60\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitCluster(t, c, "throttled", func(v *peerratelimit.ClusterView) bool {
+		return v.ThrottlePercent == 50 && v.EffectivePerSecond == 50
+	})
+	burst(t, "http://"+front+"/", "a", 500*time.Millisecond) // the share settles
+	o := burst(t, "http://"+front+"/", "a", 2*time.Second)
+	if hi := most(50, 4, o.elapsed); o.ok.Load() > hi || o.ok.Load() < 50 || o.other.Load() != 0 {
+		t.Fatalf("throttled to 50/s: admitted %d in %v (want 50..%d), failed %d", o.ok.Load(), o.elapsed, hi, o.other.Load())
 	}
 }
