@@ -3,6 +3,7 @@ package peerratelimit_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,7 +17,14 @@ import (
 	"github.com/edgesteer/edgesteer/internal/diameter"
 	"github.com/edgesteer/edgesteer/internal/e2e"
 	"github.com/edgesteer/edgesteer/internal/quota"
+	"github.com/edgesteer/edgesteer/internal/ratelimit"
 )
+
+// clusterBurst is a one-replica cluster limit's burst at rate: the
+// default burst, but at least 100 ms of the share (quota.shareTolerance).
+func clusterBurst(rate float64) int {
+	return max(ratelimit.DefaultBurst(rate), 1+int(math.Ceil(rate*0.1)))
+}
 
 // clusterView returns profile's cluster view in handler name.
 func clusterView(t *testing.T, c *e2e.Caddy, name, profile string) (peerratelimit.ProfileView, *peerratelimit.ClusterView) {
@@ -86,7 +94,7 @@ http://%s {
 	if o.other.Load() != 0 {
 		t.Fatalf("%d requests failed", o.other.Load())
 	}
-	if got, hi := o.ok.Load(), most(50, 4, o.elapsed); got > hi || got < 50 {
+	if got, hi := o.ok.Load(), most(50, clusterBurst(50), o.elapsed); got > hi || got < 50 {
 		t.Fatalf("admitted %d in %v at a cluster limit of 50/s with one replica, want 50..%d", got, o.elapsed, hi)
 	}
 	pv, v := clusterView(t, c, "edge", "p")
@@ -118,7 +126,7 @@ http://%s {
 	if o.other.Load() != 0 || o.ok.Load() == 0 {
 		t.Fatalf("with Redis down: %d admitted, %d failed", o.ok.Load(), o.other.Load())
 	}
-	if got, hi := o.ok.Load(), most(50, 4, o.elapsed); got > hi {
+	if got, hi := o.ok.Load(), most(50, clusterBurst(50), o.elapsed); got > hi {
 		t.Fatalf("with Redis down admitted %d, want ≤ %d (limit ÷ 1 replica)", got, hi)
 	}
 	if f, _ := c.Metric(t, `caddy_edgesteer_peer_rate_limit_cluster_fallback{handler="edge",profile="p"}`); f != 1 {
@@ -310,7 +318,7 @@ func TestClusterDiameter(t *testing.T) {
 	}
 	// The first requests come before the first sync with the floor share
 	// (10/s): the admitted count is between that and the limit.
-	if hi := most(100, 6, elapsed); ok > int(hi) || ok < int(0.5*100*elapsed.Seconds()) || refused == 0 {
+	if hi := most(100, clusterBurst(100), elapsed); ok > int(hi) || ok < int(0.5*100*elapsed.Seconds()) || refused == 0 {
 		t.Fatalf("admitted %d, refused %d in %v at a cluster-wide 100/s (want ≤ %d)", ok, refused, elapsed, hi)
 	}
 	if got := count(pcrfCounts, "gx-ccr-u"); got != int64(ok) {
@@ -368,7 +376,45 @@ http://%s {
 	})
 	burst(t, "http://"+front+"/", "a", 500*time.Millisecond) // the share settles
 	o := burst(t, "http://"+front+"/", "a", 2*time.Second)
-	if hi := most(50, 4, o.elapsed); o.ok.Load() > hi || o.ok.Load() < 50 || o.other.Load() != 0 {
+	if hi := most(50, clusterBurst(50), o.elapsed); o.ok.Load() > hi || o.ok.Load() < 50 || o.other.Load() != 0 {
 		t.Fatalf("throttled to 50/s: admitted %d in %v (want 50..%d), failed %d", o.ok.Load(), o.elapsed, hi, o.other.Load())
+	}
+}
+
+// The example rate-limit-cluster.Caddyfile through bin/caddy: pgw* peers
+// are limited cluster-wide (healthy sync, a share for pgw1), other peers
+// per replica; the layer4 profile syncs too.
+func TestClusterExample(t *testing.T) {
+	e2e.SkipShort(t)
+	_, redisAddr := e2e.StartRedis(t)
+	front, l4, up := e2e.Addr(t), e2e.Addr(t), e2e.Addr(t)
+	e2e.StartPeer(t, "up", up, 0)
+	data, err := os.ReadFile(filepath.Join(e2e.Root(t), "Caddyfile.examples", "rate-limit-cluster.Caddyfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := strings.NewReplacer("127.0.0.1:6379", redisAddr, "127.0.0.1:8082", front,
+		"127.0.0.1:3870", l4, "127.0.0.1:3868", up).Replace(string(data))
+	c := e2e.StartCaddy(t, "caddyfile", cfg)
+	o := burst(t, "http://"+front+"/", "pgw1", time.Second)
+	if o.ok.Load() == 0 || o.ok.Load() > most(1000, clusterBurst(1000), o.elapsed) || o.other.Load() != 0 {
+		t.Fatalf("pgw1: admitted %d, failed %d", o.ok.Load(), o.other.Load())
+	}
+	o = burst(t, "http://"+front+"/", "other1", time.Second)
+	if hi := most(50, 4, o.elapsed); o.ok.Load() == 0 || o.ok.Load() > hi || o.rejected.Load() == 0 {
+		t.Fatalf("other1 at 50/s per replica: admitted %d (want ≤ %d), refused %d", o.ok.Load(), hi, o.rejected.Load())
+	}
+	views := adminView(t, c)
+	for _, name := range []string{"edge", "edge-l4"} {
+		h := handlerView(views, name)
+		if len(h.Profiles) == 0 || h.Profiles[0].Cluster == nil || !h.Profiles[0].Cluster.RedisHealthy {
+			t.Fatalf("handler %s: %+v", name, h)
+		}
+	}
+	if h := handlerView(views, "edge"); len(h.Profiles) != 2 || h.Profiles[1].Cluster != nil {
+		t.Fatalf("profile other has a cluster view: %+v", h)
+	}
+	if sh := handlerView(views, "edge").Profiles[0].Cluster.Shares; len(sh) == 0 || sh[0].Peer != "pgw1" {
+		t.Fatalf("shares of pgw: %+v", sh)
 	}
 }
