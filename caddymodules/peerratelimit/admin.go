@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/edgesteer/edgesteer/caddymodules/internal/views"
 )
@@ -48,15 +50,56 @@ type ProfileView struct {
 	Name   string     `json:"name"`
 	Keys   int        `json:"keys"`
 	Limits []RuleView `json:"limits"`
+	// Decisions since the state was made (they survive reloads), all
+	// message types together; a dashboard derives rates from them.
+	AdmittedTotal uint64 `json:"admitted_total"`
+	RejectedTotal uint64 `json:"rejected_total"`
+	DroppedTotal  uint64 `json:"dropped_total"`
+	// Cluster is the state of the cluster-wide overall limit, if any.
+	Cluster *ClusterView `json:"cluster,omitempty"`
 }
+
+// ClusterView is this replica's side of a cluster-wide limit.
+type ClusterView struct {
+	Redis              string    `json:"redis"`      // the edgesteer_redis store's name
+	KeyPrefix          string    `json:"key_prefix"` // the keys' namespace in Redis
+	Replica            string    `json:"replica"`    // this replica's identity
+	ReplicasSeen       int       `json:"replicas_seen"`
+	SyncIntervalMs     int64     `json:"sync_interval_ms"`
+	LastSync           time.Time `json:"last_sync,omitzero"`
+	LastAttempt        time.Time `json:"last_attempt,omitzero"`
+	RedisHealthy       bool      `json:"redis_healthy"`
+	Fallback           bool      `json:"fallback"`
+	LastError          string    `json:"last_error,omitempty"`
+	SyncErrors         uint64    `json:"sync_errors_total"`
+	Malformed          uint64    `json:"malformed_total"`
+	LimitPerSecond     float64   `json:"limit_per_second"`
+	EffectivePerSecond float64   `json:"effective_limit_per_second"`
+	ThrottlePercent    int       `json:"throttle_percent"`
+	PeersTracked       int       `json:"peers_tracked"`
+	OverflowedTotal    uint64    `json:"overflowed_total"`
+	// Shares are the largest local shares, at most maxShareViews.
+	Shares []ShareView `json:"shares"`
+}
+
+// ShareView is this replica's share of one peer's cluster-wide limit.
+type ShareView struct {
+	Peer           string  `json:"peer"`
+	SharePerSecond float64 `json:"share_per_second"`
+	SharePercent   float64 `json:"share_percent"` // of the effective cluster-wide limit
+}
+
+// maxShareViews bounds the shares listed per profile (peers are
+// client-controlled: the view must not grow with them).
+const maxShareViews = 20
 
 // RuleView is one limit.
 type RuleView struct {
 	Name            string  `json:"name"` // "overall" or the message type
-	Rate            float64 `json:"rate"`
+	Rate            float64 `json:"rate_per_second"`
 	Burst           int     `json:"burst"`
 	ThrottlePercent int     `json:"throttle_percent"`
-	Effective       float64 `json:"effective_rate"`
+	Effective       float64 `json:"effective_rate_per_second"`
 	// EffectiveBurst is the burst at the effective rate.
 	EffectiveBurst int `json:"effective_burst"`
 }
@@ -90,8 +133,13 @@ func handlerViews() []HandlerView {
 			continue
 		}
 		v := HandlerView{Name: sh.name, Kind: sh.kind}
+		totals := decisionTotals(sh.name)
 		for _, e := range g.engines {
-			pv := ProfileView{Name: e.Name, Keys: e.Keys()}
+			t := totals[e.Name]
+			pv := ProfileView{Name: e.Name, Keys: e.Keys(), AdmittedTotal: t[admitted], RejectedTotal: t[rejected], DroppedTotal: t[dropped]}
+			if c := sh.clusterOf(e.Name); c != nil {
+				pv.Cluster = c.view()
+			}
 			for _, rule := range e.Rules() {
 				pv.Limits = append(pv.Limits, RuleView{Name: rule.Name, Rate: rule.Rate, Burst: rule.Burst,
 					ThrottlePercent: rule.Throttle(), Effective: rule.Effective(), EffectiveBurst: rule.EffectiveBurst()})
@@ -111,3 +159,55 @@ func handlerViews() []HandlerView {
 
 // Interface guards
 var _ caddy.AdminRouter = Admin{}
+
+// view is the cluster's state for the admin API.
+func (c *cluster) view() *ClusterView {
+	q, spec := c.q.Load(), c.spec.Load()
+	st, cfg := q.State(), q.Config()
+	v := &ClusterView{Redis: spec.conn.Name, KeyPrefix: cfg.Prefix, Replica: st.Replica, ReplicasSeen: st.Replicas,
+		SyncIntervalMs: cfg.Interval.Milliseconds(), LastSync: st.LastSync, LastAttempt: st.LastAttempt,
+		RedisHealthy: st.Healthy, Fallback: st.Fallback, LastError: st.LastError, SyncErrors: st.StoreErrors,
+		Malformed: st.Malformed, LimitPerSecond: st.Limit, EffectivePerSecond: st.Effective,
+		ThrottlePercent: st.Throttle, PeersTracked: st.Peers, OverflowedTotal: st.Overflowed, Shares: []ShareView{}}
+	for _, s := range q.Shares(maxShareViews) {
+		v.Shares = append(v.Shares, ShareView{Peer: s.Peer, SharePerSecond: s.Share, SharePercent: 100 * s.Fraction})
+	}
+	return v
+}
+
+// decisionTotals sums a handler's decision counters per profile and
+// verdict, from the process-wide metric.
+func decisionTotals(handler string) map[string][3]uint64 {
+	out := map[string][3]uint64{}
+	ch := make(chan prometheus.Metric, 64)
+	go func() {
+		theMetrics.decisions.Collect(ch)
+		close(ch)
+	}()
+	for m := range ch {
+		var d dto.Metric
+		if m.Write(&d) != nil || d.Counter == nil {
+			continue
+		}
+		var h, prof, verdict string
+		for _, l := range d.Label {
+			switch l.GetName() {
+			case "handler":
+				h = l.GetValue()
+			case "profile":
+				prof = l.GetValue()
+			case "verdict":
+				verdict = l.GetValue()
+			}
+		}
+		if h != handler {
+			continue
+		}
+		if i := slices.Index(verdicts[:], verdict); i >= 0 {
+			t := out[prof]
+			t[i] += uint64(d.Counter.GetValue())
+			out[prof] = t
+		}
+	}
+	return out
+}

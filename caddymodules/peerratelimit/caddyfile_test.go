@@ -164,6 +164,16 @@ func TestUnmarshalCaddyfileHTTP(t *testing.T) {
 		{Input: p("rate 10\ncolour blue"), ExpectedErr: `peer_rate_limit: profile: unknown option "colour", at Testfile:4`},
 		{Input: p("message m {\nrate 1\ncolour blue\n}"), ExpectedErr: `peer_rate_limit: profile: message: unknown option "colour", at Testfile:5`},
 		{Input: dyn("colour blue"), ExpectedErr: `peer_rate_limit: dynamic: unknown option "colour", at Testfile:3`},
+
+		{Input: p("rate 100\ncluster redis main"), Expected: `{"profiles":[{"name":"p","rate":100,"cluster":{"redis":"main"}}]}`},
+		{Input: p("rate 100\ncluster redis main {\nsync 100ms\nreplica_ttl 2s\n}"),
+			Expected: `{"profiles":[{"name":"p","rate":100,"cluster":{"redis":"main","sync":100000000,"replica_ttl":2000000000}}]}`},
+		{Input: p("rate 100\ncluster etcd main"), ExpectedErr: `peer_rate_limit: profile: cluster "etcd": want redis <store name>, at Testfile:4`},
+		{Input: p("rate 100\ncluster redis"), ExpectedErr: `peer_rate_limit: profile: cluster: want 2 arguments, got 1: redis`},
+		{Input: p("rate 100\ncluster redis a\ncluster redis b"), ExpectedErr: `peer_rate_limit: profile: cluster given twice (first at Testfile:4), at Testfile:5`},
+		{Input: p("rate 100\ncluster redis a {\nsync 5\n}"), ExpectedErr: `sync "5"`},
+		{Input: p("rate 100\ncluster redis a {\nsync 1s\nsync 2s\n}"), ExpectedErr: `peer_rate_limit: profile: cluster: sync given twice`},
+		{Input: p("rate 100\ncluster redis a {\ncolour blue\n}"), ExpectedErr: `peer_rate_limit: profile: cluster: unknown option "colour", at Testfile:5`},
 	}
 	cfparsetest.Check(t, func() *HTTPHandler { return new(HTTPHandler) }, tests, nil)
 }

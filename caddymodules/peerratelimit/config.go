@@ -59,6 +59,9 @@ type ProfileConfig struct {
 	MaxPeers int `json:"max_peers,omitempty"`
 	// Dynamic: the dynamic controller throttles the overall rate too.
 	Dynamic bool `json:"dynamic,omitempty"`
+	// Cluster makes the overall rate a limit for the whole cluster of
+	// replicas sharing a Redis store, divided among them by demand.
+	Cluster *ClusterConfig `json:"cluster,omitempty"`
 
 	prefixes []netip.Prefix
 }
@@ -221,6 +224,7 @@ func (p *ProfileConfig) covers(a netip.Addr, repl *caddy.Replacer) bool {
 //		action reject [<status> [<message>]] | drop
 //		max_peers <n>
 //		dynamic                             # throttle the overall rate dynamically too
+//		cluster redis <store> { … }         # the overall rate is cluster-wide (see unmarshalCluster)
 //	}
 //
 // A profile name is given once per handler; every option other than
@@ -280,6 +284,8 @@ func unmarshalProfileBlock(o *cfparse.Block, name string, matcher messageOption)
 			p.Dynamic = err == nil
 		case "max_peers":
 			p.MaxPeers, err = o.Int(1, math.MaxInt)
+		case "cluster":
+			p.Cluster, err = unmarshalCluster(o)
 		default:
 			err = o.Unknown()
 		}

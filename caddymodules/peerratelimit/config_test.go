@@ -89,6 +89,10 @@ func TestBadConfigFailsValidate(t *testing.T) {
 		"queue negative":         {l4diam("max_queued_refusals -1"), `max_queued_refusals "-1"`},
 		"refusal_wait zero":      {l4diam("refusal_wait 0s"), `refusal_wait "0s"`},
 		"refusal_wait junk":      {l4diam("refusal_wait soon"), `refusal_wait "soon"`},
+		"cluster, no store":      {prof("rate 10\ncluster redis main"), `peer_rate_limit: profile p: cluster redis: no Redis store named "main": declare it with the edgesteer_redis global option`},
+		"cluster, unknown store": {"{\n\tedgesteer_redis other {\n\t\taddress 127.0.0.1:1\n\t}\n}\n" + prof("rate 10\ncluster redis main"), `no Redis store named "main" (declared: other)`},
+		"cluster, no rate":       {prof("message m {\nmatch {\nmethod POST\n}\nrate 5\n}\ncluster redis main"), "profile p: cluster redis main: a cluster-wide limit needs the profile's overall rate (rate)"},
+		"cluster, short ttl":     {"{\n\tedgesteer_redis main {\n\t\taddress 127.0.0.1:1\n\t}\n}\n" + prof("rate 10\ncluster redis main {\nsync 1s\nreplica_ttl 500ms\n}"), "cluster replica_ttl 500ms: must be at least the sync interval 1s"},
 	} {
 		t.Run(name, func(t *testing.T) { e2e.ValidateFails(t, tc.cf, tc.want) })
 	}

@@ -171,6 +171,7 @@ func (sh *shared) sample(ds *dynamicSettings, now time.Time) {
 	if !ok {
 		return
 	}
+	sh.applyClusterThrottle()
 	theMetrics.load.WithLabelValues(sh.name).Set(load)
 	theMetrics.throttle.WithLabelValues(sh.name).Set(float64(pct))
 	if pct != before {

@@ -115,7 +115,7 @@ func (t *EgressTransport) Provision(ctx caddy.Context) error {
 			t.byAddr[u] = profiles[i]
 		}
 	}
-	t.lease, err = provisionState(ctx, "http-egress", t.Name, fp, engines, t.Dynamic, dynamicRules, t)
+	t.lease, err = provisionState(ctx, "http-egress", t.Name, fp, cfgs, engines, t.Dynamic, dynamicRules, t)
 	return err
 }
 

@@ -64,7 +64,7 @@ func (h *HTTPHandler) Provision(ctx caddy.Context) error {
 		return err
 	}
 	h.profiles = profiles
-	h.lease, err = provisionState(ctx, "http", h.Name, fp, engines, h.Dynamic, dynamicRules, h)
+	h.lease, err = provisionState(ctx, "http", h.Name, fp, h.Profiles, engines, h.Dynamic, dynamicRules, h)
 	return err
 }
 

@@ -87,7 +87,7 @@ func (h *L4Handler) Provision(ctx caddy.Context) error {
 		return err
 	}
 	h.profiles = profiles
-	h.lease, err = provisionState(ctx, "layer4", h.Name, fp, engines, h.Dynamic, dynamicRules, h)
+	h.lease, err = provisionState(ctx, "layer4", h.Name, fp, h.Profiles, engines, h.Dynamic, dynamicRules, h)
 	return err
 }
 

@@ -17,6 +17,12 @@ type metrics struct {
 
 	refusalsDiscarded *prometheus.CounterVec
 	originMismatch    *prometheus.CounterVec
+
+	clusterSyncs     *prometheus.CounterVec
+	clusterErrors    *prometheus.CounterVec
+	clusterMalformed *prometheus.CounterVec
+	clusterFallback  *prometheus.GaugeVec
+	clusterReplicas  *prometheus.GaugeVec
 }
 
 var theMetrics = &metrics{
@@ -44,8 +50,29 @@ var theMetrics = &metrics{
 		Name: metricsPrefix + "diameter_origin_host_mismatch_total",
 		Help: "Diameter requests whose Origin-Host differs from the one their connection's CER negotiated (they are limited as the CER's peer).",
 	}, []string{"handler"}),
+	clusterSyncs: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: metricsPrefix + "cluster_sync_total",
+		Help: "Successful syncs of a cluster-wide limit with its Redis store.",
+	}, []string{"handler", "profile"}),
+	clusterErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: metricsPrefix + "cluster_errors_total",
+		Help: "Failed syncs of a cluster-wide limit (the replica enforces the fallback share) by reason: timeout, connection, redis_error, other.",
+	}, []string{"handler", "profile", "reason"}),
+	clusterMalformed: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: metricsPrefix + "cluster_malformed_total",
+		Help: "Redis answers of a cluster-wide limit that did not parse (another program's key or value under the prefix): ignored.",
+	}, []string{"handler", "profile"}),
+	clusterFallback: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: metricsPrefix + "cluster_fallback",
+		Help: "1 while the last sync failed and the replica enforces limit ÷ last known replicas, else 0.",
+	}, []string{"handler", "profile"}),
+	clusterReplicas: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: metricsPrefix + "cluster_replicas",
+		Help: "Live replicas seen at the last successful sync of a cluster-wide limit.",
+	}, []string{"handler", "profile"}),
 }
 
 func registerMetrics(ctx caddy.Context) error {
-	return metricsreg.Register(ctx, theMetrics.decisions, theMetrics.throttle, theMetrics.load, theMetrics.sourceErrors, theMetrics.refusalsDiscarded, theMetrics.originMismatch)
+	return metricsreg.Register(ctx, theMetrics.decisions, theMetrics.throttle, theMetrics.load, theMetrics.sourceErrors, theMetrics.refusalsDiscarded, theMetrics.originMismatch,
+		theMetrics.clusterSyncs, theMetrics.clusterErrors, theMetrics.clusterMalformed, theMetrics.clusterFallback, theMetrics.clusterReplicas)
 }

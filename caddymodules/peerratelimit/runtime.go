@@ -8,6 +8,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"go.uber.org/zap"
 
 	"github.com/edgesteer/edgesteer/caddymodules/internal/cfparse"
 	"github.com/edgesteer/edgesteer/internal/ratelimit"
@@ -105,13 +106,26 @@ type generation struct {
 	engines []*ratelimit.Profile
 	dynamic *dynamicSettings // nil: no dynamic throttling
 	handler any              // the module instance (*L4Handler for Diameter connections)
+	// clusters are the profiles limited cluster-wide.
+	clusters []*clusterSpec
+	logger   *zap.Logger
 }
 
 // provisionState attaches a provisioned module to the state kept under
 // (kind, name): it builds the dynamic controller from dc, if any, and
 // adopts the buckets and controller state of earlier generations.
-func provisionState(ctx caddy.Context, kind, name, fp string, engines []*ratelimit.Profile, dc *DynamicConfig, throttled []*ratelimit.Rule, handler any) (*lease, error) {
-	g := &generation{kind: kind, engines: engines, handler: handler}
+func provisionState(ctx caddy.Context, kind, name, fp string, cfgs []ProfileConfig, engines []*ratelimit.Profile, dc *DynamicConfig, throttled []*ratelimit.Rule, handler any) (*lease, error) {
+	g := &generation{kind: kind, engines: engines, handler: handler, logger: ctx.Logger()}
+	for i := range cfgs {
+		if cfgs[i].Cluster == nil {
+			continue
+		}
+		spec, err := newClusterSpec(ctx, kind, name, &cfgs[i], engines[i])
+		if err != nil {
+			return nil, err
+		}
+		g.clusters = append(g.clusters, spec)
+	}
 	var ctl *ratelimit.Dynamic
 	if dc != nil {
 		ds, c, err := dc.build(throttled, ctx.Logger())

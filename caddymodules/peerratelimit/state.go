@@ -3,11 +3,13 @@ package peerratelimit
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
 
 	"github.com/edgesteer/edgesteer/caddymodules/internal/live"
 	"github.com/edgesteer/edgesteer/internal/ratelimit"
@@ -38,6 +40,10 @@ type shared struct {
 
 	mu       sync.Mutex
 	sampling bool
+	// gens are the attached generations, oldest first, and clusters the
+	// cluster-wide limits by profile name (see reconcileClusters).
+	gens     []*generation
+	clusters map[string]*cluster
 	// claims counts the modules holding the state per config generation
 	// (identified by its context's Done channel) with their config
 	// fingerprint: one generation may hold it several times only with
@@ -55,6 +61,7 @@ type lease struct {
 	key      string
 	sh       *shared
 	at       *ratelimit.Attachment
+	gen      *generation
 	genID    <-chan struct{}
 	released bool
 }
@@ -81,7 +88,16 @@ func acquire(ctx caddy.Context, kind, name, fp string, g ratelimit.Generation) (
 	}
 	sh.claims[genID] = claim{fp, c.n + 1}
 	sh.mu.Unlock()
-	l := &lease{key: key, sh: sh, at: sh.store.Attach(g), genID: genID}
+	gen, _ := g.Payload.(*generation)
+	l := &lease{key: key, sh: sh, at: sh.store.Attach(g), gen: gen, genID: genID}
+	sh.mu.Lock()
+	sh.gens = append(sh.gens, gen)
+	err = sh.reconcileClusters(sh.gens)
+	sh.mu.Unlock()
+	if err != nil {
+		l.release()
+		return nil, err
+	}
 	if g.Dynamic != nil {
 		sh.startSampling()
 	}
@@ -107,6 +123,12 @@ func (l *lease) release() error {
 	sh := l.sh
 	sh.publishLevel()
 	sh.mu.Lock()
+	if i := slices.Index(sh.gens, l.gen); i >= 0 {
+		sh.gens = slices.Delete(sh.gens, i, i+1)
+	}
+	if err := sh.reconcileClusters(sh.gens); err != nil && l.gen != nil && l.gen.logger != nil {
+		l.gen.logger.Error("restoring the cluster settings of the running config", zap.Error(err))
+	}
 	if c := sh.claims[l.genID]; c.n > 1 {
 		sh.claims[l.genID] = claim{c.fingerprint, c.n - 1}
 	} else {
@@ -120,7 +142,7 @@ func (l *lease) release() error {
 func newShared(kind, name string) *shared {
 	ctx, cancel := context.WithCancel(context.Background())
 	sh := &shared{kind: kind, name: name, store: ratelimit.NewStore(), ctx: ctx, cancel: cancel,
-		claims: map[<-chan struct{}]claim{}}
+		claims: map[<-chan struct{}]claim{}, clusters: map[string]*cluster{}}
 	sh.wg.Add(1)
 	go sh.sweep()
 	registry.Add(sh)
@@ -131,6 +153,12 @@ func newShared(kind, name string) *shared {
 // drops its metric series (its counters would restart from zero anyway).
 func (sh *shared) Destruct() error {
 	registry.Remove(sh)
+	sh.mu.Lock()
+	for name, c := range sh.clusters {
+		c.stop()
+		delete(sh.clusters, name)
+	}
+	sh.mu.Unlock()
 	sh.cancel()
 	sh.wg.Wait()
 	labels := prometheus.Labels{"handler": sh.name}

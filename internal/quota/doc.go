@@ -5,7 +5,8 @@
 //
 // Each replica enforces a local share of the limit per peer with a GCRA
 // bucket (the rule of internal/ratelimit, plus rescaling the debt when the
-// share changes: see limiter). Every sync interval (default 250 ms) it sends
+// share changes: see limiter; with the default burst, at least
+// shareTolerance of the share). Every sync interval (default 250 ms) it sends
 // its counts of the peers that had traffic since the last sync, adding them
 // to the store's per-peer totals of the current epoch (epoch = now ÷
 // interval), reads the totals of the previous, complete epoch for the peers

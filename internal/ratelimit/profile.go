@@ -11,7 +11,22 @@ type Profile struct {
 	overall  *Table
 	messages map[string]limited
 	maxKeys  int
+	global   Allower // set: decides the overall limit instead of overall
 }
+
+// Allower decides one request of a key at now by a limit kept elsewhere:
+// a cluster-wide limit's local share (internal/quota).
+type Allower interface {
+	Allow(key string, now int64) bool
+}
+
+// SetGlobal makes the overall limit cluster-wide: a decides it instead of
+// the profile's own table (whose rule stays the configured limit, for
+// views and throttling). Call it before the profile is in use.
+func (p *Profile) SetGlobal(a Allower) { p.global = a }
+
+// Global returns what SetGlobal set, or nil.
+func (p *Profile) Global() Allower { return p.global }
 
 type limited struct {
 	rule  *Rule
@@ -57,13 +72,20 @@ func (p *Profile) Decide(key, msgType string, now int64) (ok bool, limit string)
 			return false, msgType
 		}
 	}
-	if p.Overall != nil && !p.overall.Bucket(key, now).Allow(p.Overall, now) {
+	if p.Overall != nil && !p.allowOverall(key, now) {
 		if typed {
 			mb.Refund(m.rule)
 		}
 		return false, "overall"
 	}
 	return true, ""
+}
+
+func (p *Profile) allowOverall(key string, now int64) bool {
+	if p.global != nil {
+		return p.global.Allow(key, now)
+	}
+	return p.overall.Bucket(key, now).Allow(p.Overall, now)
 }
 
 // Sweep drops refilled buckets unused since idleBefore.

@@ -437,3 +437,42 @@ func BenchmarkTableBytesPerKey(b *testing.B) {
 	}
 	b.ReportMetric(perKey, "B/peer")
 }
+
+// countAllower admits the first n requests, recording the keys.
+type countAllower struct {
+	n    int
+	keys []string
+}
+
+func (c *countAllower) Allow(key string, now int64) bool {
+	c.keys = append(c.keys, key)
+	c.n--
+	return c.n >= 0
+}
+
+// TestProfileGlobalOverall: with SetGlobal, the overall limit is decided
+// by the Allower (a cluster-wide share), message limits stay local, and a
+// refusal by the overall limit still refunds the message's.
+func TestProfileGlobalOverall(t *testing.T) {
+	overall, _ := NewRule("overall", 1, 1)
+	msg, _ := NewRule("m", 1000, 0)
+	p := NewProfile("p", overall, []*Rule{msg}, 10)
+	g := &countAllower{n: 5}
+	p.SetGlobal(g)
+	now := int64(1e18)
+	admitted := 0
+	for range 8 {
+		if ok, _ := p.Decide("peer", "", now); ok {
+			admitted++
+		}
+	}
+	if admitted != 5 || len(g.keys) != 8 {
+		t.Fatalf("admitted %d (want the Allower's 5), Allower asked %d times (want 8)", admitted, len(g.keys))
+	}
+	if ok, limit := p.Decide("peer", "m", now); ok || limit != "overall" {
+		t.Fatalf("typed message past the global limit: ok %v limit %q", ok, limit)
+	}
+	if p.Global() != g {
+		t.Fatal("Global does not return the Allower")
+	}
+}

@@ -1,0 +1,390 @@
+package peerratelimit
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"github.com/edgesteer/edgesteer/caddymodules/internal/cfparse"
+	"github.com/edgesteer/edgesteer/caddymodules/redisstore"
+	"github.com/edgesteer/edgesteer/internal/quota"
+	"github.com/edgesteer/edgesteer/internal/ratelimit"
+)
+
+// ClusterConfig makes a profile's overall limit cluster-wide: the replicas
+// that share the Redis store (and the handler and profile names) divide it
+// among themselves by demand (internal/quota). No Redis call is made per
+// request: each replica enforces its share, and syncs every Sync.
+type ClusterConfig struct {
+	// Redis names a store declared with the edgesteer_redis app (the
+	// Caddyfile global option edgesteer_redis <name> { … }).
+	Redis string `json:"redis"`
+	// Sync is the sync interval (default 250ms).
+	Sync caddy.Duration `json:"sync,omitempty"`
+	// ReplicaTTL is how long a replica counts as live after its last sync
+	// (default 4 × Sync): a dead replica's share returns to the others
+	// within it.
+	ReplicaTTL caddy.Duration `json:"replica_ttl,omitempty"`
+}
+
+const defaultSync = 250 * time.Millisecond
+
+// unmarshalCluster reads
+//
+//	cluster redis <store> {
+//		sync <duration>
+//		replica_ttl <duration>
+//	}
+func unmarshalCluster(o *cfparse.Block) (*ClusterConfig, error) {
+	if err := o.Once(); err != nil {
+		return nil, err
+	}
+	args, err := o.BlockArgs(2, 2)
+	if err != nil {
+		return nil, err
+	}
+	if args[0] != "redis" {
+		return nil, o.Invalid(args[0], errors.New("want redis <store name>"))
+	}
+	c := &ClusterConfig{Redis: args[1]}
+	for sub := o.Sub(); sub.Next(); {
+		switch sub.Name() {
+		case "sync":
+			c.Sync, err = sub.Duration(time.Millisecond)
+		case "replica_ttl":
+			c.ReplicaTTL, err = sub.Duration(time.Millisecond)
+		default:
+			err = sub.Unknown()
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// validate checks what can be checked without the Redis store.
+func (c *ClusterConfig) validate(p *ProfileConfig) error {
+	bad := func(opt string, v any, why string) error {
+		return fmt.Errorf("peer_rate_limit: profile %s: cluster %s %v: %s", p.Name, opt, v, why)
+	}
+	if c.Redis == "" {
+		return bad("redis", `""`, "want the name of an edgesteer_redis store")
+	}
+	if p.Rate <= 0 {
+		return bad("redis", c.Redis, "a cluster-wide limit needs the profile's overall rate (rate)")
+	}
+	sync := time.Duration(c.Sync)
+	if sync == 0 {
+		sync = defaultSync
+	}
+	if sync < time.Millisecond {
+		return bad("sync", time.Duration(c.Sync), "must be at least 1ms")
+	}
+	if c.ReplicaTTL != 0 && time.Duration(c.ReplicaTTL) < sync {
+		return bad("replica_ttl", time.Duration(c.ReplicaTTL), fmt.Sprintf("must be at least the sync interval %v", sync))
+	}
+	return nil
+}
+
+// replicaName is this process's identity among the replicas: host name,
+// process id and a random part (two processes on one host after a pid
+// wraps, or in containers sharing a host name, stay apart).
+var replicaName = sync.OnceValue(func() string {
+	host, _ := os.Hostname()
+	var b [4]byte
+	rand.Read(b[:])
+	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+})
+
+// clusterSpec is one generation's cluster settings of one profile.
+type clusterSpec struct {
+	profile string
+	conn    *redisstore.Conn
+	cfg     quota.Config
+	overall *ratelimit.Rule // the generation's overall rule: its throttle level
+	logger  *zap.Logger
+}
+
+// newClusterSpec looks the store up and builds the quota config.
+func newClusterSpec(ctx caddy.Context, kind, handler string, p *ProfileConfig, engine *ratelimit.Profile) (*clusterSpec, error) {
+	c := p.Cluster
+	if err := c.validate(p); err != nil {
+		return nil, err
+	}
+	conn, err := redisstore.Lookup(ctx, "peer_rate_limit: profile "+p.Name+": cluster redis", c.Redis)
+	if err != nil {
+		return nil, err
+	}
+	prefix := conn.Key("peer_rate_limit", kind+"/"+handler+"/"+p.Name)
+	if strings.ContainsAny(prefix, "{}") {
+		return nil, fmt.Errorf("peer_rate_limit: profile %s: cluster key prefix %q: braces would break the Redis Cluster hash tag; remove them from key_prefix, the handler name and the profile name", p.Name, prefix)
+	}
+	maxPeers := p.MaxPeers
+	if maxPeers == 0 {
+		maxPeers = defaultMaxPeers
+	}
+	return &clusterSpec{
+		profile: p.Name, conn: conn, overall: engine.Overall, logger: ctx.Logger(),
+		cfg: quota.Config{
+			Prefix: prefix, Replica: replicaName(), Limit: p.Rate, Burst: p.Burst,
+			Interval: time.Duration(c.Sync), ReplicaTTL: time.Duration(c.ReplicaTTL), MaxPeers: maxPeers,
+		},
+	}, nil
+}
+
+// cluster is the process state of one profile's cluster-wide limit under
+// a (kind, name): the quota engine, the store it syncs with and the sync
+// goroutine. It outlives config generations (it is part of shared) and
+// follows the newest generation's settings. It is the profile engines'
+// Allower: every generation's engine decides through the current quota.
+type cluster struct {
+	handler, profile string
+
+	q    atomic.Pointer[quota.Quota]
+	spec atomic.Pointer[clusterSpec]
+	// wake tells the sync loop that the quota or spec changed.
+	wake chan struct{}
+
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	// metric handles
+	syncs, malformed prometheus.Counter
+	fallbackGauge    prometheus.Gauge
+	replicasGauge    prometheus.Gauge
+
+	// the sync loop's own
+	lastMalformed uint64
+	inFallback    bool
+}
+
+// Allow decides one request under this replica's share.
+func (c *cluster) Allow(key string, now int64) bool { return c.q.Load().Allow(key, now) }
+
+func newCluster(parent context.Context, handler string, spec *clusterSpec) (*cluster, error) {
+	q, err := quota.New(spec.cfg, quota.NewRedisStore(spec.conn.Client))
+	if err != nil {
+		return nil, fmt.Errorf("peer_rate_limit: profile %s: cluster: %v", spec.profile, err)
+	}
+	c := &cluster{handler: handler, profile: spec.profile, wake: make(chan struct{}, 1), done: make(chan struct{}),
+		syncs:         theMetrics.clusterSyncs.WithLabelValues(handler, spec.profile),
+		malformed:     theMetrics.clusterMalformed.WithLabelValues(handler, spec.profile),
+		fallbackGauge: theMetrics.clusterFallback.WithLabelValues(handler, spec.profile),
+		replicasGauge: theMetrics.clusterReplicas.WithLabelValues(handler, spec.profile),
+	}
+	c.q.Store(q)
+	c.spec.Store(spec)
+	c.replicasGauge.Set(float64(q.State().Replicas))
+	ctx, cancel := context.WithCancel(parent)
+	c.cancel = cancel
+	go c.loop(ctx)
+	return c, nil
+}
+
+// update applies a newer (or, after a failed load, the remaining newest)
+// generation's settings: the same quota when its config is unchanged
+// (only the store's client may differ), a new one otherwise (the shares
+// start at the floor again and are proportional from the next sync).
+func (c *cluster) update(spec *clusterSpec) error {
+	old := c.spec.Swap(spec)
+	if old.cfg != spec.cfg {
+		q, err := quota.New(spec.cfg, quota.NewRedisStore(spec.conn.Client))
+		if err != nil {
+			return fmt.Errorf("peer_rate_limit: profile %s: cluster: %v", spec.profile, err)
+		}
+		c.q.Store(q)
+	} else if old.conn.Client != spec.conn.Client {
+		// The quota keeps its shares; only the client changes.
+		c.q.Load().SetStore(quota.NewRedisStore(spec.conn.Client))
+	}
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// stop ends the sync loop and drops the metric series.
+func (c *cluster) stop() {
+	c.cancel()
+	<-c.done
+	labels := prometheus.Labels{"handler": c.handler, "profile": c.profile}
+	theMetrics.clusterSyncs.Delete(labels)
+	theMetrics.clusterMalformed.Delete(labels)
+	theMetrics.clusterFallback.Delete(labels)
+	theMetrics.clusterReplicas.Delete(labels)
+	theMetrics.clusterErrors.DeletePartialMatch(labels)
+}
+
+// applyThrottle gives the quota the dynamic level of the profile's
+// overall rule (0 when the profile is not dynamic).
+func (c *cluster) applyThrottle(now time.Time) {
+	q, spec := c.q.Load(), c.spec.Load()
+	if pct := spec.overall.Throttle(); pct != q.State().Throttle {
+		q.SetThrottle(pct, now)
+	}
+}
+
+// loop syncs in the middle of each epoch (quota.NextSync) until stopped.
+func (c *cluster) loop(ctx context.Context) {
+	defer close(c.done)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		// (Since Go 1.23, Reset leaves no stale tick in the channel.)
+		timer.Reset(time.Until(c.q.Load().NextSync(time.Now())))
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.wake:
+			continue
+		case <-timer.C:
+		}
+		c.syncOnce(ctx)
+	}
+}
+
+// syncOnce runs one sync and reports it in metrics and logs (a log line
+// per transition between the store answering and not).
+func (c *cluster) syncOnce(ctx context.Context) {
+	q, spec := c.q.Load(), c.spec.Load()
+	now := time.Now()
+	c.applyThrottle(now)
+	sctx, cancel := context.WithTimeout(ctx, q.Config().Interval)
+	err := q.Sync(sctx, now)
+	cancel()
+	if ctx.Err() != nil {
+		return
+	}
+	st := q.State()
+	if st.Malformed > c.lastMalformed {
+		c.malformed.Add(float64(st.Malformed - c.lastMalformed))
+	}
+	c.lastMalformed = st.Malformed
+	c.replicasGauge.Set(float64(st.Replicas))
+	if err != nil {
+		theMetrics.clusterErrors.WithLabelValues(c.handler, c.profile, errorReason(err)).Inc()
+		c.fallbackGauge.Set(1)
+		if !c.inFallback {
+			c.inFallback = true
+			spec.logger.Warn("cluster store unreachable: enforcing the fallback share, limit ÷ last known replicas",
+				zap.String("profile", c.profile), zap.String("redis", spec.conn.Name),
+				zap.Int("replicas", st.Replicas), zap.Float64("fallback_share_per_second", st.Effective/float64(st.Replicas)),
+				zap.Error(err))
+		}
+		return
+	}
+	c.syncs.Inc()
+	c.fallbackGauge.Set(0)
+	if c.inFallback {
+		c.inFallback = false
+		spec.logger.Info("cluster store answering again: shares resynced",
+			zap.String("profile", c.profile), zap.String("redis", spec.conn.Name), zap.Int("replicas", st.Replicas))
+	}
+}
+
+// errorReason is the bounded label of a failed sync.
+func errorReason(err error) string {
+	var ne net.Error
+	var re redis.Error
+	switch {
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		return "timeout"
+	case errors.As(err, &re):
+		return "redis_error"
+	case errors.Is(err, redis.ErrClosed), errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET),
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.As(err, &ne):
+		return "connection"
+	default:
+		return "other"
+	}
+}
+
+// reconcileClusters follows the attached generations (newest last): every
+// profile with a cluster block in the newest generation that has it gets
+// its cluster, updated to that generation's settings; a profile that no
+// attached generation limits cluster-wide any more has its cluster
+// stopped. The engines of gens get the cluster as their overall Allower.
+func (sh *shared) reconcileClusters(gens []*generation) error {
+	newest := map[string]*clusterSpec{}
+	for _, g := range gens {
+		for _, s := range g.clusters {
+			newest[s.profile] = s
+		}
+	}
+	var errs []error
+	for name, spec := range newest {
+		c := sh.clusters[name]
+		if c == nil {
+			var err error
+			if c, err = newCluster(sh.ctx, sh.name, spec); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			sh.clusters[name] = c
+		} else if err := c.update(spec); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+	}
+	for name, c := range sh.clusters {
+		if newest[name] == nil {
+			c.stop()
+			delete(sh.clusters, name)
+		}
+	}
+	for _, g := range gens {
+		for _, e := range g.engines {
+			// An engine in use already has its cluster (the same one for
+			// as long as a generation has it): only new engines are set.
+			if c := sh.clusters[e.Name]; c != nil && g.hasCluster(e.Name) && e.Global() == nil {
+				e.SetGlobal(c)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// hasCluster reports whether the generation limits profile cluster-wide.
+func (g *generation) hasCluster(profile string) bool {
+	for _, s := range g.clusters {
+		if s.profile == profile {
+			return true
+		}
+	}
+	return false
+}
+
+// applyClusterThrottle passes a new dynamic level on at once (the sync
+// loop would at its next sync).
+func (sh *shared) applyClusterThrottle() {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	now := time.Now()
+	for _, c := range sh.clusters {
+		c.applyThrottle(now)
+	}
+}
+
+// clusterOf returns the profile's cluster, if any.
+func (sh *shared) clusterOf(profile string) *cluster {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return sh.clusters[profile]
+}

@@ -1,0 +1,421 @@
+package peerratelimit_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fiorix/go-diameter/v4/diam"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/edgesteer/edgesteer/caddymodules/peerratelimit"
+	"github.com/edgesteer/edgesteer/internal/diameter"
+	"github.com/edgesteer/edgesteer/internal/e2e"
+	"github.com/edgesteer/edgesteer/internal/quota"
+	"github.com/edgesteer/edgesteer/internal/ratelimit"
+)
+
+// clusterBurst is a one-replica cluster limit's burst at rate: the
+// default burst, but at least 100 ms of the share (quota.shareTolerance).
+func clusterBurst(rate float64) int {
+	return max(ratelimit.DefaultBurst(rate), 1+int(math.Ceil(rate*0.1)))
+}
+
+// clusterView returns profile's cluster view in handler name.
+func clusterView(t *testing.T, c *e2e.Caddy, name, profile string) (peerratelimit.ProfileView, *peerratelimit.ClusterView) {
+	t.Helper()
+	for _, p := range handlerView(adminView(t, c), name).Profiles {
+		if p.Name == profile {
+			return p, p.Cluster
+		}
+	}
+	return peerratelimit.ProfileView{}, nil
+}
+
+// waitCluster polls the view until ok holds (generous: a loaded machine).
+func waitCluster(t *testing.T, c *e2e.Caddy, what string, ok func(*peerratelimit.ClusterView) bool) *peerratelimit.ClusterView {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, v := clusterView(t, c, "edge", "p")
+		if v != nil && ok(v) {
+			return v
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: cluster view %+v", what, v)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// One replica through bin/caddy with cluster redis: it registers, syncs and
+// gets the whole limit; another program's value under the prefix is
+// ignored and counted; with Redis stopped it falls back (logged once,
+// metric, admin view) and no request fails; with Redis back it resyncs.
+func TestClusterOneReplicaStoreDownAndBack(t *testing.T) {
+	e2e.SkipShort(t)
+	dir, addr := t.TempDir(), e2e.Addr(t)
+	srv := e2e.StartRedisAt(t, dir, addr)
+	front := e2e.Addr(t)
+	c := e2e.StartCaddy(t, "caddyfile", fmt.Sprintf(`{
+	edgesteer_redis main {
+		address %s
+		key_prefix e2e
+	}
+}
+http://%s {
+	peer_rate_limit {
+		name edge
+		profile p {
+			peer {http.request.header.X-Peer}
+			rate 50
+			cluster redis main {
+				sync 100ms
+			}
+		}
+	}
+	respond ok
+}
+`, addr, front))
+	v := waitCluster(t, c, "first sync", func(v *peerratelimit.ClusterView) bool {
+		return v.RedisHealthy && v.ReplicasSeen == 1 && !v.LastSync.IsZero()
+	})
+	if v.KeyPrefix != "e2e:peer_rate_limit:http/edge/p" || v.Redis != "main" || v.SyncIntervalMs != 100 || v.LimitPerSecond != 50 {
+		t.Fatalf("cluster view %+v", v)
+	}
+
+	// One replica: after a sync or two the share is the whole limit.
+	o := burst(t, "http://"+front+"/", "a", 2*time.Second)
+	if o.other.Load() != 0 {
+		t.Fatalf("%d requests failed", o.other.Load())
+	}
+	if got, hi := o.ok.Load(), most(50, clusterBurst(50), o.elapsed); got > hi || got < 50 {
+		t.Fatalf("admitted %d in %v at a cluster limit of 50/s with one replica, want 50..%d", got, o.elapsed, hi)
+	}
+	pv, v := clusterView(t, c, "edge", "p")
+	if pv.AdmittedTotal != uint64(o.ok.Load()) || pv.RejectedTotal != uint64(o.rejected.Load()) {
+		t.Fatalf("view admitted_total %d rejected_total %d, client saw %d and %d", pv.AdmittedTotal, pv.RejectedTotal, o.ok.Load(), o.rejected.Load())
+	}
+	if len(v.Shares) != 1 || v.Shares[0].Peer != "a" || v.Shares[0].SharePerSecond < 45 {
+		t.Fatalf("shares %+v, want peer a at ~50/s", v.Shares)
+	}
+
+	// Another program's value where the replicas set lives: ignored,
+	// counted, the store still healthy.
+	rc := redis.NewClient(&redis.Options{Addr: addr})
+	defer rc.Close()
+	ctx := context.Background()
+	rk := quota.ReplicasKey(v.KeyPrefix)
+	rc.Del(ctx, rk)
+	rc.Set(ctx, rk, "not a sorted set", 0)
+	waitCluster(t, c, "malformed counted", func(v *peerratelimit.ClusterView) bool { return v.Malformed > 0 && v.RedisHealthy })
+	if m, _ := c.Metric(t, `caddy_edgesteer_peer_rate_limit_cluster_malformed_total{handler="edge",profile="p"}`); m == 0 {
+		t.Fatal("cluster_malformed_total is 0 after a malformed value")
+	}
+	rc.Del(ctx, rk)
+
+	// Redis stopped: fallback, said once in the log, no failed request.
+	logged := len(c.Logs())
+	srv.Stop()
+	waitCluster(t, c, "fallback", func(v *peerratelimit.ClusterView) bool { return v.Fallback && !v.RedisHealthy && v.LastError != "" })
+	o = burst(t, "http://"+front+"/", "a", time.Second)
+	if o.other.Load() != 0 || o.ok.Load() == 0 {
+		t.Fatalf("with Redis down: %d admitted, %d failed", o.ok.Load(), o.other.Load())
+	}
+	if got, hi := o.ok.Load(), most(50, clusterBurst(50), o.elapsed); got > hi {
+		t.Fatalf("with Redis down admitted %d, want ≤ %d (limit ÷ 1 replica)", got, hi)
+	}
+	if f, _ := c.Metric(t, `caddy_edgesteer_peer_rate_limit_cluster_fallback{handler="edge",profile="p"}`); f != 1 {
+		t.Fatalf("cluster_fallback = %v with Redis down", f)
+	}
+	// Refused connections are retried by go-redis until the sync's
+	// deadline: the reason is connection or timeout.
+	conn, _ := c.Metric(t, `caddy_edgesteer_peer_rate_limit_cluster_errors_total{handler="edge",profile="p",reason="connection"}`)
+	tmo, _ := c.Metric(t, `caddy_edgesteer_peer_rate_limit_cluster_errors_total{handler="edge",profile="p",reason="timeout"}`)
+	if conn+tmo < 2 {
+		t.Fatalf("cluster_errors_total{reason=connection|timeout} = %v + %v after a second of Redis down", conn, tmo)
+	}
+	if n := strings.Count(c.Logs()[logged:], "cluster store unreachable"); n != 1 {
+		t.Fatalf("the fallback was logged %d times while Redis was down, want once per transition", n)
+	}
+
+	// Back: resync, logged once.
+	e2e.StartRedisAt(t, dir, addr)
+	waitCluster(t, c, "resync", func(v *peerratelimit.ClusterView) bool { return v.RedisHealthy && !v.Fallback && v.ReplicasSeen == 1 })
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(c.Logs(), "cluster store answering again") {
+		if time.Now().After(deadline) {
+			t.Fatal("no log line when Redis came back")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// clusterReloadConfig: an HTTP handler and a layer4 handler, each with a
+// cluster-wide profile; httpCluster is the HTTP profile's cluster line.
+func clusterReloadConfig(redisAddr, front, l4, upstream, httpCluster string) string {
+	return fmt.Sprintf(`{
+	edgesteer_redis main {
+		address %s
+	}
+	layer4 {
+		%s {
+			route {
+				peer_rate_limit {
+					name conns
+					profile p {
+						rate 100
+						cluster redis main
+					}
+				}
+				proxy %s
+			}
+		}
+	}
+}
+http://%s {
+	peer_rate_limit {
+		name edge
+		profile p {
+			rate 50
+			%s
+		}
+	}
+	respond ok
+}
+`, redisAddr, l4, upstream, front, httpCluster)
+}
+
+// Reloads keep a profile's quota and sync (layer4 untouched, same replica
+// identity, syncing on), apply a changed sync interval, and stop the sync
+// of a profile whose cluster block is removed (its metric series go).
+func TestClusterReload(t *testing.T) {
+	e2e.SkipShort(t)
+	_, redisAddr := e2e.StartRedis(t)
+	front, l4 := e2e.Addr(t), e2e.Addr(t)
+	up := e2e.Addr(t)
+	e2e.StartPeer(t, "up", up, 0)
+	c := e2e.StartCaddy(t, "caddyfile", clusterReloadConfig(redisAddr, front, l4, up, "cluster redis main"))
+	l4view := func() *peerratelimit.ClusterView {
+		p := handlerView(adminView(t, c), "conns").Profiles
+		if len(p) == 0 {
+			return nil
+		}
+		return p[0].Cluster
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for v := l4view(); v == nil || !v.RedisHealthy; v = l4view() {
+		if time.Now().After(deadline) {
+			t.Fatalf("layer4 cluster never synced: %+v", v)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	before := l4view()
+	waitCluster(t, c, "http first sync", func(v *peerratelimit.ClusterView) bool { return v.RedisHealthy })
+
+	c.Reload(t, "caddyfile", clusterReloadConfig(redisAddr, front, l4, up, "cluster redis main {\nsync 200ms\n}"))
+	waitCluster(t, c, "changed sync applied", func(v *peerratelimit.ClusterView) bool {
+		return v.SyncIntervalMs == 200 && v.RedisHealthy && v.LastSync.After(time.Now().Add(-2*time.Second))
+	})
+	var after *peerratelimit.ClusterView
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		after = l4view()
+		if after != nil && after.LastSync.After(before.LastSync.Add(time.Second)) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("layer4 cluster stopped syncing across the reload: before %+v, after %+v", before, after)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if after.Replica != before.Replica || !after.RedisHealthy || after.SyncErrors != 0 {
+		t.Fatalf("layer4 cluster across the reload: before %+v, after %+v", before, after)
+	}
+
+	c.Reload(t, "caddyfile", clusterReloadConfig(redisAddr, front, l4, up, ""))
+	if _, v := clusterView(t, c, "edge", "p"); v != nil {
+		t.Fatalf("cluster view after removing cluster: %+v", v)
+	}
+	if _, ok := c.Metric(t, `caddy_edgesteer_peer_rate_limit_cluster_sync_total{handler="edge",profile="p"}`); ok {
+		t.Fatal("cluster_sync_total of edge/p still exported after its cluster block was removed")
+	}
+	if _, ok := c.Metric(t, `caddy_edgesteer_peer_rate_limit_cluster_sync_total{handler="conns",profile="p"}`); !ok {
+		t.Fatal("cluster_sync_total of the layer4 handler is gone")
+	}
+	// The HTTP profile is limited per replica again: 50/s here.
+	o := burst(t, "http://"+front+"/", "a", time.Second)
+	if hi := most(50, 4, o.elapsed); o.ok.Load() > hi || o.ok.Load() < 40 || o.other.Load() != 0 {
+		t.Fatalf("after removing cluster: admitted %d (want 40..%d), failed %d", o.ok.Load(), hi, o.other.Load())
+	}
+}
+
+// Diameter mode with a cluster-wide overall limit, through bin/caddy: the
+// peer is the CER's Origin-Host, requests past the replica's share (here
+// the whole limit: one replica) get 3002, and the admin view shows the
+// share of pgw2.example.
+func TestClusterDiameter(t *testing.T) {
+	e2e.SkipShort(t)
+	_, redisAddr := e2e.StartRedis(t)
+	pcrf, pcrfCounts := diamServer(t)
+	front := e2e.Addr(t)
+	c := e2e.StartCaddy(t, "caddyfile", fmt.Sprintf(`{
+	edgesteer_redis main {
+		address %s
+	}
+	layer4 {
+		%s {
+			route {
+				peer_rate_limit {
+					name dra
+					diameter {
+						origin_host dra.example
+						origin_realm example
+					}
+					profile pgw {
+						rate 100
+						cluster redis main {
+							sync 100ms
+						}
+					}
+				}
+				proxy %s
+			}
+		}
+	}
+}
+`, redisAddr, front, pcrf))
+	c.WaitTCP(t, front)
+	pgw := dialDiameter(t, front)
+	// 300 rounds 5 ms apart of 2 CCR-U: ~400/s against 100/s.
+	start, hbh := time.Now(), uint32(100)
+	var sent []uint32
+	for range 300 {
+		var batch []byte
+		for range 2 {
+			hbh++
+			sent = append(sent, hbh)
+			batch = append(batch, request(diameter.CmdCreditControl, diameter.AppGx, 2, hbh, fmt.Sprintf("s;%d", hbh))...)
+		}
+		pgw.send(t, batch)
+		time.Sleep(5 * time.Millisecond)
+	}
+	pgw.wait(t, 1+len(sent), 20*time.Second)
+	elapsed := time.Since(start)
+	ok, refused := 0, 0
+	for _, h := range sent {
+		switch a := pgw.get(h); a.result {
+		case diam.Success:
+			ok++
+		case 3002:
+			refused++
+		default:
+			t.Fatalf("answer %+v", a)
+		}
+	}
+	// The first requests come before the first sync with the floor share
+	// (10/s): the admitted count is between that and the limit.
+	if hi := most(100, clusterBurst(100), elapsed); ok > int(hi) || ok < int(0.5*100*elapsed.Seconds()) || refused == 0 {
+		t.Fatalf("admitted %d, refused %d in %v at a cluster-wide 100/s (want ≤ %d)", ok, refused, elapsed, hi)
+	}
+	if got := count(pcrfCounts, "gx-ccr-u"); got != int64(ok) {
+		t.Fatalf("the PCRF received %d CCR-U, %d were admitted", got, ok)
+	}
+	var v *peerratelimit.ClusterView
+	for _, p := range handlerView(adminView(t, c), "dra").Profiles {
+		v = p.Cluster
+	}
+	if v == nil || !v.RedisHealthy || len(v.Shares) != 1 || v.Shares[0].Peer != "pgw2.example" || v.KeyPrefix != "edgesteer:peer_rate_limit:layer4/dra/pgw" {
+		t.Fatalf("cluster view %+v", v)
+	}
+}
+
+// Dynamic throttling lowers the cluster-wide limit: the load file says 60 %,
+// the table throttles 50 %, the quota's effective limit halves, and the
+// admitted rate follows.
+func TestClusterDynamicThrottle(t *testing.T) {
+	e2e.SkipShort(t)
+	_, redisAddr := e2e.StartRedis(t)
+	load := filepath.Join(t.TempDir(), "load")
+	if err := os.WriteFile(load, []byte("10\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	front := e2e.Addr(t)
+	c := e2e.StartCaddy(t, "caddyfile", fmt.Sprintf(`{
+	edgesteer_redis main {
+		address %s
+	}
+}
+http://%s {
+	peer_rate_limit {
+		name edge
+		profile p {
+			peer {http.request.header.X-Peer}
+			rate 100
+			dynamic
+			cluster redis main
+		}
+		dynamic {
+			source file %s
+			interval 200ms
+			threshold 50 50
+		}
+	}
+	respond ok
+}
+`, redisAddr, front, load))
+	waitCluster(t, c, "first sync", func(v *peerratelimit.ClusterView) bool { return v.RedisHealthy && v.ThrottlePercent == 0 })
+	if err := os.WriteFile(load, []byte("60\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitCluster(t, c, "throttled", func(v *peerratelimit.ClusterView) bool {
+		return v.ThrottlePercent == 50 && v.EffectivePerSecond == 50
+	})
+	burst(t, "http://"+front+"/", "a", 500*time.Millisecond) // the share settles
+	o := burst(t, "http://"+front+"/", "a", 2*time.Second)
+	if hi := most(50, clusterBurst(50), o.elapsed); o.ok.Load() > hi || o.ok.Load() < 50 || o.other.Load() != 0 {
+		t.Fatalf("throttled to 50/s: admitted %d in %v (want 50..%d), failed %d", o.ok.Load(), o.elapsed, hi, o.other.Load())
+	}
+}
+
+// The example rate-limit-cluster.Caddyfile through bin/caddy: pgw* peers
+// are limited cluster-wide (healthy sync, a share for pgw1), other peers
+// per replica; the layer4 profile syncs too.
+func TestClusterExample(t *testing.T) {
+	e2e.SkipShort(t)
+	_, redisAddr := e2e.StartRedis(t)
+	front, l4, up := e2e.Addr(t), e2e.Addr(t), e2e.Addr(t)
+	e2e.StartPeer(t, "up", up, 0)
+	data, err := os.ReadFile(filepath.Join(e2e.Root(t), "Caddyfile.examples", "rate-limit-cluster.Caddyfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := strings.NewReplacer("127.0.0.1:6379", redisAddr, "127.0.0.1:8082", front,
+		"127.0.0.1:3870", l4, "127.0.0.1:3868", up).Replace(string(data))
+	c := e2e.StartCaddy(t, "caddyfile", cfg)
+	o := burst(t, "http://"+front+"/", "pgw1", time.Second)
+	if o.ok.Load() == 0 || o.ok.Load() > most(1000, clusterBurst(1000), o.elapsed) || o.other.Load() != 0 {
+		t.Fatalf("pgw1: admitted %d, failed %d", o.ok.Load(), o.other.Load())
+	}
+	o = burst(t, "http://"+front+"/", "other1", time.Second)
+	if hi := most(50, 4, o.elapsed); o.ok.Load() == 0 || o.ok.Load() > hi || o.rejected.Load() == 0 {
+		t.Fatalf("other1 at 50/s per replica: admitted %d (want ≤ %d), refused %d", o.ok.Load(), hi, o.rejected.Load())
+	}
+	views := adminView(t, c)
+	for _, name := range []string{"edge", "edge-l4"} {
+		h := handlerView(views, name)
+		if len(h.Profiles) == 0 || h.Profiles[0].Cluster == nil || !h.Profiles[0].Cluster.RedisHealthy {
+			t.Fatalf("handler %s: %+v", name, h)
+		}
+	}
+	if h := handlerView(views, "edge"); len(h.Profiles) != 2 || h.Profiles[1].Cluster != nil {
+		t.Fatalf("profile other has a cluster view: %+v", h)
+	}
+	if sh := handlerView(views, "edge").Profiles[0].Cluster.Shares; len(sh) == 0 || sh[0].Peer != "pgw1" {
+		t.Fatalf("shares of pgw: %+v", sh)
+	}
+}

@@ -1,0 +1,45 @@
+package quota
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/edgesteer/edgesteer/internal/ratelimit"
+)
+
+// BenchmarkAllow is a replica's per-request cost with a cluster-wide limit
+// (Quota.Allow: the peer's share bucket) against the anchor of a local
+// limit (ratelimit.Table: the bounded per-peer table and GCRA), 1,024
+// peers, clock read included.
+func BenchmarkAllow(b *testing.B) {
+	keys := make([]string, 1024)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("10.0.%d.%d", i/256, i%256)
+	}
+	b.Run("anchor_local_table/parallel", func(b *testing.B) {
+		rule, _ := ratelimit.NewRule("x", 1e9, 1e9)
+		tb := ratelimit.NewTable(100_000)
+		b.RunParallel(func(pb *testing.PB) {
+			i := 0
+			for pb.Next() {
+				now := time.Now().UnixNano()
+				tb.Bucket(keys[i%len(keys)], now).Allow(rule, now)
+				i++
+			}
+		})
+	})
+	b.Run("quota/parallel", func(b *testing.B) {
+		q, err := New(Config{Prefix: "b", Replica: "r", Limit: 1e9, MaxPeers: 100_000}, NewFakeStore())
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.RunParallel(func(pb *testing.PB) {
+			i := 0
+			for pb.Next() {
+				q.Allow(keys[i%len(keys)], time.Now().UnixNano())
+				i++
+			}
+		})
+	})
+}

@@ -1,0 +1,183 @@
+package quota
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/edgesteer/edgesteer/internal/e2e"
+)
+
+// redisReplicas returns n replicas over one real redis-server, each with
+// its own client (as separate processes would have), a 1 s interval.
+func redisReplicas(t *testing.T, addr string, n int) ([]*Quota, []*redis.Client) {
+	t.Helper()
+	var qs []*Quota
+	var cs []*redis.Client
+	for i := range n {
+		c := redis.NewClient(&redis.Options{Addr: addr, DialTimeout: 500 * time.Millisecond,
+			ReadTimeout: 500 * time.Millisecond, WriteTimeout: 500 * time.Millisecond, MaxRetries: -1})
+		t.Cleanup(func() { c.Close() })
+		q, err := New(Config{Prefix: "es:peer_rate_limit:http/x/p", Replica: "r" + string(rune('0'+i)),
+			Limit: 100, Interval: time.Second}, NewRedisStore(c))
+		if err != nil {
+			t.Fatal(err)
+		}
+		qs = append(qs, q)
+		cs = append(cs, c)
+	}
+	return qs, cs
+}
+
+// midEpoch returns the middle of the epoch after now's (1 s epochs).
+func midEpoch(now time.Time) time.Time {
+	return now.Truncate(time.Second).Add(1500 * time.Millisecond)
+}
+
+// TestRedisStore runs the sync against a real redis-server: the keys are
+// the documented ones, two replicas divide the limit by demand, values that
+// another program wrote under the prefix are ignored and counted, and a
+// Redis stopped mid-test makes the replicas fall back, then resync.
+func TestRedisStore(t *testing.T) {
+	e2e.SkipShort(t)
+	dir := t.TempDir()
+	addr := e2e.Addr(t)
+	srv := e2e.StartRedisAt(t, dir, addr)
+	qs, cs := redisReplicas(t, addr, 2)
+	ctx := context.Background()
+	prefix := qs[0].cfg.Prefix
+
+	// Epoch e: replica 0 sees 30 requests of peer "a", replica 1 sees 10.
+	now := midEpoch(time.Now())
+	for i := range 40 {
+		qs[min(i/30, 1)].Allow("a", now.UnixNano())
+	}
+	for _, q := range qs {
+		if err := q.Sync(ctx, now); err != nil {
+			t.Fatalf("sync: %v", err)
+		}
+	}
+	e := qs[0].Epoch(now)
+	key := PeerKey(prefix, "a", e)
+	if !strings.HasPrefix(key, "{"+prefix+":a}:") {
+		t.Fatalf("peer key %q is not hash-tagged by prefix and peer", key)
+	}
+	got, err := cs[0].HGetAll(ctx, key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Both replicas started at the floor share: 10 % of 100/s ÷ 1 replica
+	// = 10/s, burst 2 → each admitted a few; all 40 are demand.
+	if got["d"] != "40" {
+		t.Fatalf("HGETALL %s = %v, want d=40", key, got)
+	}
+	if ttl := cs[0].PTTL(ctx, key).Val(); ttl <= 0 || ttl > 3*time.Second {
+		t.Fatalf("PTTL %s = %v, want ≤ 3 intervals", key, ttl)
+	}
+	if n := cs[0].ZCard(ctx, ReplicasKey(prefix)).Val(); n != 2 {
+		t.Fatalf("ZCARD replicas = %d, want 2", n)
+	}
+
+	// Epoch e+1: more traffic, then the sync reads epoch e's totals: the
+	// cluster demanded 40 per epoch against a limit of 100, so each gets
+	// its demand and half the rest — 30+30 and 10+30.
+	now = now.Add(time.Second)
+	for i := range 4 {
+		qs[min(i/3, 1)].Allow("a", now.UnixNano())
+	}
+	for _, q := range qs {
+		if err := q.Sync(ctx, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, want := range []float64{60, 40} {
+		if s, _ := qs[i].Share("a"); s < want-0.01 || s > want+0.01 {
+			t.Errorf("replica %d share = %.2f/s, want %.0f", i, s, want)
+		}
+		if st := qs[i].State(); st.Replicas != 2 || !st.Healthy || st.Fallback || st.Malformed != 0 {
+			t.Errorf("replica %d state = %+v", i, st)
+		}
+	}
+
+	// Another program's keys under the prefix: a string where epoch e+1's
+	// hash of peer "b" will be read, a non-integer field in the hash that
+	// this epoch's counts of "c" go to, and a non-number in epoch e+1's
+	// totals of "a". Each is ignored and counted, never a limit.
+	now = now.Add(time.Second)
+	e = qs[0].Epoch(now)
+	cs[0].Set(ctx, PeerKey(prefix, "b", e-1), "not a hash", 0)
+	cs[0].HSet(ctx, PeerKey(prefix, "c", e), "d", "lots")
+	cs[0].HSet(ctx, PeerKey(prefix, "a", e-1), "d", "12x")
+	q := qs[0]
+	for _, p := range []string{"a", "b", "c"} {
+		q.Allow(p, now.UnixNano())
+	}
+	before, _ := q.Share("a")
+	if err := q.Sync(ctx, now); err != nil {
+		t.Fatal(err)
+	}
+	st := q.State()
+	// "a": a total that does not parse; "b": HMGET of the string answers
+	// WRONGTYPE; "c": HINCRBY on "lots" fails.
+	if st.Malformed < 3 {
+		t.Errorf("malformed = %d after three bad values, want ≥ 3 (state %+v)", st.Malformed, st)
+	}
+	if after, _ := q.Share("a"); after != before {
+		t.Errorf("share of a changed from %.2f to %.2f on a total that did not parse", before, after)
+	}
+	if !st.Healthy || st.Fallback {
+		t.Errorf("malformed values made the store unhealthy: %+v", st)
+	}
+	// A replicas key of the wrong type: the last known count stays.
+	cs[0].Del(ctx, ReplicasKey(prefix))
+	cs[0].Set(ctx, ReplicasKey(prefix), "x", 0)
+	m := q.State().Malformed
+	now = now.Add(time.Second)
+	if err := q.Sync(ctx, now); err != nil {
+		t.Fatal(err)
+	}
+	if st := q.State(); st.Malformed <= m || st.Replicas != 2 {
+		t.Errorf("replicas key of the wrong type: malformed %d → %d, replicas %d (want the last known 2)", m, st.Malformed, st.Replicas)
+	}
+	cs[0].Del(ctx, ReplicasKey(prefix))
+
+	// Redis stopped: the round trip fails, every share is limit ÷ 2.
+	srv.Stop()
+	now = now.Add(time.Second)
+	q.Allow("a", now.UnixNano())
+	if err := q.Sync(ctx, now); err == nil {
+		t.Fatal("sync with Redis stopped succeeded")
+	}
+	st = q.State()
+	if st.Healthy || !st.Fallback || st.StoreErrors == 0 || st.LastError == "" {
+		t.Fatalf("state with Redis stopped = %+v", st)
+	}
+	if s, _ := q.Share("a"); s != 50 {
+		t.Fatalf("fallback share = %.2f/s, want 100 ÷ 2 replicas = 50", s)
+	}
+
+	// Back on the same address: the next sync succeeds and re-registers.
+	e2e.StartRedisAt(t, dir, addr)
+	now = now.Add(time.Second)
+	q.Allow("a", now.UnixNano())
+	ok := false
+	for range 20 { // the client may need a moment to reconnect
+		if err := q.Sync(ctx, now); err == nil {
+			ok = true
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if !ok {
+		t.Fatalf("no successful sync after Redis came back: %+v", q.State())
+	}
+	if st := q.State(); !st.Healthy || st.Fallback {
+		t.Fatalf("state after Redis came back = %+v", st)
+	}
+	if n := cs[0].ZCard(ctx, ReplicasKey(prefix)).Val(); n != 1 {
+		t.Fatalf("ZCARD after restart = %d, want 1 (this replica re-registered)", n)
+	}
+}
