@@ -25,7 +25,7 @@ const maxFetchBytes = 4 << 20
 // numeric field whose name ends in _total is a counter, charted as a rate
 // per second. Other numbers (configuration, ages) are shown, not charted.
 var gaugeFields = map[string]bool{
-	"latency_ms": true, "load_percent": true, "throttle_percent": true, "effective_rate": true,
+	"latency_ms": true, "load_percent": true, "throttle_percent": true, "effective_rate_per_second": true,
 	"sticky_entries": true, "keys": true, "ports_in_use": true,
 }
 

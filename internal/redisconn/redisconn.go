@@ -9,6 +9,7 @@
 package redisconn
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -327,3 +328,13 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 func (d Duration) MarshalJSON() ([]byte, error) {
 	return []byte(strconv.Quote(time.Duration(d).String())), nil
 }
+
+// go-redis prints a line on every failed dial ("failed to dial after 5
+// attempts") to stderr. The modules log a store's transitions themselves,
+// once each (down, back), with their name and what they do meanwhile; the
+// client's per-attempt lines would repeat on every sync while Redis is down.
+func init() { redis.SetLogger(quiet{}) }
+
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}

@@ -191,10 +191,10 @@
           var ln = str(l.name);
           var adm = last(pkey(src, "peer_rate_limit", name, pn, ln, "admitted_total"));
           var rej = last(pkey(src, "peer_rate_limit", name, pn, ln, "rejected_total"));
-          rows.push([pn, ln, fmt(l.rate, 1) + " / " + str(l.burst), str(l.throttle_percent) + " %", fmt(l.effective_rate, 1) + " / " + str(l.effective_burst),
+          rows.push([pn, ln, fmt(l.rate_per_second, 1) + " / " + str(l.burst), str(l.throttle_percent) + " %", fmt(l.effective_rate_per_second, 1) + " / " + str(l.effective_burst),
             str(p.keys), fmt(adm === null ? last(pkey(src, "peer_rate_limit", name, pn, "admitted_total")) : adm, 1),
             fmt(rej === null ? last(pkey(src, "peer_rate_limit", name, pn, "rejected_total")) : rej, 1)]);
-          rateSeries.push({key: pkey(src, "peer_rate_limit", name, pn, ln, "effective_rate"), label: pn + " " + ln});
+          rateSeries.push({key: pkey(src, "peer_rate_limit", name, pn, ln, "effective_rate_per_second"), label: pn + " " + ln});
           throttleSeries.push({key: pkey(src, "peer_rate_limit", name, pn, ln, "throttle_percent"), label: pn + " " + ln + " throttle %"});
           ["admitted_total", "rejected_total"].forEach(function (f) {
             flowSeries.push({key: pkey(src, "peer_rate_limit", name, pn, ln, f), label: pn + " " + ln + " " + f.replace("_total", "")});
