@@ -180,6 +180,20 @@ func TestClusterSharesProbeResults(t *testing.T) {
 		}
 		return nil
 	})
+	// A key of another type: a bad value too, not a Redis that is down.
+	rdb.HSet(ctx, storeKey("10.6.0.0/24"), "order", "gw1.example.test")
+	if ips, _ := query(t, a.Addr, "10.6.0.0/24"); !slices.Equal(ips, want) || totalConns(gws...) != 18 {
+		t.Fatalf("over a hash: %v after %d probes", ips, totalConns(gws...))
+	}
+	if bad, errs := metric(t, a.metrics, "coredns_ogs_store_malformed_total"), metric(t, a.metrics, "coredns_ogs_store_errors_total"); bad != 2 || errs != 0 {
+		t.Fatalf("%v malformed values, %v store errors; want 2 and 0", bad, errs)
+	}
+	a.WaitFor(t, "the hash replaced", 30*time.Second, func() error {
+		if typ := rdb.Type(ctx, storeKey("10.6.0.0/24")).Val(); typ != "string" {
+			return fmt.Errorf("type %s", typ)
+		}
+		return nil
+	})
 	if ttl := rdb.PTTL(ctx, storeKey("10.5.0.0/24")).Val(); ttl < 13*24*time.Hour || ttl > 14*24*time.Hour {
 		t.Fatalf("value TTL %v, want the cache lifetime (14d)", ttl)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"time"
@@ -25,8 +26,14 @@ type redisStore struct {
 
 func (r *redisStore) Get(ctx context.Context, location string) ([]byte, error) {
 	b, err := r.client.Get(ctx, r.ns+location).Bytes()
-	if errors.Is(err, redis.Nil) {
+	var reply redis.Error
+	switch {
+	case errors.Is(err, redis.Nil):
 		return nil, nil
+	case errors.As(err, &reply) && strings.HasPrefix(reply.Error(), "WRONGTYPE"):
+		// Another program's key of another type: a bad value, not a
+		// Redis that is down (SET replaces it after this replica's run).
+		return nil, fmt.Errorf("%w: %v", ogs.ErrMalformed, err)
 	}
 	return b, err
 }

@@ -34,6 +34,12 @@ type Store interface {
 	Unlock(ctx context.Context, location, token string) error
 }
 
+// ErrMalformed wraps a Store's error for a value that is there but cannot
+// be one of the Selector's (Redis: a key of another type): the value is
+// ignored and counted like one that does not parse, and the store is not
+// considered down.
+var ErrMalformed = errors.New("malformed value")
+
 // Store defaults: one store call's bound, how often a replica waiting on
 // another's probe run looks for its result, and how long the store is left
 // alone after an error (the replica probes locally meanwhile).
@@ -227,9 +233,17 @@ func (s *Selector) fetchOrRun(location string, e *entry, done chan struct{}, cfg
 		ctx, cancel := s.storeCtx(&cfg)
 		data, err := cfg.Store.Get(ctx, location)
 		cancel()
+		malformed := errors.Is(err, ErrMalformed)
+		if malformed {
+			err = nil
+		}
 		s.storeDone(&cfg, location, err)
 		if err != nil {
 			break
+		}
+		if malformed && !counted {
+			counted = true
+			s.report(&cfg, StoreEvent{Kind: StoreMalformed, Location: location, Err: ErrMalformed})
 		}
 		if data != nil {
 			res, err := decodeStored(data, &cfg, s.now())

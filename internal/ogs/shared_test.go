@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -22,6 +23,7 @@ type fakeStore struct {
 	locks  map[string]stored
 	down   atomic.Bool
 	hang   atomic.Bool
+	wrong  atomic.Bool // Get finds a key of another type
 	calls  atomic.Int64
 	sets   atomic.Int64
 }
@@ -52,6 +54,9 @@ func (f *fakeStore) enter(ctx context.Context) error {
 func (f *fakeStore) Get(ctx context.Context, loc string) ([]byte, error) {
 	if err := f.enter(ctx); err != nil {
 		return nil, err
+	}
+	if f.wrong.Load() {
+		return nil, fmt.Errorf("%w: WRONGTYPE", ErrMalformed)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -317,6 +322,21 @@ func TestStoreValuesValidated(t *testing.T) {
 	s := replica(t, store, p, ev)
 	if sel := s.Select(context.Background(), "loc"); sel.Source != Shared || p.calls.Load() != 0 || sel.Gateways[sel.Order[0]].Name != "gw1" {
 		t.Fatalf("%v after %d probes", sel.Source, p.calls.Load())
+	}
+}
+
+// A key of another type is a bad value, not a store that is down.
+func TestStoreWrongTypeIsMalformed(t *testing.T) {
+	store, ev := newFakeStore(), &events{}
+	store.wrong.Store(true)
+	p := seedProber()
+	s := replica(t, store, p, ev)
+	if sel := s.Select(context.Background(), "loc"); sel.Source != Probed || p.calls.Load() != 12 {
+		t.Fatalf("%v after %d probes", sel.Source, p.calls.Load())
+	}
+	s.Close()
+	if ev.count(StoreMalformed) != 1 || ev.count(StoreError) != 0 || !s.StoreHealthy() || store.value("loc") == "" {
+		t.Fatalf("events %v, healthy %v, stored %q", ev.n, s.StoreHealthy(), store.value("loc"))
 	}
 }
 
