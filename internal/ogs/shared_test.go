@@ -87,6 +87,13 @@ func (f *fakeStore) value(loc string) string {
 	return f.values[loc].v
 }
 
+func (f *fakeStore) locked(loc string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	l, ok := f.locks[loc]
+	return ok && time.Now().Before(l.exp)
+}
+
 func (f *fakeStore) Lock(ctx context.Context, loc, token string, ttl time.Duration) (bool, error) {
 	if err := f.enter(ctx); err != nil {
 		return false, err
