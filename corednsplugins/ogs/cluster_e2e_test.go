@@ -349,3 +349,83 @@ func TestClusterRedisDownAndBack(t *testing.T) {
 		t.Fatalf("a did not log Redis' return:\n%s", a.Logs())
 	}
 }
+
+// A Redis that accepts connections and never answers: every query is still
+// answered with the measured order and the full TTL (each Redis call gives
+// up at its timeout, and the store then rests), the errors are counted and
+// the admin view says Redis is not healthy.
+func TestClusterRedisHanging(t *testing.T) {
+	e2e.SkipShort(t)
+	gws := []*countingGateway{startCountingGateway(t, "127.0.0.11", 30*ms), startCountingGateway(t, "127.0.0.12", 10*ms), startCountingGateway(t, "127.0.0.13", 20*ms)}
+	hanging, accepted := e2e.HangingListener(t, "127.0.0.1:0")
+	r := startReplica(t, gws, hanging, "")
+	want := []string{"127.0.0.12", "127.0.0.13", "127.0.0.11"}
+	var wg sync.WaitGroup
+	errs := make(chan error, 20)
+	for i := range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, err := exchange(r.Addr, "vpn.example.test", dns.TypeA, fmt.Sprintf("10.7.%d.0/24", i%5))
+			if err != nil || resp.Rcode != dns.RcodeSuccess || len(resp.Answer) == 0 {
+				errs <- fmt.Errorf("query %d: %v %v", i, resp, err)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	for i := range 5 {
+		if ips, ttl := query(t, r.Addr, fmt.Sprintf("10.7.%d.0/24", i)); !slices.Equal(ips, want) || ttl != 30 {
+			t.Fatalf("10.7.%d.0/24: %v ttl %d", i, ips, ttl)
+		}
+	}
+	if n := metric(t, r.metrics, "coredns_ogs_store_errors_total"); n < 1 || accepted.Load() < 1 {
+		t.Fatalf("%v store errors, %d connections to the hanging Redis", n, accepted.Load())
+	}
+	if v := fetchAdmin(t, r.admin); *v.Servers[0].RedisHealthy {
+		t.Fatal("admin says the hanging Redis is healthy")
+	}
+}
+
+// A reload (the reload plugin) keeps the store in use: a location probed
+// before it answers from memory, and one probed by another replica after
+// it answers from Redis, with no probe of its own.
+func TestClusterStoreAcrossReload(t *testing.T) {
+	e2e.SkipShort(t)
+	gws := []*countingGateway{startCountingGateway(t, "127.0.0.11", 30*ms), startCountingGateway(t, "127.0.0.12", 10*ms), startCountingGateway(t, "127.0.0.13", 20*ms)}
+	_, redisAddr := e2e.StartRedis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	defer rdb.Close()
+	ctx := context.Background()
+	cf := func(ttl int) string {
+		return strings.Replace(clusterCorefile(gws, redisAddr, e2e.Addr(t), e2e.Addr(t), fmt.Sprintf("\t\tttl %d\n", ttl)), "\tbind 127.0.0.1\n", "\tbind 127.0.0.1\n\treload 2s 0s\n", 1)
+	}
+	a := startReloadable(t, cf(30))
+	b := startReplica(t, gws, redisAddr, "")
+	want := []string{"127.0.0.12", "127.0.0.13", "127.0.0.11"}
+	if ips, _ := aRecords(ask(t, a.addr, "vpn.example.test", dns.TypeA, "10.1.0.0/24")); !slices.Equal(ips, want) {
+		t.Fatalf("a: %v", ips)
+	}
+	a.reload(t, cf(60), false)
+	query(t, b.Addr, "10.2.0.0/24")
+	b.WaitFor(t, "b's result in Redis", 30*time.Second, func() error { return rdb.Get(ctx, storeKey("10.2.0.0/24")).Err() })
+	conns := totalConns(gws...)
+	for _, subnet := range []string{"10.1.0.0/24", "10.2.0.0/24"} {
+		if ips, ttl := aRecords(ask(t, a.addr, "vpn.example.test", dns.TypeA, subnet)); !slices.Equal(ips, want) || ttl != 60 {
+			t.Fatalf("a after the reload, %s: %v ttl %d", subnet, ips, ttl)
+		}
+	}
+	if n := totalConns(gws...) - conns; n != 0 {
+		t.Fatalf("a probed after the reload (%d connections)", n)
+	}
+	txt := ask(t, a.addr, "_ogs.vpn.example.test", dns.TypeTXT, "10.2.0.0/24")
+	if !strings.Contains(fmt.Sprint(txt.Answer), "Results obtained from OGS cache") {
+		t.Fatalf("a's TXT: %v", txt.Answer)
+	}
+	if !strings.Contains(a.logs(), "Reloading complete") {
+		t.Fatal("no reload")
+	}
+}
