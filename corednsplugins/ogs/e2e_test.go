@@ -209,14 +209,16 @@ func TestDeadlineFallsBackToPrevious(t *testing.T) {
 // Bad config fails at start, naming the option.
 func TestBadConfigFailsAtStart(t *testing.T) {
 	for body, want := range map[string]string{
-		"gateway a 127.0.0.1:1\n\t\tprobes 0":              "probes 0",
-		"gateway a 127.0.0.1:1\n\t\tdeadline soon":         "deadline soon",
-		"gateway a 127.0.0.1:1\n\t\tgateway a 127.0.0.2:1": "duplicate",
-		"gateway a 127.0.0.1:1 backup b":                   `backup "b"`,
-		"gateway a 127.0.0.1:1\n\t\tcolour blue":           `unknown option "colour"`,
-		"gateway a vpn.example.test:443":                   "must be an IP",
-		"gateway a 127.0.0.1:1\n\t\tprobe icmp":            "unknown probe kind",
-		"probes 3":                                         "at least one gateway",
+		"gateway a 127.0.0.1:1\n\t\tprobes 0":                                   "probes 0",
+		"gateway a 127.0.0.1:1\n\t\tdeadline soon":                              "deadline soon",
+		"gateway a 127.0.0.1:1\n\t\tgateway a 127.0.0.2:1":                      "duplicate",
+		"gateway a 127.0.0.1:1 backup b":                                        `backup "b"`,
+		"gateway a 127.0.0.1:1\n\t\tcolour blue":                                `unknown option "colour"`,
+		"gateway a vpn.example.test:443":                                        "must be an IP",
+		"gateway a 127.0.0.1:1\n\t\tprobe icmp":                                 "unknown probe kind",
+		"probes 3":                                                              "at least one gateway",
+		"gateway a 127.0.0.1:1\n\t\tadmin 127.0.0.1:99999":                      `admin 127.0.0.1:99999: bad port "99999"`,
+		"gateway a 127.0.0.1:1\n\t\tstore redis {\n\t\t\taddress nohost\n\t\t}": `store redis: address "nohost": want host:port`,
 	} {
 		cf := fmt.Sprintf("vpn.example.test {\n\tbind 127.0.0.1\n\togs {\n\t\t%s\n\t}\n}\n", body)
 		path := filepath.Join(t.TempDir(), "Corefile")

@@ -41,3 +41,27 @@ var (
 		Help: "Background re-check probes of cached first choices, by gateway and result (ok or failed).",
 	}, []string{"gateway", "result"})
 )
+
+// The shared cache level (store redis).
+var (
+	storeHits = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace, Subsystem: pluginName, Name: "store_hits_total",
+		Help: "Queries answered from a fresh cached selection, by cache level (local: this process's memory; redis: the shared store).",
+	}, []string{"level"})
+	storeErrors = promauto.NewCounter(prometheus.CounterOpts{
+		Namespace: plugin.Namespace, Subsystem: pluginName, Name: "store_errors_total",
+		Help: "Shared store calls that failed (the replica probed locally).",
+	})
+	storeMalformed = promauto.NewCounter(prometheus.CounterOpts{
+		Namespace: plugin.Namespace, Subsystem: pluginName, Name: "store_malformed_total",
+		Help: "Shared store values that did not parse or validate (ignored).",
+	})
+	storeStale = promauto.NewCounter(prometheus.CounterOpts{
+		Namespace: plugin.Namespace, Subsystem: pluginName, Name: "store_stale_total",
+		Help: "Shared store values measured with another probe or other gateways (ignored).",
+	})
+	lockWaits = promauto.NewCounter(prometheus.CounterOpts{
+		Namespace: plugin.Namespace, Subsystem: pluginName, Name: "cluster_lock_waits_total",
+		Help: "Probe runs not started because another replica held the location's probe lock (this one waited for its result).",
+	})
+)

@@ -18,6 +18,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/edgesteer/edgesteer/internal/ogs"
+	"github.com/edgesteer/edgesteer/internal/redisconn"
 )
 
 // OGS is the plugin handler.
@@ -48,6 +49,13 @@ type OGS struct {
 	sel    *ogs.Selector
 	mark   uint64 // states.Mark() when a reload began
 	marked bool
+
+	// The shared cache level and the admin view (store.go, admin.go).
+	redis     *redisconn.Config // store redis; nil: none
+	storeName string            // the Redis key namespace's name
+	store     *redisStore
+	admin     string // admin HOST:PORT; "": none
+	adminOn   bool
 }
 
 // Name implements plugin.Handler.
@@ -106,9 +114,14 @@ func (o *OGS) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (i
 func (o *OGS) selectFor(ctx context.Context, loc string) ogs.Selection {
 	sel := o.sel.Select(ctx, loc)
 	server := metrics.WithServer(ctx)
-	if sel.Source == ogs.Cached {
+	switch sel.Source {
+	case ogs.Cached:
 		cacheHits.WithLabelValues(server).Inc()
-	} else {
+		storeHits.WithLabelValues("local").Inc()
+	case ogs.Shared:
+		cacheHits.WithLabelValues(server).Inc()
+		storeHits.WithLabelValues("redis").Inc()
+	default:
 		cacheMisses.WithLabelValues(server).Inc()
 	}
 	if !sel.Source.Fresh() {

@@ -2,6 +2,7 @@ package ogs
 
 import (
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"math"
 	"net"
@@ -17,6 +18,7 @@ import (
 	"github.com/edgesteer/edgesteer/internal/cfvalue"
 	"github.com/edgesteer/edgesteer/internal/latency"
 	"github.com/edgesteer/edgesteer/internal/ogs"
+	"github.com/edgesteer/edgesteer/internal/redisconn"
 )
 
 const pluginName = "ogs"
@@ -81,11 +83,27 @@ func setup(c *caddy.Controller) error {
 // the cache file), or the previous configuration's, with this one's settings
 // applied.
 func (o *OGS) start() error {
+	if o.redis != nil {
+		client, err := acquireClient(o.redis)
+		if err != nil {
+			return plugin.Error(pluginName, fmt.Errorf("store redis: %v", err))
+		}
+		o.store.client = client
+	}
 	a, err := states.Acquire(o.state, o.cfg)
 	if err != nil {
+		o.releaseClient()
 		return plugin.Error(pluginName, err)
 	}
 	o.lease, o.sel = a.Lease, a.Selector()
+	if o.admin != "" {
+		if err := adminAcquire(o); err != nil {
+			o.lease.Release()
+			o.lease = nil
+			o.releaseClient()
+			return plugin.Error(pluginName, err)
+		}
+	}
 	switch {
 	case a.Adopted:
 		log.Infof("state %q adopted from the previous configuration: %s", o.state, a.Change)
@@ -97,13 +115,22 @@ func (o *OGS) start() error {
 	return nil
 }
 
+func (o *OGS) releaseClient() {
+	if o.store != nil && o.store.client != nil {
+		releaseClient(o.redis)
+	}
+}
+
 // stop lets go of the state; the last holder stops its background work and
 // saves the cache file.
 func (o *OGS) stop() error {
+	adminRelease(o)
 	if o.lease == nil {
 		return nil
 	}
-	if err := o.lease.Release(); err != nil {
+	err := o.lease.Release()
+	o.releaseClient()
+	if err != nil {
 		return plugin.Error(pluginName, err)
 	}
 	return nil
@@ -117,6 +144,7 @@ func (o *OGS) restartFailed() error {
 		states.ReleaseSince(o.mark)
 		o.marked = false
 	}
+	adminRestore(o)
 	if o.sel != nil {
 		if _, err := o.sel.Reconfigure(o.cfg); err != nil {
 			return plugin.Error(pluginName, err)
@@ -157,6 +185,8 @@ var options = map[string]struct {
 	"ns":               {"ns NAME [ADDRESS...]", 1, many, true},
 	"max_locations":    {"max_locations COUNT", 1, 1, false},
 	"diagnostic":       {"diagnostic NAME", 1, 1, false},
+	"store":            {"store redis { OPTIONS }", 1, 1, false},
+	"admin":            {"admin HOST:PORT", 1, 1, false},
 	"fallthrough":      {"fallthrough [ZONES...]", 0, many, false},
 }
 
@@ -177,13 +207,13 @@ func parse(c *caddy.Controller) (*OGS, error) {
 	probe, path, verify := "https", "/", false
 	minimum := int64(-1) // SOA MINIMUM: default the answers' TTL
 	seen := false
+	given := map[string]string{} // option → "file:line" of its first occurrence
 	for c.Next() {
 		if seen {
 			return nil, c.Err("ogs: only one ogs block per server block")
 		}
 		seen = true
 		o.names = plugin.OriginsFromArgsOrServerBlock(c.RemainingArgs(), c.ServerBlockKeys)
-		given := map[string]string{} // option → "file:line" of its first occurrence
 		for c.NextBlock() {
 			opt := c.Val()
 			args := c.RemainingArgs()
@@ -194,7 +224,7 @@ func parse(c *caddy.Controller) (*OGS, error) {
 			switch {
 			case !ok:
 				return nil, c.Errf("ogs: unknown option %q", opt)
-			case c.NextArg(): // RemainingArgs stopped at a '{' on the option's line
+			case opt != "store" && c.NextArg(): // RemainingArgs stopped at a '{' on the option's line
 				return nil, bad("takes no block")
 			case len(args) < spec.min || (spec.max != many && len(args) > spec.max):
 				return nil, bad("want %s", spec.syntax)
@@ -333,6 +363,16 @@ func parse(c *caddy.Controller) (*OGS, error) {
 				o.state = args[0]
 			case "diagnostic":
 				o.diagnostic = dns.Fqdn(strings.ToLower(args[0]))
+			case "store":
+				if args[0] != "redis" {
+					return nil, bad("unknown store %q; want redis (the local cache, with cache_file, is the default)", args[0])
+				}
+				o.redis, err = parseRedis(c)
+			case "admin":
+				o.admin, err = adminAddr(args[0])
+				if err != nil {
+					err = bad("%v", err)
+				}
 			case "fallthrough":
 				o.Fall.SetZonesFromArgs(args)
 			}
@@ -364,6 +404,19 @@ func parse(c *caddy.Controller) (*OGS, error) {
 	if probe == "tcp" || probe == "tls" {
 		cfg.ProbeID = fmt.Sprintf("%s verify=%t", probe, verify)
 	}
+	if o.redis != nil && given["state"] == "" {
+		// Replicas started with other ports share results when they serve
+		// the same names: the default state name holds the port.
+		o.storeName = strings.Join(o.names, ",")
+	} else {
+		o.storeName = o.state
+	}
+	if o.redis != nil {
+		o.store = &redisStore{ns: o.redis.Key(pluginName, o.storeName) + ":"}
+		cfg.Store = o.store
+		cfg.StoreTimeout = time.Duration(max(o.redis.ReadTimeout, o.redis.WriteTimeout))
+		cfg.OnStore = o.onStore
+	}
 	cfg.OnRun = o.logRun
 	cfg.OnRecheck = o.logRecheck
 	cfg.OnError = func(err error) { log.Error(err) }
@@ -383,4 +436,57 @@ func parse(c *caddy.Controller) (*OGS, error) {
 		o.diagnostic = "_ogs." + o.names[0]
 	}
 	return o, nil
+}
+
+// parseRedis reads the block of `store redis` through redisconn's Set, so
+// each option is spelled and checked as in the Caddy app edgesteer_redis;
+// the cursor is after `redis`.
+func parseRedis(c *caddy.Controller) (*redisconn.Config, error) {
+	cfg := &redisconn.Config{}
+	given := map[string]string{}
+	for c.NextBlock() {
+		opt, args := c.Val(), c.RemainingArgs()
+		bad := func(format string, a ...any) error {
+			return c.Errf("ogs: store redis: %s: %s", strings.TrimSpace(opt+" "+strings.Join(args, " ")), fmt.Sprintf(format, a...))
+		}
+		if c.NextArg() {
+			return nil, bad("takes no block")
+		}
+		if first, ok := given[opt]; ok && opt != "address" {
+			return nil, c.Errf("ogs: store redis: %s given twice (first at %s)", opt, first)
+		}
+		given[opt] = fmt.Sprintf("%s:%d", c.File(), c.Line())
+		if err := cfg.Set(opt, args); err != nil {
+			if errors.Is(err, redisconn.ErrUnknown) {
+				return nil, c.Errf("ogs: store redis: unknown option %q (want one of %s)", opt, strings.Join(redisconn.Options, ", "))
+			}
+			return nil, bad("%v", err)
+		}
+	}
+	cfg.FillDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, c.Errf("ogs: store redis: %v", err)
+	}
+	if _, err := cfg.Universal(); err != nil { // reads the TLS files now, not at the first query
+		return nil, c.Errf("ogs: store redis: %v", err)
+	}
+	return cfg, nil
+}
+
+// adminAddr checks the admin option's HOST:PORT: an IP or a name (or empty,
+// every address) and a port 1-65535.
+func adminAddr(s string) (string, error) {
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return "", fmt.Errorf("want HOST:PORT: %v", err)
+	}
+	if _, err := cfvalue.Int(port, 1, 65535); err != nil {
+		return "", fmt.Errorf("bad port %q: %v", port, err)
+	}
+	if host != "" && net.ParseIP(host) == nil {
+		if _, ok := dns.IsDomainName(host); !ok || strings.ContainsAny(host, "/ ") {
+			return "", fmt.Errorf("bad host %q", host)
+		}
+	}
+	return s, nil
 }

@@ -1,6 +1,7 @@
 package ogs
 
 import (
+	"fmt"
 	"net"
 	"os"
 	"strings"
@@ -215,6 +216,8 @@ func TestSetupOnce(t *testing.T) {
 		"max_locations":    {"max_locations 10", "max_locations 20"},
 		"diagnostic":       {"diagnostic a.test", "diagnostic b.test"},
 		"fallthrough":      {"fallthrough", "fallthrough example.test"},
+		"store":            {"store redis {\n address 127.0.0.1:6379\n }", "store redis {\n address 127.0.0.1:6380\n key_prefix x\n }"},
+		"admin":            {"admin 127.0.0.1:9153", "admin :9154"},
 	}
 	repeatable := map[string]bool{"gateway": true, "ns": true} // as the README says
 	for opt := range options {
@@ -231,7 +234,8 @@ func TestSetupOnce(t *testing.T) {
 			}
 			continue
 		}
-		want := "Testfile:4 - Error during parsing: ogs: " + opt + " given twice (first at Testfile:3)"
+		line := 3 + strings.Count(two[0], "\n")
+		want := fmt.Sprintf("Testfile:%d - Error during parsing: ogs: %s given twice (first at Testfile:3)", line+1, opt)
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s twice: got %v, want %q", opt, err, want)
 		}
@@ -281,5 +285,58 @@ func TestReadmeExamplesParse(t *testing.T) {
 	}
 	if n == 0 {
 		t.Fatal("no ogs example found in README.md")
+	}
+}
+
+// store redis reads its block through redisconn (the spelling of the Caddy
+// app edgesteer_redis); the Redis key namespace is the served names unless
+// state is given, so replicas on other ports share entries.
+func TestParseStoreRedis(t *testing.T) {
+	c := caddy.NewTestController("dns", `ogs vpn.example.test other.example.test {
+		gateway gw1 192.0.2.1:443
+		store redis {
+			address 127.0.0.1:6379 127.0.0.1:6380
+			key_prefix es
+			read_timeout 100ms
+			write_timeout 150ms
+		}
+		admin 127.0.0.1:9300
+	}`)
+	c.ServerBlockKeys = []string{"vpn.example.test:1053"}
+	o, err := parse(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.redis == nil || len(o.redis.Addresses) != 2 || o.redis.KeyPrefix != "es" || o.cfg.Store == nil || o.cfg.StoreTimeout != 150*time.Millisecond {
+		t.Fatalf("redis %+v store %v timeout %v", o.redis, o.cfg.Store, o.cfg.StoreTimeout)
+	}
+	if o.store.ns != "es:ogs:vpn.example.test.,other.example.test.:" || o.admin != "127.0.0.1:9300" {
+		t.Fatalf("namespace %q admin %q", o.store.ns, o.admin)
+	}
+	c = caddy.NewTestController("dns", "ogs vpn.example.test {\n gateway gw1 192.0.2.1:443\n state blue\n store redis {\n address r:6379\n }\n}")
+	if o, err := parse(c); err != nil || o.store.ns != "edgesteer:ogs:blue:" {
+		t.Fatalf("with state: %v %q", err, o.store.ns)
+	}
+}
+
+func TestParseStoreAndAdminErrors(t *testing.T) {
+	for body, want := range map[string]string{
+		"store file":                         `store file: unknown store "file"`,
+		"store redis":                        "store redis: address: at least one Redis address is required",
+		"store redis {\n address nohost\n }": `store redis: address "nohost": want host:port`,
+		"store redis {\n address h:1\n colour blue\n }":              `store redis: unknown option "colour"`,
+		"store redis {\n address h:1\n db x\n }":                     "store redis: db x: want a whole number",
+		"store redis {\n address h:1\n db 1\n db 2\n }":              "store redis: db given twice",
+		"store redis {\n address h:1\n tls_ca_file /nonexistent\n }": "tls_ca_file",
+		"admin nohost":      "admin nohost: want HOST:PORT",
+		"admin 127.0.0.1:0": `admin 127.0.0.1:0: bad port "0"`,
+		"admin 127.0.0.1:x": `bad port "x"`,
+		"admin a/b:80":      `bad host "a/b"`,
+		"admin 1 2":         "want admin HOST:PORT",
+	} {
+		_, err := parse(caddy.NewTestController("dns", "ogs vpn.example.test {\n gateway a 192.0.2.1:1\n "+body+"\n}"))
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: got %v, want %q", body, err, want)
+		}
 	}
 }

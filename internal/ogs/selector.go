@@ -60,6 +60,17 @@ type Config struct {
 	OnRun func(Run)
 	// OnError, if set, gets background errors (saving the cache file).
 	OnError func(error)
+
+	// Store, if set, is a cache level shared with other replicas (see
+	// shared.go); StoreTimeout bounds each call, StorePoll is how often a
+	// replica waiting on another's probe run looks for its result, and
+	// StoreRetry how long the store rests after an error.
+	Store        Store
+	StoreTimeout time.Duration
+	StorePoll    time.Duration
+	StoreRetry   time.Duration
+	// OnStore, if set, is told what happened with the store.
+	OnStore func(StoreEvent)
 }
 
 // Run is one finished probe run, as reported to Config.OnRun.
@@ -112,6 +123,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("cache_ttl %v: must be positive", c.CacheTTL)
 	case c.MaxLocations < 0:
 		return fmt.Errorf("max_locations %d: must be positive", c.MaxLocations)
+	case c.StoreTimeout < 0 || c.StorePoll < 0 || c.StoreRetry < 0:
+		return errors.New("store timings must be positive")
 	}
 	return nil
 }
@@ -134,6 +147,9 @@ func (c *Config) FillDefaults() {
 	orDefault(&c.Retry, DefaultRetry)
 	orDefault(&c.MaxLocations, DefaultMaxLocations)
 	orDefault(&c.Recheck, DefaultRecheck)
+	orDefault(&c.StoreTimeout, DefaultStoreTimeout)
+	orDefault(&c.StorePoll, DefaultStorePoll)
+	orDefault(&c.StoreRetry, DefaultStoreRetry)
 }
 
 // orDefault sets *v to def if *v is the zero value.
@@ -153,15 +169,16 @@ const (
 	Previous                 // no fresh result (see Why): the location's previous selection
 	Configured               // no fresh result and none before: the configured order
 	Partial                  // a probe run still going at the answer deadline: the gateways answered so far
+	Shared                   // a fresh result read from the shared store (another replica's probe run)
 )
 
 func (s Source) String() string {
-	return [...]string{"probed", "cache", "previous", "configured", "partial"}[s]
+	return [...]string{"probed", "cache", "previous", "configured", "partial", "shared"}[s]
 }
 
 // Fresh reports whether the selection is a finished probe run's result
 // (answers may carry their full TTL), rather than a stand-in until one is.
-func (s Source) Fresh() bool { return s == Probed || s == Cached }
+func (s Source) Fresh() bool { return s == Probed || s == Cached || s == Shared }
 
 // Why says why a Previous or Configured selection answered.
 type Why int
@@ -212,6 +229,7 @@ type entry struct {
 	view     *Result // res as answered, given the re-check (recheck.go)
 	viewOf   *Result // the res view was derived from
 	viewVer  uint64  // the deadVer view was derived at
+	shared   bool    // res was read from the store, not probed here
 }
 
 // progress is what a probe run has measured so far, so that a query whose
@@ -245,6 +263,12 @@ type Selector struct {
 	saves   chan struct{}
 	started bool
 	closed  bool
+
+	runs    uint64    // probe runs made by this selector
+	lastRun time.Time // when the latest one finished
+
+	storeDown      bool      // the store's last call failed
+	storeDownUntil time.Time // the store rests until then after an error
 }
 
 // NewSelector returns a selector with defaults filled in.
@@ -319,7 +343,7 @@ func (s *Selector) Select(ctx context.Context, location string) Selection {
 		e.flight, e.started = flight, now
 		e.progress = nil
 		s.wg.Add(1)
-		go s.run(location, e, flight, s.cfg, s.epoch)
+		go s.fetchOrRun(location, e, flight, s.cfg, s.epoch)
 	}
 	// The answer deadline counts from the run's start, not from this
 	// query's arrival: a resolver that retries a query (unbound resends
@@ -348,6 +372,9 @@ func (s *Selector) Select(ctx context.Context, location string) Selection {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.fresh(e, s.now()) {
+		if e.shared {
+			return Selection{Result: s.answered(e), Source: Shared}
+		}
 		return Selection{Result: s.answered(e), Source: Probed}
 	}
 	sel := Selection{Why: why, Failed: e.failed, RetryAt: e.retryAt}
@@ -403,8 +430,9 @@ func (s *Selector) configured() *Result {
 // unless nothing answered. cfg and epoch are those in force when the run
 // started; a reload during the run maps its result onto the new
 // configuration by gateway name (see Reconfigure).
-func (s *Selector) run(location string, e *entry, done chan struct{}, cfg Config, epoch uint64) {
-	defer s.wg.Done()
+// With a store, the result is shared (and the probe lock held under token
+// released) once the local queries have it.
+func (s *Selector) run(location string, e *entry, done chan struct{}, cfg Config, epoch uint64, token string) {
 	ctx, cancel := context.WithTimeout(s.ctx, cfg.Deadline)
 	defer cancel()
 	n := len(cfg.Gateways)
@@ -466,12 +494,14 @@ func (s *Selector) run(location string, e *entry, done chan struct{}, cfg Config
 	}
 	switch {
 	case res != nil:
-		e.res, e.epoch, e.failed = res, epoch, nil
+		e.res, e.epoch, e.failed, e.shared = res, epoch, nil, false
 	case !any:
 		e.retryAt = s.now().Add(cfg.Retry)
 		e.failed = &Result{Gateways: cfg.Gateways, RTTs: best, Reasons: reasons, At: s.now()}
 	}
 	e.flight, e.progress = nil, nil
+	s.runs++
+	s.lastRun = s.now()
 	run := Run{Location: location, Gateways: cfg.Gateways, RTTs: all, Reasons: why, Errors: errs, Result: res, RetryAt: e.retryAt}
 	if res == nil {
 		run.Previous = e.res
@@ -485,6 +515,7 @@ func (s *Selector) run(location string, e *entry, done chan struct{}, cfg Config
 	if res != nil {
 		s.requestSave()
 	}
+	s.share(location, res, cfg, token)
 }
 
 // sleep waits d, or until ctx ends; it reports whether d passed.

@@ -1,0 +1,207 @@
+package ogs
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// adminLocations bounds the locations one server lists (the newest
+// results first); locations_total says how many there are.
+const adminLocations = 1000
+
+// admins are the admin listeners by address. Several ogs blocks may name
+// one address: they share its listener, each listed as one server. A
+// reload starts the new configuration before stopping the old, so the new
+// blocks join the listener the old ones hold and it never closes in
+// between; it closes when the last block using it stops.
+var admins = struct {
+	sync.Mutex
+	m map[string]*adminListener
+}{m: map[string]*adminListener{}}
+
+type adminListener struct {
+	srv *http.Server
+	// blocks by state name: the configurations holding it, oldest first;
+	// the newest answers (a reload registers the new block before the old
+	// one lets go).
+	blocks map[string][]*OGS
+}
+
+// adminAcquire registers o on its admin address, listening there if no
+// block does yet.
+func adminAcquire(o *OGS) error {
+	admins.Lock()
+	defer admins.Unlock()
+	l := admins.m[o.admin]
+	if l == nil {
+		ln, err := net.Listen("tcp", o.admin)
+		if err != nil {
+			return fmt.Errorf("admin %s: %v", o.admin, err)
+		}
+		l = &adminListener{blocks: map[string][]*OGS{}}
+		mux := http.NewServeMux()
+		mux.HandleFunc("/ogs", l.serve)
+		l.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go l.srv.Serve(ln)
+		admins.m[o.admin] = l
+	}
+	l.blocks[o.state] = append(l.blocks[o.state], o)
+	o.adminOn = true
+	return nil
+}
+
+// adminRelease takes o off its admin address, and closes the listener when
+// o was the last block on it.
+func adminRelease(o *OGS) {
+	admins.Lock()
+	defer admins.Unlock()
+	if !o.adminOn {
+		return
+	}
+	o.adminOn = false
+	l := admins.m[o.admin]
+	if l == nil {
+		return
+	}
+	if bs := slices.DeleteFunc(l.blocks[o.state], func(b *OGS) bool { return b == o }); len(bs) > 0 {
+		l.blocks[o.state] = bs
+	} else {
+		delete(l.blocks, o.state)
+	}
+	if len(l.blocks) == 0 {
+		delete(admins.m, o.admin)
+		l.srv.Close()
+	}
+}
+
+// adminRestore makes o answer again after a failed reload: the blocks the
+// failed configuration registered after it are dropped.
+func adminRestore(o *OGS) {
+	admins.Lock()
+	defer admins.Unlock()
+	l := admins.m[o.admin]
+	if !o.adminOn || l == nil {
+		return
+	}
+	bs := l.blocks[o.state]
+	if i := slices.Index(bs, o); i >= 0 {
+		for _, b := range bs[i+1:] {
+			b.adminOn = false
+		}
+		l.blocks[o.state] = bs[:i+1]
+	}
+}
+
+// The admin JSON (README, "Admin API").
+type adminView struct {
+	Servers []serverView `json:"servers"`
+}
+
+type serverView struct {
+	Zone           string         `json:"zone"`
+	Zones          []string       `json:"zones"`
+	State          string         `json:"state"`
+	Store          string         `json:"store"`
+	RedisHealthy   *bool          `json:"redis_healthy,omitempty"`
+	Gateways       []gatewayView  `json:"gateways"`
+	Locations      []locationView `json:"locations"`
+	LocationsTotal int            `json:"locations_total"`
+	LastRun        *time.Time     `json:"last_run"`
+	RunsTotal      uint64         `json:"runs_total"`
+}
+
+type gatewayView struct {
+	Name    string   `json:"name"`
+	Address string   `json:"address"`
+	Port    string   `json:"port"`
+	Backups []string `json:"backups"`
+}
+
+type locationView struct {
+	Location   string             `json:"location"`
+	Order      []string           `json:"order"`
+	RTTsMs     map[string]float64 `json:"rtts_ms"`
+	ProbedAt   time.Time          `json:"probed_at"`
+	AgeSeconds float64            `json:"age_seconds"`
+	Fresh      bool               `json:"fresh"`
+	Source     string             `json:"source"`
+	Dead       []string           `json:"recheck_failed"`
+}
+
+func (l *adminListener) serve(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		return
+	}
+	admins.Lock()
+	var blocks []*OGS
+	for _, bs := range l.blocks {
+		blocks = append(blocks, bs[len(bs)-1])
+	}
+	admins.Unlock()
+	view := adminView{Servers: []serverView{}}
+	now := time.Now()
+	for _, o := range blocks {
+		if o.sel != nil {
+			view.Servers = append(view.Servers, o.view(now))
+		}
+	}
+	slices.SortFunc(view.Servers, func(a, b serverView) int { return strings.Compare(a.Zone+" "+a.State, b.Zone+" "+b.State) })
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	json.NewEncoder(w).Encode(view)
+}
+
+// view is one block's state.
+func (o *OGS) view(now time.Time) serverView {
+	snap := o.sel.Snapshot(adminLocations)
+	v := serverView{Zone: o.names[0], Zones: o.names, State: o.state, Store: "memory", Gateways: []gatewayView{},
+		Locations: make([]locationView, 0, len(snap.Locations)), LocationsTotal: snap.Total, RunsTotal: snap.Runs}
+	switch {
+	case o.redis != nil:
+		v.Store = "redis"
+		healthy := snap.StoreUp
+		v.RedisHealthy = &healthy
+	case o.cfg.CacheFile != "":
+		v.Store = "file"
+	}
+	if !snap.LastRun.IsZero() {
+		t := snap.LastRun.UTC()
+		v.LastRun = &t
+	}
+	for _, g := range snap.Gateways {
+		_, port, _ := net.SplitHostPort(g.Addr)
+		v.Gateways = append(v.Gateways, gatewayView{Name: g.Name, Address: g.IP.String(), Port: port, Backups: append([]string{}, g.Backups...)})
+	}
+	for _, l := range snap.Locations {
+		res := l.Result
+		lv := locationView{Location: l.Location, Order: []string{}, RTTsMs: map[string]float64{}, ProbedAt: res.At.UTC(),
+			AgeSeconds: math.Round(now.Sub(res.At).Seconds()*10) / 10, Fresh: l.Fresh, Source: "probed", Dead: []string{}}
+		if l.Shared {
+			lv.Source = "shared"
+		}
+		for _, i := range res.Order {
+			lv.Order = append(lv.Order, res.Gateways[i].Name)
+		}
+		for i, rtt := range res.RTTs {
+			if rtt > 0 {
+				lv.RTTsMs[res.Gateways[i].Name] = math.Round(float64(rtt)/float64(time.Millisecond)*10) / 10
+			}
+		}
+		for i, why := range res.Dead {
+			if why != "" {
+				lv.Dead = append(lv.Dead, res.Gateways[i].Name)
+			}
+		}
+		v.Locations = append(v.Locations, lv)
+	}
+	return v
+}
