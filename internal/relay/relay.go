@@ -23,7 +23,8 @@ var buffers = sync.Pool{New: func() any { b := make([]byte, BufferSize); return 
 // A Filter sees the bytes read from one end before they are written to the
 // other. Feed returns how many bytes at the start of b may be written now;
 // the rest are kept, and handed to Feed again at the start of b with what is
-// read next after them. An error stops the relay: nothing more is written.
+// read next after them. An error stops the relay once the bytes Feed passed
+// with it are written: nothing after them is.
 type Filter interface {
 	Feed(b []byte) (int, error)
 }
@@ -111,8 +112,12 @@ func copyTo(dst, src End) error {
 				fwd, err = src.Filter.Feed(data)
 			}
 		}
-		if err == nil && fwd > 0 {
-			_, err = dst.Conn.Write(data[:fwd])
+		if fwd > 0 {
+			// What the Filter passed goes on even when it refuses what
+			// follows: the messages before a refused one are whole and good.
+			if _, werr := dst.Conn.Write(data[:fwd]); err == nil {
+				err = werr
+			}
 		}
 		if held = append(held[:0], data[fwd:]...); len(held) == 0 {
 			held = nil // an idle connection holds nothing
