@@ -172,9 +172,12 @@ func TestDeadlineFallsBackToPrevious(t *testing.T) {
 	metricsAddr := e2e.Addr(t)
 	cf := corefile(addrs, filepath.Join(t.TempDir(), "ogs.json"), metricsAddr, "deadline 1s\n\t\tcache_ttl 2s\n\t\tretry 1s")
 	d := e2e.StartCoreDNS(t, cf, "other.example.test A")
-	previous := "127.0.0.12\n127.0.0.14\n127.0.0.13\n127.0.0.11\n"
-	if got := dig(t, d.Addr, "vpn.example.test", "A", "+short"); got != previous {
-		t.Fatalf("first answer %q, want %q", got, previous)
+	// The measured order itself is another test's matter (10 ms apart, it
+	// is at the mercy of a busy machine's scheduling): here it is only the
+	// previous selection that later answers must repeat.
+	previous := dig(t, d.Addr, "vpn.example.test", "A", "+short")
+	if got := strings.Fields(previous); len(got) != 4 {
+		t.Fatalf("first answer %q, want the four gateways", previous)
 	}
 	// Replace every gateway by a listener that accepts and never answers.
 	for i, p := range procs {
