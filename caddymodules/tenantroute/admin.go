@@ -217,7 +217,7 @@ type View struct {
 type AutoView struct {
 	TargetPerNode         int     `json:"target_per_node"`
 	ShareFactor           float64 `json:"share_factor"`
-	TargetRequestsPerNode float64 `json:"target_requests_per_node"`
+	TargetRequestsPerNode float64 `json:"target_requests_per_second_per_node"`
 	Max                   int     `json:"max"`
 	CoolDownMS            int64   `json:"cool_down_ms"`
 }
