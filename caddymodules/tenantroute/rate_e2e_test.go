@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/edgesteer/edgesteer/internal/e2e"
 	"github.com/edgesteer/edgesteer/internal/placement"
@@ -67,6 +68,10 @@ func TestBusyTenantGrowsByRequestRate(t *testing.T) {
 	if len(v.PartitionHistory) != 1 || v.PartitionHistory[0].Tenant != "acme" || v.PartitionHistory[0].Direction != "grow" ||
 		v.PartitionHistory[0].From != 2 || v.PartitionHistory[0].To != 3 {
 		t.Fatalf("history %+v", v.PartitionHistory)
+	}
+	if at, err := time.Parse(time.RFC3339Nano, v.PartitionHistory[0].Time); err != nil || at.Format(time.RFC3339Nano) != at.UTC().Format(time.RFC3339Nano) ||
+		v.PartitionHistory[0].Reason != v.Tenants["acme"].PartitionsChangeReason {
+		t.Fatalf("history entry %+v: %v", v.PartitionHistory[0], err)
 	}
 	if !slices.Equal(v.Tenants["globex"].Nodes, before.Tenants["globex"].Nodes) || v.Tenants["globex"].Partitions != 2 {
 		t.Fatalf("globex moved: %v → %v", before.Tenants["globex"].Nodes, v.Tenants["globex"].Nodes)

@@ -611,3 +611,43 @@ func TestHistoryIsBounded(t *testing.T) {
 		}
 	}
 }
+
+// Requests runs beside binds, releases and ticks (go test -race): every
+// message counted while its lease counted is in the rate, none after.
+func TestRequestsConcurrent(t *testing.T) {
+	now := time.Now()
+	p := autoPlacer(t, 4, 2, &Auto{TargetRequestsPerNode: 1e9, CoolDown: time.Minute}, 0)
+	keep := arrive(t, p, "acme", 1, true, now)[0] // keeps the tenant tracked
+	p.Tick(now)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 50 {
+				l, err := p.Acquire("acme", now)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				l.Bound(true, now)
+				l.Requests(2)
+				l.Release(now)
+				l.Requests(1000) // after release: not counted
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for range 100 {
+			p.Tick(now)
+			keep.Requests(1)
+		}
+	}()
+	wg.Wait()
+	p.Tick(now.Add(RateWindow))
+	if got := p.Loads()["acme"].RequestsPerSecond; got != 8*50*2+100 {
+		t.Fatalf("%v requests per second, want %d", got, 8*50*2+100)
+	}
+}
