@@ -10,11 +10,11 @@ import (
 // passes is counted toward the tenant's request rate (auto partitions'
 // target_requests_per_node), one Lease.Requests call per read: no lock,
 // no allocation. The guard passes a message's bytes only once its header
-// is whole, so framing the passed bytes again finds every message start.
+// is whole and valid, so reading the lengths of the passed bytes again
+// finds every message start.
 type countingGuard struct {
 	guard  ldapwire.TenantGuard
 	lease  *placement.Lease
-	maxLen int64
 	rest   int // bytes of the current message not yet passed
 }
 
@@ -22,6 +22,27 @@ func (c *countingGuard) Feed(b []byte) (int, error) {
 	n, err := c.guard.Feed(b)
 	c.lease.Requests(c.count(b[:n]))
 	return n, err
+}
+
+// envelopeSize is the size of the LDAPMessage starting b, read from its
+// SEQUENCE header alone: the guard has framed and checked it already
+// (ldapwire.Frame), so only the length is decoded here.
+func envelopeSize(b []byte) (int, bool) {
+	if len(b) < 2 {
+		return 0, false
+	}
+	if b[1] < 0x80 {
+		return 2 + int(b[1]), true
+	}
+	n := int(b[1] & 0x7f)
+	if n == 0 || n > 4 || len(b) < 2+n {
+		return 0, false
+	}
+	length := 0
+	for _, o := range b[2 : 2+n] {
+		length = length<<8 | int(o)
+	}
+	return 2 + n + length, true
 }
 
 // count frames the passed bytes p and returns how many messages begin in
@@ -34,8 +55,8 @@ func (c *countingGuard) count(p []byte) (msgs int) {
 			c.rest -= k
 			continue
 		}
-		size, _, err := ldapwire.Frame(p[i:], c.maxLen)
-		if err != nil {
+		size, ok := envelopeSize(p[i:])
+		if !ok {
 			return msgs // the guard passed nothing it could not frame
 		}
 		msgs++

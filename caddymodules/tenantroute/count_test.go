@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -90,16 +91,19 @@ func TestCountingGuardCountsMessages(t *testing.T) {
 	var stream bytes.Buffer
 	const msgs = 300
 	for i := range int64(msgs) {
-		if i%50 == 7 {
+		switch {
+		case i%50 == 7:
 			stream.Write(bindMsg(i+2, "uid=u,o=acme,dc=example"))
-		} else {
+		case i%30 == 11: // long-form lengths: 2 and 3 octets
+			stream.Write(searchMsg(i+2, "(description="+strings.Repeat("x", 300+int(i)*200)+")"))
+		default:
 			stream.Write(searchMsg(i+2, "(uid=user-"+string(rune('a'+i%26))+")"))
 		}
 	}
 	stream.Write(bindMsg(999, "uid=u,o=globex,dc=example")) // refused
 	stream.Write(searchMsg(1000, "(uid=x)"))
 	r := rand.New(rand.NewPCG(1, 2))
-	f := &countingGuard{guard: ldapwire.TenantGuard{Rule: rule, Tenant: "acme", MaxLen: 1 << 16}, lease: lease, maxLen: 1 << 16}
+	f := &countingGuard{guard: ldapwire.TenantGuard{Rule: rule, Tenant: "acme", MaxLen: 1 << 16}, lease: lease}
 	now := time.Now()
 	p.Tick(now)
 	passed, err := feedAll(f, stream.Bytes(), r)
@@ -130,7 +134,7 @@ func TestCountingGuardAllocatesNothing(t *testing.T) {
 	p.SetNodes([]string{"n1:389"})
 	lease, _ := p.Acquire("acme", time.Now())
 	lease.Bound(true, time.Now())
-	f := &countingGuard{guard: ldapwire.TenantGuard{Tenant: "acme", MaxLen: 1 << 16}, lease: lease, maxLen: 1 << 16}
+	f := &countingGuard{guard: ldapwire.TenantGuard{Tenant: "acme", MaxLen: 1 << 16}, lease: lease}
 	b := bytes.Repeat(searchMsg(2, "(uid=a)"), 20)
 	if n := testing.AllocsPerRun(200, func() {
 		if n, err := f.Feed(b); n != len(b) || err != nil {
@@ -139,4 +143,28 @@ func TestCountingGuardAllocatesNothing(t *testing.T) {
 	}); n != 0 {
 		t.Fatalf("%v allocations per Feed", n)
 	}
+}
+
+// The cost of counting: Feed of a read holding 20 small search requests,
+// the guard alone (the anchor) against the guard with counting.
+func BenchmarkGuardFeed(b *testing.B) {
+	p, _ := placement.New(1)
+	p.SetNodes([]string{"n1:389"})
+	lease, _ := p.Acquire("acme", time.Now())
+	lease.Bound(true, time.Now())
+	buf := bytes.Repeat(searchMsg(2, "(uid=a)"), 20)
+	b.Run("guard", func(b *testing.B) {
+		g := &ldapwire.TenantGuard{Tenant: "acme", MaxLen: 1 << 16}
+		b.SetBytes(int64(len(buf)))
+		for b.Loop() {
+			g.Feed(buf)
+		}
+	})
+	b.Run("guard+count", func(b *testing.B) {
+		f := &countingGuard{guard: ldapwire.TenantGuard{Tenant: "acme", MaxLen: 1 << 16}, lease: lease}
+		b.SetBytes(int64(len(buf)))
+		for b.Loop() {
+			f.Feed(buf)
+		}
+	})
 }

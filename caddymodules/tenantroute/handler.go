@@ -333,7 +333,7 @@ func (t *TenantRoute) Handle(cx *layer4.Connection, _ layer4.Handler) error {
 		Conn: clientConn,
 		// Bytes a matcher read ahead are still in cx: read them first.
 		Buffered: func() int { return len(cx.MatchingBytes()) },
-		Filter:   &countingGuard{guard: ldapwire.TenantGuard{Rule: guard, Tenant: tenant, MaxLen: max}, lease: lease, maxLen: max},
+		Filter:   &countingGuard{guard: ldapwire.TenantGuard{Rule: guard, Tenant: tenant, MaxLen: max}, lease: lease},
 	}
 	if sc, ok := cx.Conn.(syscall.Conn); ok {
 		client.Socket = sc
