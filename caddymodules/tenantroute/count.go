@@ -13,9 +13,9 @@ import (
 // is whole and valid, so reading the lengths of the passed bytes again
 // finds every message start.
 type countingGuard struct {
-	guard  ldapwire.TenantGuard
-	lease  *placement.Lease
-	rest   int // bytes of the current message not yet passed
+	guard ldapwire.TenantGuard
+	lease *placement.Lease
+	rest  int // bytes of the current message not yet passed
 }
 
 func (c *countingGuard) Feed(b []byte) (int, error) {

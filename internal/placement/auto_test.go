@@ -443,7 +443,7 @@ func TestAutoShareHysteresis(t *testing.T) {
 	for _, l := range held[:22] {
 		l.Release(now)
 	}
-	held = held[22:] // 34: 34/94 = 36 % < 37.5 %
+	held = held[22:]    // 34: 34/94 = 36 % < 37.5 %
 	for i := range 10 { // 34 ↔ 38 (38/98 = 39 %), each dip cool/2 long
 		now = now.Add(cool / 2)
 		p.Tick(now)
