@@ -208,13 +208,28 @@ type View struct {
 	UnauthenticatedConnections int64             `json:"unauthenticated_connections"`
 	// FailedBinds per tenant, for the most recent maxFailedTenants tenants.
 	FailedBinds map[string]uint64 `json:"failed_binds"`
+	// PartitionHistory is the last placement.HistoryLength changes by auto
+	// partitions, oldest first.
+	PartitionHistory []ChangeView `json:"partition_history"`
 }
 
-// AutoView is auto_partitions as configured.
+// AutoView is auto_partitions as configured (0: that trigger is off).
 type AutoView struct {
-	TargetPerNode int   `json:"target_per_node"`
-	Max           int   `json:"max"`
-	CoolDownMS    int64 `json:"cool_down_ms"`
+	TargetPerNode         int     `json:"target_per_node"`
+	ShareFactor           float64 `json:"share_factor"`
+	TargetRequestsPerNode float64 `json:"target_requests_per_second_per_node"`
+	Max                   int     `json:"max"`
+	CoolDownMS            int64   `json:"cool_down_ms"`
+}
+
+// ChangeView is one partition change by auto partitions.
+type ChangeView struct {
+	Time      string `json:"time"` // RFC 3339
+	Tenant    string `json:"tenant"`
+	Direction string `json:"direction"` // grow or shrink
+	From      int    `json:"from"`
+	To        int    `json:"to"`
+	Reason    string `json:"reason"`
 }
 
 // TenantAt is a connected tenant: its nodes and open connections, and its
@@ -227,6 +242,10 @@ type TenantAt struct {
 	PartitionsChanged        string   `json:"partitions_changed,omitempty"`
 	PartitionsChangeReason   string   `json:"partitions_change_reason,omitempty"`
 	PartitionsChangeDir      string   `json:"partitions_change_direction,omitempty"`
+	// RequestsPerSecond is its client messages per second (after each
+	// connection's first) over the last whole second, on connections that
+	// count as load.
+	RequestsPerSecond float64 `json:"requests_per_second"`
 }
 
 func serveView(w http.ResponseWriter, r *http.Request) error {
@@ -258,7 +277,7 @@ func handlerViews() []View {
 			at := TenantAt{Nodes: p.Place(tenant), Connections: n}
 			at.Partitions = len(at.Nodes)
 			if l, ok := loads[tenant]; ok {
-				at.AuthenticatedConnections = l.Authenticated
+				at.AuthenticatedConnections, at.RequestsPerSecond = l.Authenticated, l.RequestsPerSecond
 				if !l.Changed.IsZero() {
 					at.PartitionsChanged = l.Changed.UTC().Format(time.RFC3339Nano)
 					at.PartitionsChangeReason, at.PartitionsChangeDir = l.Reason, "shrink"
@@ -271,7 +290,17 @@ func handlerViews() []View {
 		}
 		auto, maxPerNode := p.AutoConfig()
 		if auto != nil {
-			v.AutoPartitions = &AutoView{TargetPerNode: auto.TargetPerNode, Max: auto.Max, CoolDownMS: auto.CoolDown.Milliseconds()}
+			v.AutoPartitions = &AutoView{TargetPerNode: auto.TargetPerNode, ShareFactor: auto.ShareFactor,
+				TargetRequestsPerNode: auto.TargetRequestsPerNode, Max: auto.Max, CoolDownMS: auto.CoolDown.Milliseconds()}
+		}
+		v.PartitionHistory = []ChangeView{}
+		for _, ch := range p.History() {
+			dir := "shrink"
+			if ch.Grew {
+				dir = "grow"
+			}
+			v.PartitionHistory = append(v.PartitionHistory, ChangeView{Time: ch.Time.UTC().Format(time.RFC3339Nano),
+				Tenant: ch.Tenant, Direction: dir, From: ch.From, To: ch.To, Reason: ch.Reason})
 		}
 		c := p.Counters()
 		v.MaxPerNode, v.BusyRefusals, v.UnauthenticatedConnections = maxPerNode, c.BusyRefusals, c.Unauthenticated

@@ -27,8 +27,10 @@ import (
 //			prefix <key prefix of node registrations>
 //			assignment_prefix <key prefix to publish tenant → nodes>
 //		}
-//		auto_partitions {
+//		auto_partitions {                 # at least one of the three triggers
 //			target_per_node <connections>
+//			share_factor <factor>           # ≥ 1
+//			target_requests_per_node <requests per second>
 //			max <k>                         # default: every member
 //			cool_down <duration>            # default 5m
 //		}
@@ -133,7 +135,8 @@ func unmarshalEtcd(o *cfparse.Block) (*EtcdMembership, error) {
 	return e, nil
 }
 
-// unmarshalAuto reads auto_partitions { target_per_node …; max …; cool_down … }.
+// unmarshalAuto reads auto_partitions { target_per_node …; share_factor …;
+// target_requests_per_node …; max …; cool_down … }.
 func unmarshalAuto(o *cfparse.Block) (*AutoPartitions, error) {
 	if err := o.Once(); err != nil {
 		return nil, err
@@ -147,6 +150,10 @@ func unmarshalAuto(o *cfparse.Block) (*AutoPartitions, error) {
 		switch sub.Name() {
 		case "target_per_node":
 			a.TargetPerNode, err = sub.Int(1, math.MaxInt)
+		case "share_factor":
+			a.ShareFactor, err = sub.Float(1, math.Inf(1))
+		case "target_requests_per_node":
+			a.TargetRequestsPerNode, err = sub.Float(0.001, math.Inf(1))
 		case "max":
 			a.Max, err = sub.Int(1, math.MaxInt)
 		case "cool_down":
@@ -158,8 +165,8 @@ func unmarshalAuto(o *cfparse.Block) (*AutoPartitions, error) {
 			return nil, err
 		}
 	}
-	if a.TargetPerNode == 0 {
-		return nil, o.Errf("auto_partitions: target_per_node is required")
+	if a.TargetPerNode == 0 && a.ShareFactor == 0 && a.TargetRequestsPerNode == 0 {
+		return nil, o.Errf("auto_partitions: give target_per_node, share_factor or target_requests_per_node (at least one)")
 	}
 	return a, nil
 }

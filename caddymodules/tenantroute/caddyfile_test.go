@@ -44,7 +44,18 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 			max_per_node 500
 			max_failed_binds 2
 		}`, Expected: `{"nodes":["127.0.0.1:3891"],"auto_partitions":{"target_per_node":50,"max":4,"cool_down":120000000000},"max_per_node":500,"max_failed_binds":2}`},
-		{Input: "tenant_route {\nauto_partitions {\nmax 3\n}\n}", ExpectedErr: `auto_partitions: target_per_node is required`},
+		{Input: `tenant_route {
+			auto_partitions {
+				share_factor 2.5
+				target_requests_per_node 150.5
+				cool_down 30s
+			}
+		}`, Expected: `{"auto_partitions":{"share_factor":2.5,"target_requests_per_node":150.5,"cool_down":30000000000}}`},
+		{Input: "tenant_route {\nauto_partitions {\nmax 3\n}\n}", ExpectedErr: `auto_partitions: give target_per_node, share_factor or target_requests_per_node (at least one)`},
+		{Input: "tenant_route {\nauto_partitions {\nshare_factor 0.5\n}\n}", ExpectedErr: `tenant_route: auto_partitions: share_factor "0.5": want a decimal number of at least 1, at Testfile:3`},
+		{Input: "tenant_route {\nauto_partitions {\nshare_factor 2x\n}\n}", ExpectedErr: `tenant_route: auto_partitions: share_factor "2x"`},
+		{Input: "tenant_route {\nauto_partitions {\ntarget_requests_per_node 0\n}\n}", ExpectedErr: `tenant_route: auto_partitions: target_requests_per_node "0": want a decimal number of at least 0.001`},
+		{Input: "tenant_route {\nauto_partitions {\ntarget_requests_per_node NaN\n}\n}", ExpectedErr: `target_requests_per_node "NaN"`},
 		{Input: "tenant_route {\nauto_partitions {\ntarget_per_node 0\n}\n}", ExpectedErr: `tenant_route: auto_partitions: target_per_node "0": want a whole number of at least 1`},
 		{Input: "tenant_route {\nauto_partitions {\ntarget_per_node 5\ncool_down 0s\n}\n}", ExpectedErr: `tenant_route: auto_partitions: cool_down "0s": want a positive duration`},
 		{Input: "tenant_route {\nauto_partitions {\ntarget_per_node 5\nburst 2\n}\n}", ExpectedErr: `burst`},

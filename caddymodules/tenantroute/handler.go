@@ -8,6 +8,7 @@ package tenantroute
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"strings"
 	"sync/atomic"
@@ -95,12 +96,17 @@ type TenantRoute struct {
 }
 
 // AutoPartitions grows a tenant's partitions while its connections per
-// node exceed TargetPerNode, up to Max (0: every member), and shrinks them
-// one step after its load stayed below half the target for CoolDown.
+// node exceed TargetPerNode, its share of all connections exceeds its
+// share of nodes by ShareFactor, or its client messages per second per
+// node exceed TargetRequestsPerNode (each optional, at least one given),
+// up to Max (0: every member), and shrinks them one step after every
+// given signal stayed below half its threshold for CoolDown.
 type AutoPartitions struct {
-	TargetPerNode int            `json:"target_per_node"`
-	Max           int            `json:"max,omitempty"`
-	CoolDown      caddy.Duration `json:"cool_down,omitempty"` // default 5m
+	TargetPerNode         int            `json:"target_per_node,omitempty"`
+	ShareFactor           float64        `json:"share_factor,omitempty"`
+	TargetRequestsPerNode float64        `json:"target_requests_per_node,omitempty"`
+	Max                   int            `json:"max,omitempty"`
+	CoolDown              caddy.Duration `json:"cool_down,omitempty"` // default 5m
 }
 
 // CaddyModule returns the Caddy module information.
@@ -177,8 +183,14 @@ func (t *TenantRoute) Provision(ctx caddy.Context) error {
 			a.CoolDown = caddy.Duration(5 * time.Minute)
 		}
 		switch {
-		case a.TargetPerNode < 1:
+		case a.TargetPerNode < 0:
 			return fmt.Errorf("tenant_route: auto_partitions target_per_node %d: must be at least 1", a.TargetPerNode)
+		case a.ShareFactor != 0 && !(a.ShareFactor >= 1 && a.ShareFactor <= math.MaxFloat64):
+			return fmt.Errorf("tenant_route: auto_partitions share_factor %g: must be at least 1", a.ShareFactor)
+		case a.TargetRequestsPerNode < 0 || a.TargetRequestsPerNode > math.MaxFloat64:
+			return fmt.Errorf("tenant_route: auto_partitions target_requests_per_node %g: must be positive", a.TargetRequestsPerNode)
+		case a.TargetPerNode == 0 && a.ShareFactor == 0 && a.TargetRequestsPerNode == 0:
+			return errors.New("tenant_route: auto_partitions: give target_per_node, share_factor or target_requests_per_node (at least one)")
 		case a.Max < 0:
 			return fmt.Errorf("tenant_route: auto_partitions max %d: must be at least 1", a.Max)
 		case a.CoolDown < 0:
@@ -321,7 +333,7 @@ func (t *TenantRoute) Handle(cx *layer4.Connection, _ layer4.Handler) error {
 		Conn: clientConn,
 		// Bytes a matcher read ahead are still in cx: read them first.
 		Buffered: func() int { return len(cx.MatchingBytes()) },
-		Filter:   &ldapwire.TenantGuard{Rule: guard, Tenant: tenant, MaxLen: max},
+		Filter:   &countingGuard{guard: ldapwire.TenantGuard{Rule: guard, Tenant: tenant, MaxLen: max}, lease: lease},
 	}
 	if sc, ok := cx.Conn.(syscall.Conn); ok {
 		client.Socket = sc

@@ -64,9 +64,10 @@ func newState(name string) *state {
 // maxFailedTenants bounds the tenants whose failed binds are listed.
 const maxFailedTenants = 1000
 
-// tick applies auto partitions' shrink rule every half second (a tenant
-// with no arrivals or departures shrinks when its cool-down ends) and
-// publishes the assignments of tenants that shrank.
+// tick runs auto partitions' clock every half second (request rates are
+// measured, a tenant with no arrivals or departures grows by its rate or
+// shrinks when its cool-down ends) and publishes the assignments of tenants
+// whose count changed.
 func (s *state) tick() {
 	t := time.NewTicker(500 * time.Millisecond)
 	defer t.Stop()
@@ -164,7 +165,8 @@ func (s *state) apply(t *TenantRoute) error {
 	}
 	var auto *placement.Auto
 	if a := t.AutoPartitions; a != nil {
-		auto = &placement.Auto{TargetPerNode: a.TargetPerNode, Max: a.Max, CoolDown: time.Duration(a.CoolDown)}
+		auto = &placement.Auto{TargetPerNode: a.TargetPerNode, ShareFactor: a.ShareFactor,
+			TargetRequestsPerNode: a.TargetRequestsPerNode, Max: a.Max, CoolDown: time.Duration(a.CoolDown)}
 	}
 	if err := s.placer.SetLimits(auto, t.MaxPerNode); err != nil {
 		return fmt.Errorf("tenant_route: %v", err)

@@ -3,6 +3,7 @@ package placement
 import (
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 )
 
@@ -13,29 +14,54 @@ import (
 // while binds that were never answered with success cannot grow a tenant
 // that has no authenticated load).
 //
-// The rule, with T = TargetPerNode, k the tenant's count now and base its
-// count without Auto:
-//   - grow: a connection arriving while load > T·k gives k+1 (up to Max and
-//     the members), one step per arrival; the new node is the next in
-//     rendezvous order, so only this tenant's placement changes and its
-//     connections stay where they are;
-//   - shrink: load below T·k/2 without a break for CoolDown gives k−1
-//     (down to base), and another CoolDown must pass for each further step;
-//     the dropped node takes no new connection of the tenant and drains;
-//   - in between nothing changes. Just after growing, load is about T·k,
-//     above T·(k+1)/2; just after shrinking, load is below T·k/2, at most
-//     T·(k−1) for k ≥ 2: neither step can undo the other at once, so a load
-//     that oscillates around one threshold changes k once, not every swing.
+// Up to three signals are compared with the tenant's count k; each has a
+// threshold that scales with k (at least one must be configured):
+//   - connections: load > T·k, with T = TargetPerNode;
+//   - share: load/all > F·k/N, with F = ShareFactor, all the connections
+//     counted on every node and N the members (its share of connections
+//     exceeds its share of nodes by the factor; equivalently, its
+//     connections per node exceed F times the router's mean per node),
+//     counted only while load > k (with no more connections than nodes,
+//     another node could take none) and all ≥ N (below one connection per
+//     member no node is loaded: the first tenant of a quiet router holds
+//     100 % of its connections);
+//   - requests: rate > R·k, with R = TargetRequestsPerNode and rate the
+//     tenant's client messages per second (after the first) on its
+//     counted connections, measured over windows of RateWindow.
+//
+// The rule, with base the tenant's count without Auto:
+//   - grow: a connection arriving while the connections or share signal
+//     is above its threshold gives k+1 (up to Max and the members), one
+//     step per arrival; a rate window that ends above its threshold gives
+//     k+1, one step per window. The new node is the next in rendezvous
+//     order, so only this tenant's placement changes and its connections
+//     stay where they are;
+//   - shrink: every configured signal below half its threshold without a
+//     break for CoolDown gives k−1 (down to base), and another CoolDown
+//     must pass for each further step; the dropped node takes no new
+//     connection of the tenant and drains;
+//   - in between nothing changes. Just after growing, the signal that grew
+//     it is about its threshold at k, above half the threshold at k+1;
+//     just after shrinking, every signal is below half its threshold at k,
+//     at most its threshold at k−1 for k ≥ 2: neither step can undo the
+//     other at once, so a load that oscillates around one threshold changes
+//     k once, not every swing.
 //
 // With a per-node ceiling (max_per_node), a tenant all of whose nodes are
 // full also grows one step (if Max allows, and if no more of its
 // connections are unanswered than authenticated), else the connection is
 // refused with ErrBusy.
 type Auto struct {
-	TargetPerNode int           // connections per node above which a tenant grows
-	Max           int           // most partitions a tenant is grown to (0: every member)
-	CoolDown      time.Duration // below half the target this long: shrink one step
+	TargetPerNode         int           // connections per node above which a tenant grows (0: off)
+	ShareFactor           float64       // share of connections over share of nodes above which it grows (0: off)
+	TargetRequestsPerNode float64       // client messages per second per node above which it grows (0: off)
+	Max                   int           // most partitions a tenant is grown to (0: every member)
+	CoolDown              time.Duration // every signal below half its threshold this long: shrink one step
 }
+
+// RateWindow is the window over which a tenant's request rate is measured:
+// Tick closes a window once it is at least this long.
+const RateWindow = time.Second
 
 // load is one tenant's counted connections and its grown partition count.
 // A tenant has an entry while it has connections or a count above its
@@ -47,6 +73,14 @@ type load struct {
 	changed       time.Time // last change of k
 	reason        string
 	grew          bool // the last change grew k
+
+	// requests counts client messages on the tenant's counted connections
+	// (Lease.Requests adds to it without the lock); Tick turns it into
+	// rate, per RateWindow.
+	requests  atomic.Uint64
+	rateAt    time.Time // start of the current window; zero: none yet
+	rateTotal uint64    // requests at rateAt
+	rate      float64   // messages per second over the last whole window
 }
 
 // MaxTrackedTenants bounds the tenants whose load is tracked: names come
@@ -64,8 +98,11 @@ var ErrNoNode = errors.New("no node")
 // per-node ceiling (0: none). Grown counts are kept; with auto off they are
 // forgotten, and a lower Max takes effect at each tenant's next change.
 func (p *Placer) SetLimits(auto *Auto, maxPerNode int) error {
-	if auto != nil && (auto.TargetPerNode < 1 || auto.Max < 0 || auto.CoolDown <= 0) {
-		return errors.New("auto partitions need target_per_node ≥ 1, max ≥ 0 and a positive cool_down")
+	if auto != nil && (auto.TargetPerNode < 0 || auto.ShareFactor < 0 || auto.TargetRequestsPerNode < 0 ||
+		auto.TargetPerNode == 0 && auto.ShareFactor == 0 && auto.TargetRequestsPerNode == 0 ||
+		auto.ShareFactor != 0 && auto.ShareFactor < 1 || auto.Max < 0 || auto.CoolDown <= 0) {
+		return errors.New("auto partitions need target_per_node ≥ 1, share_factor ≥ 1 or target_requests_per_node > 0 " +
+			"(at least one), max ≥ 0 and a positive cool_down")
 	}
 	if maxPerNode < 0 {
 		return errors.New("max_per_node must not be negative")
@@ -94,6 +131,19 @@ type Lease struct {
 	Tenant string
 	Node   string
 	state  leaseState
+	// reqs is the tenant's request counter while the lease counts toward
+	// its load (nil otherwise); set under p.am, read without it.
+	reqs atomic.Pointer[atomic.Uint64]
+}
+
+// Requests counts n client messages on the lease's connection toward its
+// tenant's request rate, if the connection counts as load (its bind
+// succeeded or is unanswered). It takes no lock and allocates nothing: a
+// relay calls it per read.
+func (ls *Lease) Requests(n int) {
+	if c := ls.reqs.Load(); c != nil && n > 0 {
+		c.Add(uint64(n))
+	}
 }
 
 type leaseState int8
@@ -127,10 +177,11 @@ func (p *Placer) Acquire(tenant string, now time.Time) (*Lease, error) {
 	k := base
 	if l != nil {
 		k = max(base, l.k)
-		if a := p.auto; a != nil && l.effective(1) > a.TargetPerNode*k && k < p.maxK(len(ranked)) {
-			k++
-			p.change(l, k, now, true, fmt.Sprintf("%d connections over %d nodes: above target_per_node %d",
-				l.effective(1), k-1, a.TargetPerNode))
+		if p.auto != nil && k < p.maxK(len(ranked)) {
+			if reason := p.over(l, k, len(ranked), 1); reason != "" {
+				p.change(tenant, l, k, k+1, now, reason)
+				k++
+			}
 		}
 	}
 	for {
@@ -139,8 +190,8 @@ func (p *Placer) Acquire(tenant string, now time.Time) (*Lease, error) {
 		// a flood of binds that will fail fills slots for one round trip,
 		// and must not buy the tenant more nodes.
 		if node == "" && full > 0 && l != nil && p.auto != nil && k < p.maxK(len(ranked)) && l.pending <= l.auth {
+			p.change(tenant, l, k, k+1, now, fmt.Sprintf("all %d nodes at max_per_node %d", k, p.maxPerNode))
 			k++
-			p.change(l, k, now, true, fmt.Sprintf("all %d nodes at max_per_node %d", k-1, p.maxPerNode))
 			continue
 		}
 		if node == "" {
@@ -157,6 +208,7 @@ func (p *Placer) Acquire(tenant string, now time.Time) (*Lease, error) {
 		if l != nil {
 			l.pending++
 			ls.state = leasePending
+			ls.reqs.Store(&l.requests)
 		}
 		return ls, nil
 	}
@@ -175,14 +227,60 @@ func (l *load) effective(arriving int) int {
 	return l.auth + min(l.pending+arriving, l.auth)
 }
 
-// change sets l's count; p.am is held.
-func (p *Placer) change(l *load, k int, now time.Time, grew bool, reason string) {
-	l.k, l.changed, l.reason, l.grew, l.below = k, now, reason, grew, time.Time{}
+// over says why tenant's load is above a connections or share threshold
+// at k with arriving more connections ("": it is not); p.auto is set and
+// p.am held.
+func (p *Placer) over(l *load, k, members, arriving int) string {
+	a, load := p.auto, l.effective(arriving)
+	if a.TargetPerNode > 0 && load > a.TargetPerNode*k {
+		return fmt.Sprintf("%d connections over %d nodes: above target_per_node %d", load, k, a.TargetPerNode)
+	}
+	if a.ShareFactor > 0 && load > k && members > 0 {
+		all := p.allConns() + int64(arriving)
+		if all >= int64(members) && float64(load)*float64(members) > a.ShareFactor*float64(k)*float64(all) {
+			return fmt.Sprintf("%d of %d connections (%.1f %%) over %d of %d nodes (%.1f %%): above share_factor %g",
+				load, all, 100*float64(load)/float64(all), k, members, 100*float64(k)/float64(members), a.ShareFactor)
+		}
+	}
+	return ""
+}
+
+// under reports whether every configured signal of l is below half its
+// threshold at k, with all the connections counted on every node; p.auto
+// is set and p.am held.
+func (p *Placer) under(l *load, k, members int, all int64) bool {
+	a, load := p.auto, l.effective(0)
+	if a.TargetPerNode > 0 && 2*load >= a.TargetPerNode*k {
+		return false
+	}
+	if a.ShareFactor > 0 && load > 0 && 2*float64(load)*float64(members) >= a.ShareFactor*float64(k)*float64(all) {
+		return false
+	}
+	if a.TargetRequestsPerNode > 0 && 2*l.rate >= a.TargetRequestsPerNode*float64(k) {
+		return false
+	}
+	return true
+}
+
+// allConns is the connections counted on every node; p.mu is held.
+func (p *Placer) allConns() int64 {
+	var all int64
+	for _, c := range p.conns {
+		all += c.Load()
+	}
+	return all
+}
+
+// change sets tenant's count from k to to and records it; p.am is held.
+func (p *Placer) change(tenant string, l *load, from, to int, now time.Time, reason string) {
+	grew := to > from
+	l.k, l.changed, l.reason, l.grew, l.below = to, now, reason, grew, time.Time{}
 	if grew {
 		p.changes[0].Add(1)
 	} else {
 		p.changes[1].Add(1)
 	}
+	p.history.add(Change{Time: now, Tenant: tenant, Grew: grew, From: from, To: to, Reason: reason})
 }
 
 // forget drops an idle tenant's entry at its base count; p.am is held.
@@ -192,9 +290,10 @@ func (p *Placer) forget(tenant string, l *load) {
 	}
 }
 
-// settle applies the shrink rule to one tenant at now and reports whether
-// it shrank; p.mu (read) and p.am are held.
-func (p *Placer) settle(tenant string, l *load, now time.Time) (shrunk bool) {
+// settle applies the shrink rule to one tenant at now, with all the
+// connections counted on every node, and reports whether it shrank; p.mu
+// (read) and p.am are held.
+func (p *Placer) settle(tenant string, l *load, now time.Time, all int64) (shrunk bool) {
 	base := p.partitions(tenant)
 	a := p.auto
 	if a == nil || l.k <= base {
@@ -202,7 +301,8 @@ func (p *Placer) settle(tenant string, l *load, now time.Time) (shrunk bool) {
 		p.forget(tenant, l)
 		return false
 	}
-	if 2*l.effective(0) >= a.TargetPerNode*l.k {
+	members := len(p.nodes)
+	if !p.under(l, l.k, members, all) {
 		l.below = time.Time{}
 		return false
 	}
@@ -211,9 +311,9 @@ func (p *Placer) settle(tenant string, l *load, now time.Time) (shrunk bool) {
 		return false
 	}
 	if shrunk = now.Sub(l.below) >= a.CoolDown; shrunk {
-		p.change(l, l.k-1, now, false, fmt.Sprintf("%d connections over %d nodes: below half of target_per_node %d for cool_down %v",
-			l.effective(0), l.k, a.TargetPerNode, a.CoolDown))
-		if l.k > base && 2*l.effective(0) < a.TargetPerNode*l.k {
+		p.change(tenant, l, l.k, l.k-1, now, fmt.Sprintf("%s: below half of %s for cool_down %v",
+			p.describe(l, l.k, members, all), p.thresholds(), a.CoolDown))
+		if l.k > base && p.under(l, l.k, members, all) {
 			l.below = now // the next step needs another cool_down
 		}
 	}
@@ -221,20 +321,83 @@ func (p *Placer) settle(tenant string, l *load, now time.Time) (shrunk bool) {
 	return shrunk
 }
 
-// Tick applies the shrink rule to every tracked tenant: a router calls it
-// every second or so, so a tenant with no arrivals or departures shrinks
-// when its cool-down ends.
-func (p *Placer) Tick(now time.Time) (shrunk []string) {
+// describe is l's signals in words, for a change's reason; p.auto is set.
+func (p *Placer) describe(l *load, k, members int, all int64) string {
+	s := fmt.Sprintf("%d connections over %d nodes", l.effective(0), k)
+	if p.auto.ShareFactor > 0 && all > 0 {
+		s += fmt.Sprintf(" (%.1f %% of %d, %d of %d nodes)", 100*float64(l.effective(0))/float64(all), all, k, members)
+	}
+	if p.auto.TargetRequestsPerNode > 0 {
+		s += fmt.Sprintf(", %.0f requests per second", l.rate)
+	}
+	return s
+}
+
+// thresholds names the configured signals; p.auto is set.
+func (p *Placer) thresholds() string {
+	a, s := p.auto, ""
+	add := func(t string) {
+		if s != "" {
+			s += " and "
+		}
+		s += t
+	}
+	if a.TargetPerNode > 0 {
+		add(fmt.Sprintf("target_per_node %d", a.TargetPerNode))
+	}
+	if a.ShareFactor > 0 {
+		add(fmt.Sprintf("share_factor %g", a.ShareFactor))
+	}
+	if a.TargetRequestsPerNode > 0 {
+		add(fmt.Sprintf("target_requests_per_node %g", a.TargetRequestsPerNode))
+	}
+	return s
+}
+
+// sample closes l's rate window if it is RateWindow long at now, and
+// reports whether it did; p.am is held.
+func (l *load) sample(now time.Time) bool {
+	total := l.requests.Load()
+	if l.rateAt.IsZero() || now.Before(l.rateAt) {
+		l.rateAt, l.rateTotal = now, total
+		return false
+	}
+	elapsed := now.Sub(l.rateAt)
+	if elapsed < RateWindow {
+		return false
+	}
+	l.rate = float64(total-l.rateTotal) / elapsed.Seconds()
+	l.rateAt, l.rateTotal = now, total
+	return true
+}
+
+// Tick measures each tracked tenant's request rate, grows a tenant whose
+// rate window ended above target_requests_per_node·k, and applies the
+// shrink rule to every tenant: a router calls it every half second, so a
+// tenant with no arrivals or departures shrinks when its cool-down ends.
+// It returns the tenants whose count changed.
+func (p *Placer) Tick(now time.Time) (changed []string) {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	p.am.Lock()
 	defer p.am.Unlock()
+	all, members := p.allConns(), len(p.nodes)
 	for tenant, l := range p.loads {
-		if p.settle(tenant, l, now) {
-			shrunk = append(shrunk, tenant)
+		sampled := l.sample(now)
+		if a := p.auto; a != nil && sampled && a.TargetRequestsPerNode > 0 {
+			k := max(p.partitions(tenant), l.k)
+			if l.rate > a.TargetRequestsPerNode*float64(k) && k < p.maxK(members) {
+				p.change(tenant, l, k, k+1, now, fmt.Sprintf("%.0f requests per second over %d nodes: above target_requests_per_node %g",
+					l.rate, k, a.TargetRequestsPerNode))
+				changed = append(changed, tenant)
+				continue
+			}
+		}
+		if p.settle(tenant, l, now, all) {
+			changed = append(changed, tenant)
 		}
 	}
-	return shrunk
+	return changed
 }
 
 // Bound records the outcome of a bind on the lease's connection. A failed
@@ -280,9 +443,11 @@ func (ls *Lease) Bound(ok bool, now time.Time) {
 	}
 	if ok {
 		ls.state = leaseAuthenticated
+		ls.reqs.Store(&l.requests)
 	} else {
 		ls.state = leaseUnauthenticated
-		p.settle(ls.Tenant, l, now)
+		ls.reqs.Store(nil)
+		p.settle(ls.Tenant, l, now, p.allConns())
 	}
 }
 
@@ -292,6 +457,7 @@ func (ls *Lease) Release(now time.Time) {
 	p.am.Lock()
 	state := ls.state
 	ls.state = leaseReleased
+	ls.reqs.Store(nil)
 	if l := p.loads[ls.Tenant]; l != nil {
 		switch state {
 		case leasePending:
@@ -312,7 +478,7 @@ func (ls *Lease) Release(now time.Time) {
 	p.am.Lock()
 	defer p.am.Unlock()
 	if l := p.loads[ls.Tenant]; l != nil {
-		p.settle(ls.Tenant, l, now)
+		p.settle(ls.Tenant, l, now, p.allConns())
 	}
 }
 
@@ -331,6 +497,9 @@ type TenantLoad struct {
 	Changed       time.Time // last change by Auto; zero: none
 	Reason        string    // why
 	Grew          bool      // the last change grew k
+	// RequestsPerSecond is the client messages per second on its counted
+	// connections over the last whole RateWindow.
+	RequestsPerSecond float64
 }
 
 // Loads returns the tracked tenants' loads (at most MaxTrackedTenants).
@@ -342,7 +511,7 @@ func (p *Placer) Loads() map[string]TenantLoad {
 	out := make(map[string]TenantLoad, len(p.loads))
 	for tenant, l := range p.loads {
 		out[tenant] = TenantLoad{Authenticated: l.auth, Pending: l.pending, Partitions: max(l.k, p.partitions(tenant)),
-			Changed: l.changed, Reason: l.reason, Grew: l.grew}
+			Changed: l.changed, Reason: l.reason, Grew: l.grew, RequestsPerSecond: l.rate}
 	}
 	return out
 }

@@ -354,3 +354,300 @@ func BenchmarkAcquireRelease(b *testing.B) {
 		})
 	}
 }
+
+// steady opens n connections for each of count tenants other-0…, bound.
+func steady(t *testing.T, p *Placer, count, n int, now time.Time) []*Lease {
+	t.Helper()
+	var out []*Lease
+	for i := range count { // in two waves: the second sees the first's load
+		out = append(out, arrive(t, p, fmt.Sprint("other-", i), n/2, true, now)...)
+		out = append(out, arrive(t, p, fmt.Sprint("other-", i), n-n/2, true, now)...)
+	}
+	return out
+}
+
+// The share trigger: with share_factor 2 over 8 nodes, a tenant of k = 2
+// grows once its share of all connections exceeds 2 × 2/8 = 50 %; with 60
+// connections of others that is its 61st. Others (each 10 %) never grow,
+// not even the first to arrive on an empty router.
+func TestAutoShareFactorGrows(t *testing.T) {
+	now := time.Now()
+	p := autoPlacer(t, 8, 2, &Auto{ShareFactor: 2, CoolDown: time.Minute}, 0)
+	others := steady(t, p, 10, 6, now)
+	placed := map[string][]string{}
+	for i := range 10 {
+		placed[fmt.Sprint("other-", i)] = p.Place(fmt.Sprint("other-", i))
+	}
+	if g := p.Grown(); len(g) != 0 {
+		t.Fatalf("steady tenants grew: %v", g)
+	}
+	held := arrive(t, p, "acme", 60, true, now) // 60 of 120: not above 50 %
+	if k := p.Explain("acme", now).Partitions; k != 2 {
+		t.Fatalf("k = %d at a 50 %% share", k)
+	}
+	held = append(held, arrive(t, p, "acme", 1, true, now)...) // 61 of 121
+	if k := p.Explain("acme", now).Partitions; k != 3 {
+		t.Fatalf("k = %d at 61 of 121", k)
+	}
+	if r := p.Loads()["acme"].Reason; !strings.Contains(r, "share_factor 2") || !strings.Contains(r, "61 of 121") {
+		t.Fatalf("reason %q", r)
+	}
+	// k = 3 grows above 2 × 3/8 = 75 %: 181 of 241.
+	held = append(held, arrive(t, p, "acme", 119, true, now)...)
+	if k := p.Explain("acme", now).Partitions; k != 3 {
+		t.Fatalf("k = %d at 180 of 240", k)
+	}
+	held = append(held, arrive(t, p, "acme", 1, true, now)...)
+	if k := p.Explain("acme", now).Partitions; k != 4 {
+		t.Fatalf("k = %d at 181 of 241", k)
+	}
+	for tenant, nodes := range placed {
+		if !slices.Equal(p.Place(tenant), nodes) {
+			t.Fatalf("%s moved: %v → %v", tenant, nodes, p.Place(tenant))
+		}
+	}
+	if g := p.Grown(); len(g) != 1 {
+		t.Fatalf("grown: %v", g)
+	}
+	_, _ = others, held
+}
+
+// Hysteresis of the share trigger, with a load that oscillates around the
+// growth threshold (56 ↔ 64 of the tenant against 60 of others, threshold
+// 50 %) and then around the shrink threshold of k = 3 (half of 75 %:
+// below 36 of the tenant against 60), each dip shorter than cool_down:
+// k changes once. Below it for a whole cool_down, k shrinks one step.
+func TestAutoShareHysteresis(t *testing.T) {
+	now := time.Now()
+	cool := 10 * time.Second
+	p := autoPlacer(t, 8, 2, &Auto{ShareFactor: 2, CoolDown: cool}, 0)
+	steady(t, p, 10, 6, now)
+	held := arrive(t, p, "acme", 56, true, now)
+	swing := func(up int) {
+		now = now.Add(time.Second)
+		held = append(held, arrive(t, p, "acme", up, true, now)...)
+		p.Tick(now)
+		now = now.Add(time.Second)
+		for _, l := range held[len(held)-up:] {
+			l.Release(now)
+		}
+		held = held[:len(held)-up]
+		p.Tick(now)
+	}
+	for i := range 20 { // 56 ↔ 64
+		swing(8)
+		if k := p.Explain("acme", now).Partitions; k != 3 {
+			t.Fatalf("swing %d: k = %d, want 3 (grown once)", i, k)
+		}
+	}
+	for _, l := range held[:22] {
+		l.Release(now)
+	}
+	held = held[22:]    // 34: 34/94 = 36 % < 37.5 %
+	for i := range 10 { // 34 ↔ 38 (38/98 = 39 %), each dip cool/2 long
+		now = now.Add(cool / 2)
+		p.Tick(now)
+		swing(4)
+		if k := p.Explain("acme", now).Partitions; k != 3 {
+			t.Fatalf("swing %d around the shrink threshold: k = %d", i, k)
+		}
+	}
+	if c := p.Counters(); c.Grown != 1 || c.Shrunk != 0 {
+		t.Fatalf("changes %+v, want 1 growth", c)
+	}
+	p.Tick(now.Add(time.Second))
+	p.Tick(now.Add(cool + 2*time.Second))
+	if k := p.Explain("acme", now).Partitions; k != 2 {
+		t.Fatalf("k = %d after a whole cool_down below half the share threshold", k)
+	}
+	if r := p.Loads()["acme"].Reason; !strings.Contains(r, "below half of share_factor 2") {
+		t.Fatalf("reason %q", r)
+	}
+}
+
+// The request-rate trigger: with target_requests_per_node 100, a tenant
+// of k = 2 and 4 connections grows when a rate window ends above 200
+// messages per second, one step per window; a rate oscillating around the
+// threshold (180 ↔ 220) grows it once; its connections do not move; a
+// rate below half the threshold of k = 3 (150) for cool_down shrinks it.
+// Messages on a connection whose bind failed, or after it closed, do not
+// count.
+func TestAutoRequestRate(t *testing.T) {
+	now := time.Now()
+	cool := 5 * time.Second
+	p := autoPlacer(t, 6, 2, &Auto{TargetRequestsPerNode: 100, CoolDown: cool}, 0)
+	held := arrive(t, p, "acme", 4, true, now)
+	failed := arrive(t, p, "acme", 1, false, now)[0]
+	gone := arrive(t, p, "acme", 1, true, now)[0]
+	gone.Release(now)
+	where := map[*Lease]string{}
+	for _, l := range held {
+		where[l] = l.Node
+	}
+	p.Tick(now) // opens the first window
+	window := func(rate int) {
+		for i := range rate {
+			held[i%len(held)].Requests(1)
+			failed.Requests(5)
+			gone.Requests(5)
+		}
+		now = now.Add(RateWindow / 2)
+		p.Tick(now)
+		now = now.Add(RateWindow / 2)
+		p.Tick(now)
+	}
+	window(200) // not above 200
+	if l := p.Loads()["acme"]; l.Partitions != 2 || l.RequestsPerSecond != 200 {
+		t.Fatalf("at 200/s: %+v", l)
+	}
+	for i := range 10 {
+		window([]int{220, 180}[i%2])
+		if k := p.Explain("acme", now).Partitions; k != 3 {
+			t.Fatalf("window %d: k = %d, want 3", i, k)
+		}
+	}
+	if r := p.Loads()["acme"].Reason; !strings.Contains(r, "220 requests per second over 2 nodes: above target_requests_per_node 100") {
+		t.Fatalf("reason %q", r)
+	}
+	window(700) // above 300: one step per window, not to 700/100
+	if k := p.Explain("acme", now).Partitions; k != 4 {
+		t.Fatalf("k = %d after one window at 700/s", k)
+	}
+	window(700) // above 400
+	window(700) // above 500
+	window(700) // 6 members: stays 6
+	if k := p.Explain("acme", now).Partitions; k != 6 {
+		t.Fatalf("k = %d after windows at 700/s", k)
+	}
+	for l, node := range where {
+		if l.Node != node {
+			t.Fatalf("a connection moved")
+		}
+	}
+	// Below half of 100 × 6 for cool_down: one step; the next needs another.
+	for range int(cool/RateWindow) + 1 {
+		window(100)
+	}
+	if k := p.Explain("acme", now).Partitions; k != 5 {
+		t.Fatalf("k = %d after a cool_down at 100/s", k)
+	}
+	if c := p.Counters(); c.Grown != 4 || c.Shrunk != 1 {
+		t.Fatalf("changes %+v", c)
+	}
+}
+
+// Requests counts without a lock or an allocation.
+func TestRequestsAllocatesNothing(t *testing.T) {
+	p := autoPlacer(t, 3, 2, &Auto{TargetRequestsPerNode: 10, CoolDown: time.Second}, 0)
+	l := arrive(t, p, "acme", 1, true, time.Now())[0]
+	if n := testing.AllocsPerRun(1000, func() { l.Requests(3) }); n != 0 {
+		t.Fatalf("%v allocations per call", n)
+	}
+}
+
+// A shrink needs every configured signal below half its threshold: many
+// requests keep a tenant grown by connections.
+func TestAutoShrinkNeedsEverySignalLow(t *testing.T) {
+	now := time.Now()
+	cool := 2 * time.Second
+	p := autoPlacer(t, 6, 2, &Auto{TargetPerNode: 5, TargetRequestsPerNode: 100, CoolDown: cool}, 0)
+	held := arrive(t, p, "acme", 10, true, now)
+	held = append(held, arrive(t, p, "acme", 1, true, now)...) // > 10: k = 3
+	if k := p.Explain("acme", now).Partitions; k != 3 {
+		t.Fatalf("k = %d", k)
+	}
+	for _, l := range held[2:] {
+		l.Release(now) // 2 connections: below half of 15
+	}
+	held = held[:2]
+	p.Tick(now)
+	for range 6 { // 250/s: below 300, above half of it
+		for range 250 {
+			held[0].Requests(1)
+		}
+		now = now.Add(RateWindow)
+		p.Tick(now)
+	}
+	if k := p.Explain("acme", now).Partitions; k != 3 {
+		t.Fatalf("k = %d with the rate above half its threshold", k)
+	}
+	for range 4 { // no requests
+		now = now.Add(RateWindow)
+		p.Tick(now)
+	}
+	if k := p.Explain("acme", now).Partitions; k != 2 {
+		t.Fatalf("k = %d with both signals low for cool_down", k)
+	}
+}
+
+// The history keeps the last HistoryLength changes, oldest first.
+func TestHistoryIsBounded(t *testing.T) {
+	now := time.Now()
+	p := autoPlacer(t, 4, 1, &Auto{TargetPerNode: 1, CoolDown: time.Second}, 0)
+	for i := range 60 { // each tenant: grows 1 → 2 at its 2nd connection, shrinks back
+		tenant := fmt.Sprint("t", i)
+		ls := append(arrive(t, p, tenant, 1, true, now), arrive(t, p, tenant, 1, true, now)...)
+		for _, l := range ls {
+			l.Release(now)
+		}
+		p.Tick(now.Add(time.Millisecond))
+		now = now.Add(2 * time.Second)
+		p.Tick(now)
+	}
+	h := p.History()
+	if len(h) != HistoryLength {
+		t.Fatalf("%d changes held", len(h))
+	}
+	first, last := h[0], h[len(h)-1]
+	if first.Tenant != "t10" || !first.Grew || first.From != 1 || first.To != 2 {
+		t.Fatalf("oldest %+v", first)
+	}
+	if last.Tenant != "t59" || last.Grew || last.From != 2 || last.To != 1 || !strings.Contains(last.Reason, "cool_down") {
+		t.Fatalf("newest %+v", last)
+	}
+	for i := 1; i < len(h); i++ {
+		if h[i].Time.Before(h[i-1].Time) {
+			t.Fatalf("out of order at %d", i)
+		}
+	}
+}
+
+// Requests runs beside binds, releases and ticks (go test -race): every
+// message counted while its lease counted is in the rate, none after.
+func TestRequestsConcurrent(t *testing.T) {
+	now := time.Now()
+	p := autoPlacer(t, 4, 2, &Auto{TargetRequestsPerNode: 1e9, CoolDown: time.Minute}, 0)
+	keep := arrive(t, p, "acme", 1, true, now)[0] // keeps the tenant tracked
+	p.Tick(now)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 50 {
+				l, err := p.Acquire("acme", now)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				l.Bound(true, now)
+				l.Requests(2)
+				l.Release(now)
+				l.Requests(1000) // after release: not counted
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for range 100 {
+			p.Tick(now)
+			keep.Requests(1)
+		}
+	}()
+	wg.Wait()
+	p.Tick(now.Add(RateWindow))
+	if got := p.Loads()["acme"].RequestsPerSecond; got != 8*50*2+100 {
+		t.Fatalf("%v requests per second, want %d", got, 8*50*2+100)
+	}
+}

@@ -84,6 +84,7 @@ type Placer struct {
 	unauth     atomic.Int64     // connections whose bind failed, counted nowhere else
 	changes    [2]atomic.Uint64 // partition changes: grow, shrink
 	busy       atomic.Uint64
+	history    changeRing // the last partition changes (history.go)
 }
 
 // New returns a placer with partition count k per tenant by default.

@@ -98,6 +98,9 @@ func skewModes(nodeCount int) []struct {
 		{"auto, target 100/node", mk(2, &Auto{TargetPerNode: 100, CoolDown: 5 * time.Second})},
 		{"auto, target 250/node", mk(2, &Auto{TargetPerNode: 250, CoolDown: 5 * time.Second})},
 		{"auto, target 50/node", mk(2, &Auto{TargetPerNode: 50, CoolDown: 5 * time.Second})},
+		{"auto, share_factor 2", mk(2, &Auto{ShareFactor: 2, CoolDown: 5 * time.Second})},
+		{"auto, share_factor 1", mk(2, &Auto{ShareFactor: 1, CoolDown: 5 * time.Second})},
+		{"auto, target 100/node + share_factor 1", mk(2, &Auto{TargetPerNode: 100, ShareFactor: 1, CoolDown: 5 * time.Second})},
 	}
 }
 
@@ -138,5 +141,16 @@ func TestSkewSimulation(t *testing.T) {
 	}
 	if auto.tenantsMean >= 0.75*fixedN.tenantsMean {
 		t.Errorf("auto keeps %.1f tenants per node, k=N %.1f", auto.tenantsMean, fixedN.tenantsMean)
+	}
+	// The share trigger grows a tenant only when its connections per node
+	// are above F times the router's mean; in this mix per-node counts are
+	// about even at k = 2 already (the hottest tenant's ~23 % of connections
+	// against its 25 % of nodes), so it must keep tenants per node near
+	// k = 2's and not worsen the spread.
+	for _, share := range results[5:7] {
+		if share.tenantsMean > 0.5*fixedN.tenantsMean || share.maxMean > fixed2.maxMean+0.02 {
+			t.Errorf("%s: %.1f tenants per node (k=N: %.1f), max/mean %.2f (k=2: %.2f)", share.mode, share.tenantsMean,
+				fixedN.tenantsMean, share.maxMean, fixed2.maxMean)
+		}
 	}
 }
