@@ -130,6 +130,10 @@ func TestDashboardInChromium(t *testing.T) {
 					name directory
 					nodes %[7]s %[8]s
 					partitions 1
+					auto_partitions {
+						target_per_node 1
+						max 2
+					}
 				}
 			}
 		}
@@ -350,7 +354,7 @@ http://%[5]s {
 	for _, want := range []string{
 		"Publisher selection", "front-policy", pub1, pub2, "[32,64)",
 		"Rate limiting", "edge-limiter", "gold-peers", "5.0 / 3",
-		"Tenant routing", "directory", node1, node2, "acme", xssTenant,
+		"Tenant routing", "directory", node1, node2, "acme", xssTenant, "1 → 2", // acme's growth, in the placement changes
 		"Gateway selection", "gw1.example.org.", "gw2.example.org.", "192.0.2.0/24", "1. gw2.example.org. (12.0)", "unreachable",
 	} {
 		if !strings.Contains(text, want) {

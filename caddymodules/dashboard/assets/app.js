@@ -219,7 +219,7 @@
         " · " + str(h.partitions) + " partitions per tenant",
         h.membership_error ? el("span", {"class": "err"}, " · " + str(h.membership_error)) : null));
       extras(c, h, ["name", "membership", "membership_age_ms", "membership_updated", "membership_error", "nodes", "open_connections", "partitions",
-        "tenant_partitions", "runtime_partitions", "tenants"]);
+        "tenant_partitions", "runtime_partitions", "tenants", "partition_history"]);
       var conns = obj(h.open_connections), nodes = arr(h.nodes).map(str);
       Object.keys(conns).forEach(function (n) { if (nodes.indexOf(n) < 0) nodes.push(n); });
       var max = 0;
@@ -233,6 +233,12 @@
       });
       add(c.info, el("div", {"class": "meta"}, names.length + " tenants connected" + (names.length > MAX_ROWS ? " (top " + MAX_ROWS + " shown)" : "")));
       if (rows.length) add(c.info, table(["tenant", "nodes", "connections"], rows, [2]));
+      // Placement changes (auto partitions), newest first.
+      var hist = arr(h.partition_history).slice(-MAX_ROWS).reverse();
+      if (hist.length) add(c.info, table(["changed", "tenant", "k", "why"], hist.map(function (e) {
+        e = obj(e);
+        return [str(e.time), el("span", {"class": "tenant"}, str(e.tenant)), str(e.from) + " → " + str(e.to), str(e.reason)];
+      })));
       var tp = obj(h.tenant_partitions), tpn = Object.keys(tp).sort();
       if (tpn.length) add(c.info, el("div", {"class": "meta"}, "own partition counts: " + tpn.slice(0, MAX_ROWS).map(function (t) { return t + "=" + str(tp[t]); }).join(", ")));
       chart(c, id + SEP + "conns", "open connections per node", nodes.map(function (n) {
