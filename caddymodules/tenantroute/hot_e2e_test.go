@@ -17,27 +17,9 @@ import (
 	"github.com/edgesteer/edgesteer/internal/placement"
 )
 
-// autoConfig is a router named ldap with auto partitions and extra options.
+// autoConfig is the ldap router with k = 2 and extra options.
 func autoConfig(front string, nodes []string, extra string) string {
-	return fmt.Sprintf(`{
-	layer4 {
-		%s {
-			@bind ldap {
-				operation bind
-				anonymous false
-			}
-			route @bind {
-				tenant_route {
-					name ldap
-					nodes %s
-					partitions 2
-					%s
-				}
-			}
-		}
-	}
-}
-`, front, strings.Join(nodes, " "), extra)
+	return ldapRouter(front, nodes, "partitions 2\n\t\t\t\t\t"+extra)
 }
 
 // boundConn is a client connection bound through the router, with the node

@@ -18,10 +18,9 @@ import (
 	"github.com/edgesteer/edgesteer/internal/placement"
 )
 
-// routerConfig is a Caddyfile with one tenant_route named ldap. dial is a
-// per-generation setting the tests vary so that each reload really loads
-// (Caddy skips a reload to an identical config).
-func routerConfig(front string, nodes []string, k int, dial string) string {
+// ldapRouter is a Caddyfile with one tenant_route named ldap behind the
+// LDAP bind matcher, with the given options.
+func ldapRouter(front string, nodes []string, options string) string {
 	return fmt.Sprintf(`{
 	layer4 {
 		%s {
@@ -33,14 +32,20 @@ func routerConfig(front string, nodes []string, k int, dial string) string {
 				tenant_route {
 					name ldap
 					nodes %s
-					partitions %d
-					dial_timeout %s
+					%s
 				}
 			}
 		}
 	}
 }
-`, front, strings.Join(nodes, " "), k, dial)
+`, front, strings.Join(nodes, " "), options)
+}
+
+// routerConfig is ldapRouter with k partitions. dial is a per-generation
+// setting the tests vary so that each reload really loads (Caddy skips a
+// reload to an identical config).
+func routerConfig(front string, nodes []string, k int, dial string) string {
+	return ldapRouter(front, nodes, fmt.Sprintf("partitions %d\n\t\t\t\t\tdial_timeout %s", k, dial))
 }
 
 // loader returns how a test replaces the config: the `caddy reload` CLI

@@ -1,8 +1,6 @@
 package tenantroute_test
 
 import (
-	"fmt"
-	"strings"
 	"sync"
 	"testing"
 
@@ -21,24 +19,7 @@ import (
 func TestReconnectStormSpreads(t *testing.T) {
 	addrs, names := startNodes(t, 4, ldif)
 	front := e2e.Addr(t)
-	c := e2e.StartCaddy(t, "caddyfile", fmt.Sprintf(`{
-	layer4 {
-		%s {
-			@bind ldap {
-				operation bind
-				anonymous false
-			}
-			route @bind {
-				tenant_route {
-					name ldap
-					nodes %s
-					partitions 2
-					tenant_partitions globex 3
-				}
-			}
-		}
-	}
-}`, front, strings.Join(addrs, " ")))
+	c := e2e.StartCaddy(t, "caddyfile", ldapRouter(front, addrs, "partitions 2\n\t\t\t\t\ttenant_partitions globex 3"))
 	c.WaitTCP(t, front)
 
 	const n = 60
