@@ -145,3 +145,34 @@ func FuzzTenantGuard(f *testing.F) {
 		}
 	})
 }
+
+// A rebind with the DN accepted last is not parsed again: it allocates
+// nothing. A different DN is still checked, whatever came before it.
+func TestTenantGuardRebindSameDN(t *testing.T) {
+	g := guard()
+	alice := bindRequest(1, "uid=alice,o=acme,dc=example", "pw")
+	if n, err := g.Feed(alice); n != len(alice) || err != nil {
+		t.Fatalf("first rebind: %d %v", n, err)
+	}
+	if allocs := testing.AllocsPerRun(100, func() {
+		if n, err := g.Feed(alice); n != len(alice) || err != nil {
+			t.Fatalf("same rebind: %d %v", n, err)
+		}
+	}); allocs != 0 {
+		t.Fatalf("a rebind with the accepted DN: %v allocations", allocs)
+	}
+	bob := bindRequest(2, "uid=bob,O=ACME,dc=example", "pw")
+	if n, err := g.Feed(bob); n != len(bob) || err != nil {
+		t.Fatalf("another DN of the tenant: %d %v", n, err)
+	}
+	for _, dn := range []string{"uid=alice,o=other,dc=example", "o=x,uid=alice,o=acme,dc=example", ""} {
+		evil := bindRequest(3, dn, "pw")
+		var rebind *RebindError
+		if n, err := g.Feed(evil); n != 0 || !errors.As(err, &rebind) || rebind.BindDN != dn {
+			t.Fatalf("rebind to %q after accepted ones: %d %v", dn, n, err)
+		}
+	}
+	if n, err := g.Feed(alice); n != len(alice) || err != nil {
+		t.Fatalf("back to the first DN: %d %v", n, err)
+	}
+}
