@@ -332,6 +332,35 @@ func TestDirectReadAllocatesNothing(t *testing.T) {
 	}
 }
 
+// Relaying messages both ways allocates nothing (all goroutines counted):
+// buffers come from the pool and go back to it.
+func TestRelayAllocatesNothing(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates")
+	}
+	clientPeer, client := tcpPair(t)
+	upstream, nodePeer := tcpPair(t)
+	done := relayed(t, End{Conn: client}, End{Conn: upstream})
+	q, a, buf := []byte("question"), []byte("answer"), make([]byte, 16)
+	once := func() {
+		clientPeer.Write(q)
+		if _, err := io.ReadFull(nodePeer, buf[:len(q)]); err != nil {
+			t.Fatal(err)
+		}
+		nodePeer.Write(a)
+		if _, err := io.ReadFull(clientPeer, buf[:len(a)]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	once()
+	if n := testing.AllocsPerRun(200, once); n > 0.1 {
+		t.Errorf("%v allocations per exchange", n)
+	}
+	clientPeer.Close()
+	nodePeer.Close()
+	result(t, done)
+}
+
 // Idle relayed connections hold no buffer: their goroutines wait in the
 // poller, not in a read, and the heap grows by far less than a buffer per
 // connection.
