@@ -119,6 +119,10 @@ func TestFrame(t *testing.T) {
 func FuzzTenantGuard(f *testing.F) {
 	f.Add(append(bindRequest(1, "o=acme", "x"), bindRequest(2, "o=globex", "y")...), byte(3))
 	f.Add(append(searchRequest(1, "o=acme"), bindRequest(2, "o=acme", "y")...), byte(1))
+	// Rebinds with the accepted DN, then others: the guard's comparison
+	// with the last accepted DN must not let another one through.
+	f.Add(append(append(append(bindRequest(1, "uid=a,o=acme", "x"), bindRequest(2, "uid=a,o=acme", "x")...),
+		bindRequest(3, "uid=a,o=acmex", "x")...), bindRequest(4, "uid=a,o=acme", "x")...), byte(40))
 	f.Fuzz(func(t *testing.T, stream []byte, chunk byte) {
 		passed, _ := feed(guard(), stream, int(chunk)+1)
 		for len(passed) > 0 {
