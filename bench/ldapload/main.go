@@ -46,6 +46,14 @@ func main() {
 				fmt.Printf("%s: plain layer4 proxy p50 %v p99 %v, added p50 %v p99 %v; router/proxy added p50 %.2fx\n", what,
 					p(a, .5), p(a, .99), p(a, .5)-p(d, .5), p(a, .99)-p(d, .99),
 					float64(p(r, .5)-p(d, .5))/float64(p(a, .5)-p(d, .5)))
+				// One line for scripts: added µs of router and proxy, and
+				// their ratios, at p50 and p99.
+				us := func(v time.Duration) float64 { return float64(v) / float64(time.Microsecond) }
+				fmt.Printf("ratio %s added_us_p50 %.1f %.1f added_us_p99 %.1f %.1f ratio_p50 %.3f ratio_p99 %.3f\n",
+					strings.ReplaceAll(what, " ", "_"),
+					us(p(r, .5)-p(d, .5)), us(p(a, .5)-p(d, .5)), us(p(r, .99)-p(d, .99)), us(p(a, .99)-p(d, .99)),
+					float64(p(r, .5)-p(d, .5))/float64(p(a, .5)-p(d, .5)),
+					float64(p(r, .99)-p(d, .99))/float64(p(a, .99)-p(d, .99)))
 			}
 		}
 		// On an open connection: bind + search, the seed's steady state;

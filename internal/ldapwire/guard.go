@@ -1,6 +1,7 @@
 package ldapwire
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 )
@@ -16,7 +17,8 @@ type TenantGuard struct {
 	Tenant string
 	MaxLen int64
 
-	rest int // bytes of the current message still to pass
+	rest     int    // bytes of the current message still to pass
+	accepted []byte // the last bind DN found to name Tenant: a rebind with it is not parsed again
 }
 
 // RebindError is a BindRequest on a routed connection that does not name
@@ -52,15 +54,30 @@ func (g *TenantGuard) Feed(b []byte) (int, error) {
 			if len(b)-i < size {
 				return i, nil
 			}
-			m, err := Parse(b[i : i+size])
-			if err != nil {
+			if err := g.checkBind(b[i : i+size]); err != nil {
 				return i, err
-			}
-			if tenant, ok := g.Rule.Tenant(m.BindDN); !ok || tenant != g.Tenant {
-				return i, &RebindError{Tenant: g.Tenant, BindDN: m.BindDN}
 			}
 		}
 		g.rest = size
 	}
 	return i, nil
+}
+
+// checkBind refuses a BindRequest (held whole in b) whose DN does not name
+// the tenant. A client rebinding with the DN it bound with last costs a
+// comparison: the DN is parsed (github.com/go-ldap/ldap's ParseDN, some
+// twenty allocations) only when it changes.
+func (g *TenantGuard) checkBind(b []byte) error {
+	dn, err := bindDN(b)
+	if err != nil {
+		return err
+	}
+	if g.accepted != nil && bytes.Equal(dn, g.accepted) {
+		return nil
+	}
+	if tenant, ok := g.Rule.Tenant(string(dn)); !ok || tenant != g.Tenant {
+		return &RebindError{Tenant: g.Tenant, BindDN: string(dn)}
+	}
+	g.accepted = append(g.accepted[:0], dn...)
+	return nil
 }

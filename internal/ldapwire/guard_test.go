@@ -119,6 +119,10 @@ func TestFrame(t *testing.T) {
 func FuzzTenantGuard(f *testing.F) {
 	f.Add(append(bindRequest(1, "o=acme", "x"), bindRequest(2, "o=globex", "y")...), byte(3))
 	f.Add(append(searchRequest(1, "o=acme"), bindRequest(2, "o=acme", "y")...), byte(1))
+	// Rebinds with the accepted DN, then others: the guard's comparison
+	// with the last accepted DN must not let another one through.
+	f.Add(append(append(append(bindRequest(1, "uid=a,o=acme", "x"), bindRequest(2, "uid=a,o=acme", "x")...),
+		bindRequest(3, "uid=a,o=acmex", "x")...), bindRequest(4, "uid=a,o=acme", "x")...), byte(40))
 	f.Fuzz(func(t *testing.T, stream []byte, chunk byte) {
 		passed, _ := feed(guard(), stream, int(chunk)+1)
 		for len(passed) > 0 {
@@ -144,4 +148,35 @@ func FuzzTenantGuard(f *testing.F) {
 			passed = passed[size:]
 		}
 	})
+}
+
+// A rebind with the DN accepted last is not parsed again: it allocates
+// nothing. A different DN is still checked, whatever came before it.
+func TestTenantGuardRebindSameDN(t *testing.T) {
+	g := guard()
+	alice := bindRequest(1, "uid=alice,o=acme,dc=example", "pw")
+	if n, err := g.Feed(alice); n != len(alice) || err != nil {
+		t.Fatalf("first rebind: %d %v", n, err)
+	}
+	if allocs := testing.AllocsPerRun(100, func() {
+		if n, err := g.Feed(alice); n != len(alice) || err != nil {
+			t.Fatalf("same rebind: %d %v", n, err)
+		}
+	}); allocs != 0 {
+		t.Fatalf("a rebind with the accepted DN: %v allocations", allocs)
+	}
+	bob := bindRequest(2, "uid=bob,O=ACME,dc=example", "pw")
+	if n, err := g.Feed(bob); n != len(bob) || err != nil {
+		t.Fatalf("another DN of the tenant: %d %v", n, err)
+	}
+	for _, dn := range []string{"uid=alice,o=other,dc=example", "o=x,uid=alice,o=acme,dc=example", ""} {
+		evil := bindRequest(3, dn, "pw")
+		var rebind *RebindError
+		if n, err := g.Feed(evil); n != 0 || !errors.As(err, &rebind) || rebind.BindDN != dn {
+			t.Fatalf("rebind to %q after accepted ones: %d %v", dn, n, err)
+		}
+	}
+	if n, err := g.Feed(alice); n != len(alice) || err != nil {
+		t.Fatalf("back to the first DN: %d %v", n, err)
+	}
 }

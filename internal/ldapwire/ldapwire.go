@@ -191,55 +191,88 @@ func tagLength(b []byte, want byte) (hdr, length int, err error) {
 // general decoder is lenient (one-byte tags, definite lengths that nest),
 // so what it accepts, a node reads the same way.
 func Parse(b []byte) (*Message, error) {
-	bad := func(why string) error { return fmt.Errorf("%w: %s", ErrMalformed, why) }
-	tag, body, rest, err := element(b)
-	if err != nil || tag != tagMessage || len(rest) > 0 {
-		return nil, bad("not an LDAPMessage sequence")
-	}
-	tag, id, body, err := element(body)
-	if err != nil || tag != tagMessageID || len(id) == 0 || len(id) > 8 {
-		return nil, bad("no message ID")
-	}
-	tag, op, _, err := element(body) // controls may follow
-	if err != nil || tag&0xc0 != 0x40 {
-		return nil, bad("no protocol operation")
+	id, tag, op, err := splitMessage(b)
+	if err != nil {
+		return nil, err
 	}
 	m := &Message{ID: integer(id), Op: opNames[tag&0x1f], Raw: b}
 	if m.Op == "" {
 		m.Op = fmt.Sprintf("op-%d", tag&0x1f)
 	}
 	switch tag {
-	case tagBindRequest:
-		var version, name []byte
-		var vt, nt, at byte
-		vt, version, op, err = element(op)
-		if err == nil {
-			nt, name, op, err = element(op)
-		}
-		if err == nil {
-			at, _, _, err = element(op)
-		}
-		if err != nil || vt != tagMessageID || len(version) == 0 || nt != tagOctetString {
-			return nil, bad("short BindRequest")
+	case tagBindRequest, tagBindRequest &^ 0x20:
+		name, auth, err := bindFields(tag, op)
+		if err != nil {
+			return nil, err
 		}
 		m.BindDN = string(name)
-		switch at &^ 0x20 { // primitive or constructed
-		case 0x80:
-			m.BindAuth = "simple"
-			m.Anonymous = m.BindDN == ""
-		case 0x83:
-			m.BindAuth = "sasl"
-		default:
-			return nil, bad("unknown bind authentication")
-		}
-	case tagBindRequest &^ 0x20:
-		return nil, bad("short BindRequest")
+		m.BindAuth = auth
+		m.Anonymous = auth == "simple" && m.BindDN == ""
 	case tagExtendedRequest:
 		if t, name, _, err := element(op); err == nil && t == 0x80 {
 			m.Extended = string(name)
 		}
 	}
 	return m, nil
+}
+
+// splitMessage takes the LDAPMessage held whole in b apart: its message ID's
+// contents, and its protocolOp's tag and contents. It allocates nothing
+// but the error.
+func splitMessage(b []byte) (id []byte, tag byte, op []byte, err error) {
+	bad := func(why string) error { return fmt.Errorf("%w: %s", ErrMalformed, why) }
+	tag, body, rest, err := element(b)
+	if err != nil || tag != tagMessage || len(rest) > 0 {
+		return nil, 0, nil, bad("not an LDAPMessage sequence")
+	}
+	tag, id, body, err = element(body)
+	if err != nil || tag != tagMessageID || len(id) == 0 || len(id) > 8 {
+		return nil, 0, nil, bad("no message ID")
+	}
+	tag, op, _, err = element(body) // controls may follow
+	if err != nil || tag&0xc0 != 0x40 {
+		return nil, 0, nil, bad("no protocol operation")
+	}
+	return id, tag, op, nil
+}
+
+// bindFields reads a BindRequest's contents (tag is its identifier): the
+// name (DN) and the authentication choice, "simple" or "sasl".
+func bindFields(tag byte, op []byte) (name []byte, auth string, err error) {
+	bad := func(why string) error { return fmt.Errorf("%w: %s", ErrMalformed, why) }
+	if tag != tagBindRequest {
+		return nil, "", bad("short BindRequest")
+	}
+	var version []byte
+	var vt, nt, at byte
+	vt, version, op, err = element(op)
+	if err == nil {
+		nt, name, op, err = element(op)
+	}
+	if err == nil {
+		at, _, _, err = element(op)
+	}
+	if err != nil || vt != tagMessageID || len(version) == 0 || nt != tagOctetString {
+		return nil, "", bad("short BindRequest")
+	}
+	switch at &^ 0x20 { // primitive or constructed
+	case 0x80:
+		return name, "simple", nil
+	case 0x83:
+		return name, "sasl", nil
+	}
+	return nil, "", bad("unknown bind authentication")
+}
+
+// bindDN is the DN of the BindRequest held whole in b, checked as Parse
+// checks it, without allocating (but for an error).
+func bindDN(b []byte) ([]byte, error) {
+	_, tag, op, err := splitMessage(b)
+	if err != nil {
+		return nil, err
+	}
+	name, _, err := bindFields(tag, op)
+	return name, err
 }
 
 // element reads the BER element at the start of b: its (one-byte)

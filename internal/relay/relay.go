@@ -1,9 +1,13 @@
 // Package relay copies bytes both ways between two connections, for a proxy
 // that holds many idle ones: a direction waiting for data holds no buffer.
-// It waits for the socket to become readable (syscall.RawConn.Read with a
-// callback that peeks one byte, so Go's poller does the waiting) and only
-// then borrows a pooled buffer for the copy. An optional Filter sees one
-// direction's bytes before they are passed on. It knows nothing of Caddy.
+// It reads in the callback of syscall.RawConn.Read: the callback borrows a
+// pooled buffer, reads the socket once without blocking, and gives the
+// buffer back if there was nothing to read, so Go's poller does the waiting
+// and the same read syscall both finds the bytes and fetches them. A socket
+// that must be read through a wrapper (End.Socket without End.Direct) is
+// waited on with a one-byte peek instead, and then read through the
+// wrapper. An optional Filter sees one direction's bytes before they are
+// passed on. It knows nothing of Caddy.
 package relay
 
 import (
@@ -40,6 +44,14 @@ type End struct {
 	// Buffered, if set, counts bytes Conn holds that Socket will not
 	// signal, such as bytes read ahead; they are read without waiting.
 	Buffered func() int
+	// Direct, with Socket, reads Socket itself whenever Buffered reports
+	// nothing, rather than Conn: one syscall per read instead of a peek
+	// and a read. Only for a Conn whose Read adds nothing to the socket's
+	// bytes but the ones Buffered counts (caddy-l4's Connection after
+	// matching; not TLS): Conn's own Read then sees only those, and a
+	// wrapper's byte counts miss the rest. A Conn that is itself the
+	// socket (a *net.TCPConn) is always read so.
+	Direct bool
 	// Filter, if set, sees what is read from Conn.
 	Filter Filter
 }
@@ -90,18 +102,28 @@ func copyTo(dst, src End) error {
 	var held []byte // what the Filter kept back, between reads
 	more := false   // the last read filled the buffer: read again without waiting
 	for {
-		if !more {
-			if err := w.wait(); err != nil {
+		var bp *[]byte
+		var k, n int
+		var rerr error
+		switch {
+		case w.buffered != nil && w.buffered() > 0, w.raw == nil:
+			bp, k = borrow(held)
+			n, rerr = src.Conn.Read((*bp)[k:])
+		case w.direct:
+			var err error
+			if bp, k, n, rerr, err = w.read(held); err != nil {
 				return err
 			}
+		default:
+			if !more {
+				if err := w.wait(); err != nil {
+					return err
+				}
+			}
+			bp, k = borrow(held)
+			n, rerr = src.Conn.Read((*bp)[k:])
 		}
-		bp := buffers.Get().(*[]byte)
 		buf := *bp
-		if 2*len(held) > len(buf) {
-			buf = make([]byte, 2*len(held)) // a long message held back whole
-		}
-		k := copy(buf, held)
-		n, rerr := src.Conn.Read(buf[k:])
 		more = k+n == len(buf)
 		data := buf[:k+n]
 		fwd := len(data)
@@ -122,7 +144,7 @@ func copyTo(dst, src End) error {
 		if held = append(held[:0], data[fwd:]...); len(held) == 0 {
 			held = nil // an idle connection holds nothing
 		}
-		buffers.Put(bp)
+		giveBack(bp)
 		switch {
 		case err != nil:
 			return err
@@ -133,6 +155,26 @@ func copyTo(dst, src End) error {
 		case rerr != nil:
 			return rerr
 		}
+	}
+}
+
+// borrow returns a buffer with held copied to its start, and held's
+// length: a pooled one, unless held is a long message held back whole.
+func borrow(held []byte) (*[]byte, int) {
+	var bp *[]byte
+	if 2*len(held) > BufferSize {
+		b := make([]byte, 2*len(held))
+		bp = &b
+	} else {
+		bp = buffers.Get().(*[]byte)
+	}
+	return bp, copy(*bp, held)
+}
+
+// giveBack returns a pooled buffer to the pool.
+func giveBack(bp *[]byte) {
+	if len(*bp) == BufferSize {
+		buffers.Put(bp)
 	}
 }
 
@@ -152,25 +194,36 @@ func closeWrite(dst End) error {
 // alone closes both connections.
 var errEnded = errors.New("relay: ended")
 
-// A waiter waits until an End has something to read, without a buffer.
+// A waiter waits until an End has something to read, without a buffer,
+// and reads it directly where it can.
 type waiter struct {
 	raw      syscall.RawConn // nil: don't wait, the read blocks
+	direct   bool            // read raw in the poller's callback (readDirect)
 	buffered func() int
 	peek     [1]byte
 	ready    func(fd uintptr) bool // w.readable, bound once: waiting allocates nothing
-	err      error                 // what the peek found wrong
+	fill     func(fd uintptr) bool // w.readDirect, bound once
+	err      error                 // what the peek or read found wrong
+
+	// A direct read's state, between w.read and its callback.
+	held []byte
+	bp   *[]byte
+	k, n int
 }
 
 func newWaiter(e End) *waiter {
 	w := &waiter{buffered: e.Buffered}
 	sc := e.Socket
+	w.direct = canReadDirect && (sc == nil || e.Direct)
 	if sc == nil {
 		sc, _ = e.Conn.(syscall.Conn)
 	}
 	if sc != nil {
 		w.raw, _ = sc.SyscallConn()
 	}
+	w.direct = w.direct && w.raw != nil
 	w.ready = w.readable
+	w.fill = w.readDirect
 	return w
 }
 
@@ -186,4 +239,20 @@ func (w *waiter) wait() error {
 	err := w.err
 	w.err = nil
 	return err
+}
+
+// read waits in the poller until the socket has bytes, EOF or an error,
+// and reads once: a buffer holding held and then n bytes read (k =
+// len(held)), and the read's error (io.EOF at the end). err is the
+// wait's own error (the connection closed): then there is no buffer.
+func (w *waiter) read(held []byte) (bp *[]byte, k, n int, rerr, err error) {
+	w.held = held
+	err = w.raw.Read(w.fill)
+	bp, k, n, rerr = w.bp, w.k, w.n, w.err
+	w.held, w.bp, w.n, w.err = nil, nil, 0, nil
+	if err != nil && bp != nil {
+		giveBack(bp)
+		bp = nil
+	}
+	return bp, k, n, rerr, err
 }

@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -136,8 +137,20 @@ func frame(body string) []byte {
 func TestFilterHoldsSplitMessages(t *testing.T) {
 	clientPeer, client := tcpPair(t)
 	upstream, nodePeer := tcpPair(t)
+	filterHoldsSplitMessages(t, clientPeer, nodePeer, End{Conn: client}, End{Conn: upstream})
+}
+
+// The same through a wrapper read after a peek (End.Socket without Direct).
+func TestFilterHoldsSplitMessagesPeeking(t *testing.T) {
+	clientPeer, client := tcpPair(t)
+	upstream, nodePeer := tcpPair(t)
+	filterHoldsSplitMessages(t, clientPeer, nodePeer, End{Conn: &prefetched{Conn: client}, Socket: client}, End{Conn: upstream})
+}
+
+func filterHoldsSplitMessages(t *testing.T, clientPeer, nodePeer net.Conn, client, upstream End) {
 	f := &lengthFramed{}
-	done := relayed(t, End{Conn: client, Filter: f}, End{Conn: upstream})
+	client.Filter = f
+	done := relayed(t, client, upstream)
 
 	big := strings.Repeat("x", 3*BufferSize+17)
 	stream := append(append(frame("small"), frame(big)...), frame("after")...)
@@ -221,6 +234,47 @@ func TestBufferedBytesFirst(t *testing.T) {
 	}
 }
 
+// With Direct, a wrapper's read-ahead bytes are read through it; the rest
+// straight from the socket, not through the wrapper.
+func TestDirectReadsBufferedFirst(t *testing.T) {
+	clientPeer, client := tcpPair(t)
+	upstream, nodePeer := tcpPair(t)
+	wrapped := &countingPrefetched{prefetched: prefetched{Conn: client, ahead: []byte("read ahead;")}}
+	done := relayed(t, End{Conn: wrapped, Socket: client, Direct: true, Buffered: func() int { return len(wrapped.ahead) }},
+		End{Conn: upstream})
+
+	buf := make([]byte, 64)
+	nodePeer.SetReadDeadline(time.Now().Add(10 * time.Second))
+	n, err := io.ReadAtLeast(nodePeer, buf, len("read ahead;"))
+	if err != nil || string(buf[:n]) != "read ahead;" {
+		t.Fatalf("node got %q %v", buf[:n], err)
+	}
+	clientPeer.Write([]byte(" then the socket"))
+	clientPeer.CloseWrite()
+	if got := readAll(t, nodePeer); string(got) != " then the socket" {
+		t.Fatalf("node got %q", got)
+	}
+	nodePeer.Close()
+	if err := result(t, done); err != nil {
+		t.Fatalf("Pipe: %v", err)
+	}
+	if wrapped.socketReads.Load() != 0 {
+		t.Fatalf("%d reads went through the wrapper to the socket, want 0", wrapped.socketReads.Load())
+	}
+}
+
+type countingPrefetched struct {
+	prefetched
+	socketReads atomic.Int32
+}
+
+func (p *countingPrefetched) Read(b []byte) (int, error) {
+	if len(p.ahead) == 0 {
+		p.socketReads.Add(1)
+	}
+	return p.prefetched.Read(b)
+}
+
 // Connections without a socket to wait on (net.Pipe) still relay; one that
 // cannot be half-closed ends the relay at its EOF without an error.
 func TestWithoutSocket(t *testing.T) {
@@ -253,6 +307,58 @@ func TestWaitAllocatesNothing(t *testing.T) {
 	if n := testing.AllocsPerRun(100, func() { w.wait() }); n != 0 {
 		t.Fatalf("%v allocations per wait", n)
 	}
+}
+
+// A direct read, waiting included, allocates nothing: the buffer comes
+// from the pool and goes back to it.
+func TestDirectReadAllocatesNothing(t *testing.T) {
+	peer, c := tcpPair(t)
+	w := newWaiter(End{Conn: c})
+	if !w.direct {
+		t.Skip("no direct reads on this platform")
+	}
+	msg := []byte("x")
+	once := func() {
+		peer.Write(msg)
+		bp, _, n, rerr, err := w.read(nil)
+		if err != nil || rerr != nil || n != 1 {
+			t.Fatalf("read: %d %v %v", n, rerr, err)
+		}
+		giveBack(bp)
+	}
+	once()
+	if n := testing.AllocsPerRun(100, once); n != 0 {
+		t.Fatalf("%v allocations per read", n)
+	}
+}
+
+// Relaying messages both ways allocates nothing (all goroutines counted):
+// buffers come from the pool and go back to it.
+func TestRelayAllocatesNothing(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates")
+	}
+	clientPeer, client := tcpPair(t)
+	upstream, nodePeer := tcpPair(t)
+	done := relayed(t, End{Conn: client}, End{Conn: upstream})
+	q, a, buf := []byte("question"), []byte("answer"), make([]byte, 16)
+	once := func() {
+		clientPeer.Write(q)
+		if _, err := io.ReadFull(nodePeer, buf[:len(q)]); err != nil {
+			t.Fatal(err)
+		}
+		nodePeer.Write(a)
+		if _, err := io.ReadFull(clientPeer, buf[:len(a)]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	once()
+	if n := testing.AllocsPerRun(200, once); n > 0.1 {
+		t.Errorf("%v allocations per exchange", n)
+	}
+	clientPeer.Close()
+	nodePeer.Close()
+	result(t, done)
 }
 
 // Idle relayed connections hold no buffer: their goroutines wait in the
@@ -306,7 +412,9 @@ func TestIdleHoldsNoBuffer(t *testing.T) {
 	}
 	stacks := make([]byte, 1<<22)
 	stacks = stacks[:runtime.Stack(stacks, true)]
-	if n := bytes.Count(stacks, []byte("relay.(*waiter).wait(")); n != 2*conns {
+	// Sockets are read in the poller's callback (waiter.read), wrapped ones
+	// peeked at (waiter.wait): either way the goroutine parks in the waiter.
+	if n := bytes.Count(stacks, []byte("relay.(*waiter).read(")) + bytes.Count(stacks, []byte("relay.(*waiter).wait(")); n != 2*conns {
 		t.Errorf("%d goroutines wait for readability, want %d", n, 2*conns)
 	}
 	for _, p := range pairs {
