@@ -335,7 +335,14 @@ func (t *TenantRoute) Handle(cx *layer4.Connection, _ layer4.Handler) error {
 		Buffered: func() int { return len(cx.MatchingBytes()) },
 		Filter:   &countingGuard{guard: ldapwire.TenantGuard{Rule: guard, Tenant: tenant, MaxLen: max}, lease: lease},
 	}
-	if sc, ok := cx.Conn.(syscall.Conn); ok {
+	switch sc := cx.Conn.(type) {
+	case *net.TCPConn:
+		// The bare socket: cx adds only its read-ahead (Buffered), so
+		// the relay reads the socket itself, one syscall per read.
+		client.Socket, client.Direct = sc, true
+	case syscall.Conn:
+		// A wrapper (proxy protocol, say) may hold bytes of its own:
+		// wait on the socket, read through the wrapper.
 		client.Socket = sc
 	}
 	node2client := relay.End{Conn: up.Conn, Filter: &ldapwire.BindWatcher{OnBind: onBind, MaxLen: max}}
