@@ -312,4 +312,3 @@ func BenchmarkRelay(b *testing.B) {
 
 // readerOnly hides a reader's WriterTo, as a proxied net.Conn would.
 type readerOnly struct{ io.Reader }
-
