@@ -420,8 +420,15 @@ func TestSyncGroupOneRoundTrip(t *testing.T) {
 			}
 		}
 	}
-	if s := st.Stats(); s.RoundTrips != 24 {
+	s := st.Stats()
+	if s.RoundTrips != 24 {
 		t.Errorf("%d round trips for 12 syncs of 2 replicas, want 24 (one per replica per sync)", s.RoundTrips)
+	}
+	// Per replica per sync: one heartbeat (3) + per quota 3 per counted
+	// peer + 1 per read peer, one busy peer in each: 11.
+	t.Logf("%d commands, %d bytes to the store, %d from it for 24 syncs: %.1f commands per sync", s.Commands, s.BytesIn, s.BytesOut, float64(s.Commands)/24)
+	if want := int64(24 * 11); s.Commands != want {
+		t.Errorf("%d commands, want %d (3 + Σ (3A + A') per sync)", s.Commands, want)
 	}
 	if st.Keys() == 0 {
 		t.Fatal("nothing stored")
