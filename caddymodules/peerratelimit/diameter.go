@@ -131,6 +131,7 @@ type diameterConn struct {
 	out     *diameter.BoundaryWriter
 	pending []byte // admitted bytes not yet read (in the framer's buffer)
 	info    diameter.Info
+	err     error // to return once the bytes before it are read
 
 	// the placeholder values last set: set again only when they change
 	// (a Set boxes the string: an allocation per message otherwise)
@@ -161,6 +162,9 @@ const cerOriginHostPlaceholder = "l4.peer_rate_limit.cer_origin_host"
 // last one maybe in part (its rest at the next Read). It blocks on the
 // client only when it has nothing to return yet.
 func (c *diameterConn) Read(p []byte) (int, error) {
+	if c.err != nil {
+		return 0, c.err
+	}
 	n := 0
 	for {
 		if len(c.pending) > 0 {
@@ -183,12 +187,13 @@ func (c *diameterConn) Read(p []byte) (int, error) {
 				continue
 			}
 		}
-		if n > 0 {
-			return n, nil // the error again at the next Read (the framer keeps it)
-		}
 		if errors.Is(err, diameter.ErrMalformed) {
 			c.cx.Logger.Warn("malformed Diameter message: closing this connection",
 				zap.String("remote", c.cx.RemoteAddr().String()), zap.Error(err))
+		}
+		if n > 0 {
+			c.err = err // the messages before it go first
+			return n, nil
 		}
 		return 0, err
 	}

@@ -1,7 +1,9 @@
 package peerratelimit
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net"
 	"runtime"
@@ -40,38 +42,9 @@ func (r *repeatStream) Read(p []byte) (int, error) {
 // nothing once the connection's peer is known; and one Read hands the
 // proxy many whole messages.
 func TestDiameterReadAllocatesNothing(t *testing.T) {
-	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
-	defer cancel()
-	h := &L4Handler{
-		limiter: limiter{Profiles: []ProfileConfig{{Name: "all", Rate: 1e9,
-			Messages: []MessageConfig{{Type: "gx-ccr-u", Rate: 1e9}}}}},
-		Diameter: &DiameterMode{OriginHost: "dra.example", OriginRealm: "example"},
-	}
-	if err := h.Provision(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer h.Cleanup()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	client, err := net.Dial("tcp", l.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	server, err := l.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer server.Close()
-	cx := layer4.WrapConnection(server, nil, zap.NewNop())
 	cer, _ := diameter.Request(diameter.CmdCapabilitiesExchange, 0, 0, 1, 1, "", "pgw1.example", "example")
 	ccr, _ := diameter.Request(diameter.CmdCreditControl, diameter.AppGx, 2, 2, 2, "pgw1;2", "pgw1.example", "example")
-	dc := &diameterConn{Conn: cx, h: h, cx: cx, addr: func() string { return remoteAddr(cx).String() },
-		in:  diameter.NewFramer(&repeatStream{head: cer, msg: ccr}, 0, h.Diameter.MaxLength),
-		out: &diameter.BoundaryWriter{W: io.Discard}}
+	dc, cx := testDiameterConn(t, &repeatStream{head: cer, msg: ccr})
 	p := make([]byte, 32*1024)
 	n, err := dc.Read(p)
 	if err != nil || n < len(p)/2 {
@@ -105,5 +78,64 @@ func TestDiameterReadAllocatesNothing(t *testing.T) {
 	}
 	if msgs < 200*(len(p)/len(ccr)-1) {
 		t.Errorf("%d messages in 200 reads", msgs)
+	}
+}
+
+// testDiameterConn is the Diameter mode's connection over src, with a
+// profile whose limits are never reached.
+func testDiameterConn(t *testing.T, src io.Reader) (*diameterConn, *layer4.Connection) {
+	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
+	t.Cleanup(cancel)
+	h := &L4Handler{
+		limiter: limiter{Profiles: []ProfileConfig{{Name: "all", Rate: 1e9,
+			Messages: []MessageConfig{{Type: "gx-ccr-u", Rate: 1e9}}}}},
+		Diameter: &DiameterMode{OriginHost: "dra.example", OriginRealm: "example"},
+	}
+	if err := h.Provision(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Cleanup() })
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	client, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	server, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { server.Close() })
+	cx := layer4.WrapConnection(server, nil, zap.NewNop())
+	dc := &diameterConn{Conn: cx, h: h, cx: cx, addr: func() string { return remoteAddr(cx).String() },
+		in:  diameter.NewFramer(src, 0, h.Diameter.MaxLength),
+		out: &diameter.BoundaryWriter{W: io.Discard}}
+	return dc, cx
+}
+
+// A malformed message after admitted ones that one Read would hand out
+// together: those go first, whole, and the next Read fails (the
+// connection is closed); nothing after the malformed message is read.
+func TestDiameterMalformedAfterAdmittedMessages(t *testing.T) {
+	cer, _ := diameter.Request(diameter.CmdCapabilitiesExchange, 0, 0, 1, 1, "", "pgw1.example", "example")
+	ccr, _ := diameter.Request(diameter.CmdCreditControl, diameter.AppGx, 2, 2, 2, "pgw1;2", "pgw1.example", "example")
+	bad := append([]byte(nil), ccr...)
+	bad[20+7] = 0xff // the first AVP's length past the message
+	stream := bytes.Join([][]byte{cer, ccr, ccr, bad, ccr}, nil)
+	dc, _ := testDiameterConn(t, bytes.NewReader(stream))
+	p := make([]byte, 32*1024)
+	n, err := dc.Read(p)
+	if err != nil || !bytes.Equal(p[:n], stream[:len(cer)+2*len(ccr)]) {
+		t.Fatalf("first read: %d bytes, %v; want the CER and two CCRs", n, err)
+	}
+	if n, err := dc.Read(p); n != 0 || !errors.Is(err, diameter.ErrMalformed) {
+		t.Fatalf("second read: %d bytes, %v; want the malformed message's error", n, err)
+	}
+	if n, err := dc.Read(p); n != 0 || err == nil {
+		t.Fatalf("third read: %d bytes, %v; want the error again", n, err)
 	}
 }
