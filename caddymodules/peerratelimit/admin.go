@@ -80,6 +80,24 @@ type ClusterView struct {
 	OverflowedTotal    uint64    `json:"overflowed_total"`
 	// Shares are the largest local shares, at most maxShareViews.
 	Shares []ShareView `json:"shares"`
+	// Messages are the profile's message-type limits, each cluster-wide
+	// too (synced in the same round trip), in type order.
+	Messages []ClusterMessageView `json:"messages"`
+}
+
+// ClusterMessageView is this replica's side of one message type's
+// cluster-wide limit.
+type ClusterMessageView struct {
+	Type               string      `json:"type"`
+	KeyPrefix          string      `json:"key_prefix"`
+	Fallback           bool        `json:"fallback"`
+	Malformed          uint64      `json:"malformed_total"`
+	LimitPerSecond     float64     `json:"limit_per_second"`
+	EffectivePerSecond float64     `json:"effective_limit_per_second"`
+	ThrottlePercent    int         `json:"throttle_percent"`
+	PeersTracked       int         `json:"peers_tracked"`
+	OverflowedTotal    uint64      `json:"overflowed_total"`
+	Shares             []ShareView `json:"shares"`
 }
 
 // ShareView is this replica's share of one peer's cluster-wide limit.
@@ -171,6 +189,18 @@ func (c *cluster) view() *ClusterView {
 		ThrottlePercent: st.Throttle, PeersTracked: st.Peers, OverflowedTotal: st.Overflowed, Shares: []ShareView{}}
 	for _, s := range q.Shares(maxShareViews) {
 		v.Shares = append(v.Shares, ShareView{Peer: s.Peer, SharePerSecond: s.Share, SharePercent: 100 * s.Fraction})
+	}
+	v.Messages = []ClusterMessageView{}
+	for _, mq := range c.messages() {
+		q := mq.q.Load()
+		st := q.State()
+		mv := ClusterMessageView{Type: mq.name, KeyPrefix: q.Config().Prefix, Fallback: st.Fallback, Malformed: st.Malformed,
+			LimitPerSecond: st.Limit, EffectivePerSecond: st.Effective, ThrottlePercent: st.Throttle,
+			PeersTracked: st.Peers, OverflowedTotal: st.Overflowed, Shares: []ShareView{}}
+		for _, s := range q.Shares(maxShareViews) {
+			mv.Shares = append(mv.Shares, ShareView{Peer: s.Peer, SharePerSecond: s.Share, SharePercent: 100 * s.Fraction})
+		}
+		v.Messages = append(v.Messages, mv)
 	}
 	return v
 }

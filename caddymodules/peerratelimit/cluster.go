@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -118,10 +119,25 @@ type clusterSpec struct {
 	conn    *redisstore.Conn
 	cfg     quota.Config
 	overall *ratelimit.Rule // the generation's overall rule: its throttle level
-	logger  *zap.Logger
+	// messages are the profile's message-type limits, each cluster-wide
+	// with a quota of its own (keys under <prefix>/message/<type>).
+	messages []messageSpec
+	logger   *zap.Logger
 }
 
-// newClusterSpec looks the store up and builds the quota config.
+// messageSpec is one message type's cluster-wide limit.
+type messageSpec struct {
+	cfg  quota.Config
+	rule *ratelimit.Rule // the generation's rule: its throttle level
+}
+
+// messageKeySep separates a profile's key prefix from a message type's
+// part: ':' follows the prefix in a peer's key of the overall limit, so
+// no peer name (client-controlled) makes the two keys collide.
+const messageKeySep = "/message/"
+
+// newClusterSpec looks the store up and builds the quota configs: the
+// overall limit's and one per message type.
 func newClusterSpec(ctx caddy.Context, kind, handler string, p *ProfileConfig, engine *ratelimit.Profile) (*clusterSpec, error) {
 	c := p.Cluster
 	if err := c.validate(p); err != nil {
@@ -139,25 +155,40 @@ func newClusterSpec(ctx caddy.Context, kind, handler string, p *ProfileConfig, e
 	if maxPeers == 0 {
 		maxPeers = defaultMaxPeers
 	}
-	return &clusterSpec{
+	spec := &clusterSpec{
 		profile: p.Name, conn: conn, overall: engine.Overall, logger: ctx.Logger(),
 		cfg: quota.Config{
 			Prefix: prefix, Replica: replicaName(), Limit: p.Rate, Burst: p.Burst,
 			Interval: time.Duration(c.Sync), ReplicaTTL: time.Duration(c.ReplicaTTL), MaxPeers: maxPeers,
 		},
-	}, nil
+	}
+	for _, m := range p.Messages {
+		if strings.ContainsAny(m.Type, "{}") {
+			return nil, fmt.Errorf("peer_rate_limit: profile %s: message %q: braces would break the Redis Cluster hash tag of its cluster-wide limit", p.Name, m.Type)
+		}
+		cfg := spec.cfg
+		cfg.Prefix, cfg.Limit, cfg.Burst = prefix+messageKeySep+m.Type, m.Rate, m.Burst
+		spec.messages = append(spec.messages, messageSpec{cfg: cfg, rule: engine.Message(m.Type)})
+	}
+	slices.SortFunc(spec.messages, func(a, b messageSpec) int { return strings.Compare(a.rule.Name, b.rule.Name) })
+	return spec, nil
 }
 
-// cluster is the process state of one profile's cluster-wide limit under
-// a (kind, name): the quota engine, the store it syncs with and the sync
-// goroutine. It outlives config generations (it is part of shared) and
-// follows the newest generation's settings. It is the profile engines'
-// Allower: every generation's engine decides through the current quota.
+// cluster is the process state of one profile's cluster-wide limits under
+// a (kind, name): the quota engines (the overall limit's and one per
+// message type), the store they sync with and the sync goroutine. It
+// outlives config generations (it is part of shared) and follows the
+// newest generation's settings. It is the profile engines' overall
+// Allower, and each message type's msgQuota is that type's: every
+// generation's engine decides through the current quotas.
 type cluster struct {
 	handler, profile string
 
 	q    atomic.Pointer[quota.Quota]
 	spec atomic.Pointer[clusterSpec]
+	// msgs are the message types' quotas (replaced whole by update; a
+	// type kept by a reload keeps its *msgQuota).
+	msgs atomic.Pointer[map[string]*msgQuota]
 	// wake tells the sync loop that the quota or spec changed.
 	wake chan struct{}
 
@@ -170,12 +201,34 @@ type cluster struct {
 	replicasGauge    prometheus.Gauge
 
 	// the sync loop's own
-	lastMalformed uint64
+	lastMalformed map[*quota.Quota]uint64
 	inFallback    bool
 }
 
+// msgQuota is one message type's cluster-wide limit: the engines'
+// Allower (and Refunder) for that type.
+type msgQuota struct {
+	name string
+	q    atomic.Pointer[quota.Quota]
+	rule atomic.Pointer[ratelimit.Rule] // the newest generation's: its throttle level
+}
+
+func (m *msgQuota) Allow(key string, now int64) bool { return m.q.Load().Allow(key, now) }
+func (m *msgQuota) Refund(key string, now int64)     { m.q.Load().Refund(key, now) }
+
 // Allow decides one request under this replica's share.
 func (c *cluster) Allow(key string, now int64) bool { return c.q.Load().Allow(key, now) }
+
+// messages returns the message types' quotas, in type order.
+func (c *cluster) messages() []*msgQuota {
+	m := *c.msgs.Load()
+	out := make([]*msgQuota, 0, len(m))
+	for _, mq := range m {
+		out = append(out, mq)
+	}
+	slices.SortFunc(out, func(a, b *msgQuota) int { return strings.Compare(a.name, b.name) })
+	return out
+}
 
 func newCluster(parent context.Context, handler string, spec *clusterSpec) (*cluster, error) {
 	q, err := quota.New(spec.cfg, quota.NewRedisStore(spec.conn.Client))
@@ -187,14 +240,57 @@ func newCluster(parent context.Context, handler string, spec *clusterSpec) (*clu
 		malformed:     theMetrics.clusterMalformed.WithLabelValues(handler, spec.profile),
 		fallbackGauge: theMetrics.clusterFallback.WithLabelValues(handler, spec.profile),
 		replicasGauge: theMetrics.clusterReplicas.WithLabelValues(handler, spec.profile),
+		lastMalformed: map[*quota.Quota]uint64{},
 	}
 	c.q.Store(q)
 	c.spec.Store(spec)
+	c.msgs.Store(&map[string]*msgQuota{})
+	if err := c.updateMessages(nil, spec); err != nil {
+		return nil, err
+	}
 	c.replicasGauge.Set(float64(q.State().Replicas))
 	ctx, cancel := context.WithCancel(parent)
 	c.cancel = cancel
 	go c.loop(ctx)
 	return c, nil
+}
+
+// updateMessages follows spec's message types: a type whose quota config
+// is unchanged keeps its quota (only the store's client may change), a
+// changed one gets a new quota, a new type a new msgQuota; a type spec no
+// longer has is dropped.
+func (c *cluster) updateMessages(old, spec *clusterSpec) error {
+	cur := *c.msgs.Load()
+	next := make(map[string]*msgQuota, len(spec.messages))
+	for _, ms := range spec.messages {
+		name := ms.rule.Name
+		mq := cur[name]
+		var oldCfg *quota.Config
+		if old != nil {
+			for _, o := range old.messages {
+				if o.rule.Name == name {
+					oldCfg = &o.cfg
+				}
+			}
+		}
+		switch {
+		case mq == nil || oldCfg == nil || *oldCfg != ms.cfg:
+			q, err := quota.New(ms.cfg, quota.NewRedisStore(spec.conn.Client))
+			if err != nil {
+				return fmt.Errorf("peer_rate_limit: profile %s: message %s: cluster: %v", spec.profile, name, err)
+			}
+			if mq == nil {
+				mq = &msgQuota{name: name}
+			}
+			mq.q.Store(q)
+		case old.conn.Client != spec.conn.Client:
+			mq.q.Load().SetStore(quota.NewRedisStore(spec.conn.Client))
+		}
+		mq.rule.Store(ms.rule)
+		next[name] = mq
+	}
+	c.msgs.Store(&next)
+	return nil
 }
 
 // update applies a newer (or, after a failed load, the remaining newest)
@@ -213,11 +309,12 @@ func (c *cluster) update(spec *clusterSpec) error {
 		// The quota keeps its shares; only the client changes.
 		c.q.Load().SetStore(quota.NewRedisStore(spec.conn.Client))
 	}
+	err := c.updateMessages(old, spec)
 	select {
 	case c.wake <- struct{}{}:
 	default:
 	}
-	return nil
+	return err
 }
 
 // stop ends the sync loop and drops the metric series.
@@ -232,12 +329,18 @@ func (c *cluster) stop() {
 	theMetrics.clusterErrors.DeletePartialMatch(labels)
 }
 
-// applyThrottle gives the quota the dynamic level of the profile's
-// overall rule (0 when the profile is not dynamic).
+// applyThrottle gives each quota the dynamic level of its rule (0 when
+// the rule is not dynamic).
 func (c *cluster) applyThrottle(now time.Time) {
 	q, spec := c.q.Load(), c.spec.Load()
 	if pct := spec.overall.Throttle(); pct != q.State().Throttle {
 		q.SetThrottle(pct, now)
+	}
+	for _, mq := range c.messages() {
+		q := mq.q.Load()
+		if pct := mq.rule.Load().Throttle(); pct != q.State().Throttle {
+			q.SetThrottle(pct, now)
+		}
 	}
 }
 
@@ -260,24 +363,42 @@ func (c *cluster) loop(ctx context.Context) {
 	}
 }
 
-// syncOnce runs one sync and reports it in metrics and logs (a log line
-// per transition between the store answering and not).
+// syncOnce runs one sync of the profile's quotas — the overall limit's
+// and each message type's — in one pipelined round trip, and reports it
+// in metrics and logs (a log line per transition between the store
+// answering and not).
 func (c *cluster) syncOnce(ctx context.Context) {
 	q, spec := c.q.Load(), c.spec.Load()
+	qs := []*quota.Quota{q}
+	for _, mq := range c.messages() {
+		qs = append(qs, mq.q.Load())
+	}
 	now := time.Now()
 	c.applyThrottle(now)
 	sctx, cancel := context.WithTimeout(ctx, q.Config().Interval)
-	err := q.Sync(sctx, now)
+	errs := quota.SyncGroup(sctx, now, qs)
 	cancel()
 	if ctx.Err() != nil {
 		return
 	}
-	st := q.State()
-	if st.Malformed > c.lastMalformed {
-		c.malformed.Add(float64(st.Malformed - c.lastMalformed))
+	seen := make(map[*quota.Quota]uint64, len(qs))
+	for _, x := range qs {
+		m := x.State().Malformed
+		if last := c.lastMalformed[x]; m > last {
+			c.malformed.Add(float64(m - last))
+		}
+		seen[x] = m
 	}
-	c.lastMalformed = st.Malformed
+	c.lastMalformed = seen
+	st := q.State()
 	c.replicasGauge.Set(float64(st.Replicas))
+	var err error
+	for _, e := range errs {
+		if e != nil {
+			err = e
+			break
+		}
+	}
 	if err != nil {
 		theMetrics.clusterErrors.WithLabelValues(c.handler, c.profile, errorReason(err)).Inc()
 		c.fallbackGauge.Set(1)
@@ -354,6 +475,11 @@ func (sh *shared) reconcileClusters(gens []*generation) error {
 			// An engine in use already has its cluster (the same one for
 			// as long as a generation has it): only new engines are set.
 			if c := sh.clusters[e.Name]; c != nil && g.hasCluster(e.Name) && e.Global() == nil {
+				for _, mq := range c.messages() {
+					if e.Message(mq.name) != nil {
+						e.SetMessageGlobal(mq.name, mq)
+					}
+				}
 				e.SetGlobal(c)
 			}
 		}

@@ -419,3 +419,87 @@ func TestClusterExample(t *testing.T) {
 		t.Fatalf("shares of pgw: %+v", sh)
 	}
 }
+
+// A message type's cluster-wide limit through bin/caddy with one replica:
+// its quota syncs with the profile's (the view lists it, key prefix
+// <profile prefix>/message/<type>), gets the whole limit, falls back with
+// Redis stopped (the type's view says so, no request fails, at most the
+// limit) and resyncs when Redis is back.
+func TestClusterMessageTypeStoreDownAndBack(t *testing.T) {
+	e2e.SkipShort(t)
+	dir, addr := t.TempDir(), e2e.Addr(t)
+	srv := e2e.StartRedisAt(t, dir, addr)
+	front := e2e.Addr(t)
+	c := e2e.StartCaddy(t, "caddyfile", fmt.Sprintf(`{
+	edgesteer_redis main {
+		address %s
+		key_prefix e2e
+	}
+}
+http://%s {
+	peer_rate_limit {
+		name edge
+		profile p {
+			peer {http.request.header.X-Peer}
+			rate 100000
+			message m {
+				match {
+					path /m
+				}
+				rate 50
+			}
+			cluster redis main {
+				sync 100ms
+			}
+		}
+	}
+	respond ok
+}
+`, addr, front))
+	msgView := func(v *peerratelimit.ClusterView) *peerratelimit.ClusterMessageView {
+		if v == nil || len(v.Messages) != 1 {
+			return nil
+		}
+		return &v.Messages[0]
+	}
+	v := waitCluster(t, c, "first sync", func(v *peerratelimit.ClusterView) bool {
+		return v.RedisHealthy && v.ReplicasSeen == 1 && msgView(v) != nil
+	})
+	if m := msgView(v); m.Type != "m" || m.KeyPrefix != "e2e:peer_rate_limit:http/edge/p/message/m" || m.LimitPerSecond != 50 {
+		t.Fatalf("message view %+v", m)
+	}
+	o := burst(t, "http://"+front+"/m", "a", 2*time.Second)
+	if o.other.Load() != 0 {
+		t.Fatalf("%d requests failed", o.other.Load())
+	}
+	if got, hi := o.ok.Load(), most(50, clusterBurst(50), o.elapsed); got > hi || got < 50 || o.rejected.Load() == 0 {
+		t.Fatalf("type m: admitted %d (refused %d) in %v at a cluster limit of 50/s with one replica, want 50..%d and some refused", got, o.rejected.Load(), o.elapsed, hi)
+	}
+	v = waitCluster(t, c, "the type's share", func(v *peerratelimit.ClusterView) bool {
+		m := msgView(v)
+		return m != nil && len(m.Shares) == 1 && m.Shares[0].Peer == "a"
+	})
+	// Other requests are not the type's: the overall limit only.
+	if o := burst(t, "http://"+front+"/other", "a", 500*time.Millisecond); o.rejected.Load() != 0 || o.other.Load() != 0 {
+		t.Fatalf("other requests: %d refused, %d failed", o.rejected.Load(), o.other.Load())
+	}
+
+	srv.Stop()
+	waitCluster(t, c, "fallback", func(v *peerratelimit.ClusterView) bool {
+		m := msgView(v)
+		return v.Fallback && m != nil && m.Fallback
+	})
+	o = burst(t, "http://"+front+"/m", "a", time.Second)
+	if o.other.Load() != 0 || o.ok.Load() == 0 {
+		t.Fatalf("with Redis down: %d admitted, %d failed", o.ok.Load(), o.other.Load())
+	}
+	if got, hi := o.ok.Load(), most(50, clusterBurst(50), o.elapsed); got > hi {
+		t.Fatalf("with Redis down admitted %d of type m, want ≤ %d (limit ÷ 1 replica)", got, hi)
+	}
+
+	e2e.StartRedisAt(t, dir, addr)
+	waitCluster(t, c, "resync", func(v *peerratelimit.ClusterView) bool {
+		m := msgView(v)
+		return v.RedisHealthy && !v.Fallback && m != nil && !m.Fallback
+	})
+}

@@ -414,3 +414,110 @@ func TestClusterAccuracySkewed(t *testing.T) {
 		ct.redis.Stop()
 	}
 }
+
+// A message type's limit is cluster-wide too: three replicas, profile p
+// with a high overall rate and message type "even" (requests whose index
+// is even) limited to M/s per peer; the client offers 2M/s of "even" and
+// as much of other requests, rotating over the replicas. At the upstream
+// over 10 s: M ± 5 % of "even" (per replica it would be 2M: each replica's
+// own limit of M sees 2M/3), and every other request (the overall limit is
+// not reached). The view lists the type's share, synced with the overall
+// limit's in one round trip.
+func TestClusterThreeReplicasMessageType(t *testing.T) {
+	e2e.SkipShort(t)
+	const M = 60.0
+	caddyfile := fmt.Sprintf(`{
+	edgesteer_redis main {
+		address %s
+	}
+}
+http://:8080 {
+	peer_rate_limit {
+		name edge
+		profile p {
+			peer {http.request.header.X-Peer}
+			rate 2000
+			message even {
+				match {
+					path_regexp [02468]$
+				}
+				rate %g
+			}
+			cluster redis main
+		}
+	}
+	reverse_proxy %s
+}
+`, clusterRedisAddr, M, clusterUpstream)
+	ct := newClusterTopology(t, caddyfile)
+	ct.waitAll(t, "three replicas registered, the message type cluster-wide", ct.replicas, func(v *peerratelimit.ClusterView) bool {
+		return v.RedisHealthy && v.ReplicasSeen == 3 && len(v.Messages) == 1 && v.Messages[0].Type == "even"
+	})
+	ips := []string{ct.tp.IP("r1"), ct.tp.IP("r2"), ct.tp.IP("r3")}
+	lc := startLoad(t, ct, 4*M, ips)
+	time.Sleep(3 * time.Second) // shares settle from the floor to proportional
+	const d = 10 * time.Second
+	lc.setTag("steady")
+	time.Sleep(d)
+	lc.setTag("after")
+	time.Sleep(500 * time.Millisecond)
+	w := lc.window("steady")
+	if len(w.failed) > 0 {
+		t.Errorf("%d of %d requests failed (not 200 or 429), e.g. %v", len(w.failed), w.sent, w.failed[:min(3, len(w.failed))])
+	}
+	if float64(w.sent) < 3*M*d.Seconds() {
+		t.Fatalf("the client offered only %d requests in %v (want ≥ 3M/s): the machine is too loaded to test the limit", w.sent, d)
+	}
+	even, odd := 0, 0
+	for _, p := range ct.upstreamPaths(t) {
+		tag, idx, _ := strings.Cut(strings.TrimPrefix(p, "/"), "/")
+		if tag != "steady" || idx == "" {
+			continue
+		}
+		if strings.ContainsAny(idx[len(idx)-1:], "02468") {
+			even++
+		} else {
+			odd++
+		}
+	}
+	t.Logf("offered %d in %v (half of type even), upstream counted even %d (limit %v/s × %v = %v: %.3f × the limit), other %d",
+		w.sent, d, even, M, d, M*d.Seconds(), float64(even)/(M*d.Seconds()), odd)
+	if !within(float64(even), M*d.Seconds(), 0.05) {
+		t.Errorf("type even: upstream counted %d, want %v ± 5 %%", even, M*d.Seconds())
+	}
+	if want := w.sent / 2; float64(odd) < 0.97*float64(want) || w.refused != w.sent-even-odd {
+		t.Errorf("other requests: upstream counted %d of about %d offered; refused %d of %d sent (want only type even refused)", odd, want, w.refused, w.sent)
+	}
+	for _, r := range ct.replicas {
+		v := ct.view(r)
+		if v == nil || len(v.Messages) != 1 || len(v.Messages[0].Shares) == 0 || v.Messages[0].Fallback {
+			t.Fatalf("%s: view %+v, want the message type's share of pgw1", r, v)
+		}
+		m := v.Messages[0]
+		t.Logf("%s: type even share %.1f/s (%.0f %%), key prefix %s", r, m.Shares[0].SharePerSecond, m.Shares[0].SharePercent, m.KeyPrefix)
+		if !strings.HasSuffix(m.KeyPrefix, "/edge/p/message/even") || m.LimitPerSecond != M {
+			t.Errorf("%s: message view %+v", r, m)
+		}
+	}
+}
+
+// upstreamPaths returns the paths the upstream has seen.
+func (ct *clusterTopology) upstreamPaths(t *testing.T) []string {
+	t.Helper()
+	resp, err := ct.tp.HTTPClient("client").Get("http://" + clusterUpstream + "/_seen")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var seen []struct {
+		Path string `json:"path"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&seen); err != nil {
+		t.Fatal(err)
+	}
+	out := make([]string, len(seen))
+	for i, s := range seen {
+		out[i] = s.Path
+	}
+	return out
+}

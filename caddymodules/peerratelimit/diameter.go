@@ -1,7 +1,6 @@
 package peerratelimit
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -97,25 +96,25 @@ func (h *L4Handler) handleDiameter(cx *layer4.Connection, next layer4.Handler, a
 		return err
 	}
 	remote := zap.String("remote", cx.RemoteAddr().String())
-	out := &boundaryWriter{
-		w: cx,
+	out := &diameter.BoundaryWriter{
+		W: cx,
 		// The upstream stopped inside a message: nothing more can be
 		// written to the client without breaking its stream, so end the
 		// connection and let the client fail over at once, instead of
 		// after its watchdog gives up.
-		stall: func(discarded int, waited time.Duration) {
+		Stall: func(discarded int, waited time.Duration) {
 			cx.Logger.Warn("Diameter upstream stalled inside a message: closing the client connection",
 				remote, zap.Int("refusals_discarded", discarded), zap.Duration("waited", waited))
 			cx.Close()
 		},
-		overflow: func() {
+		Overflow: func() {
 			cx.Logger.Warn("Diameter refusals discarded: too many wait for the upstream's message in progress",
 				remote, zap.Int("max_queued_refusals", h.current().Diameter.MaxQueuedRefusals))
 		},
 	}
 	dc := &diameterConn{
 		Conn: cx, h: h, cx: cx, addr: addr,
-		in:  bufio.NewReader(io.MultiReader(bytes.NewReader(pre), cx)),
+		in:  diameter.NewFramer(io.MultiReader(bytes.NewReader(pre), cx), 0, h.Diameter.MaxLength),
 		out: out,
 	}
 	return next.Handle(cx.Wrap(dc))
@@ -128,9 +127,16 @@ type diameterConn struct {
 	h       *L4Handler
 	cx      *layer4.Connection
 	addr    addrOf
-	in      *bufio.Reader
-	out     *boundaryWriter
-	pending []byte // admitted bytes not yet read
+	in      *diameter.Framer
+	out     *diameter.BoundaryWriter
+	pending []byte // admitted bytes not yet read (in the framer's buffer)
+	info    diameter.Info
+	err     error // to return once the bytes before it are read
+
+	// the placeholder values last set: set again only when they change
+	// (a Set boxes the string: an allocation per message otherwise)
+	setOrigin, setCER string
+	placeholdersSet   bool
 
 	// identity is the Origin-Host of the connection's CER: the peer the
 	// connection was negotiated for, and so the key of its requests.
@@ -150,14 +156,32 @@ const originHostPlaceholder = "l4.peer_rate_limit.origin_host"
 // select a profile by (select {l4.peer_rate_limit.cer_origin_host} …).
 const cerOriginHostPlaceholder = "l4.peer_rate_limit.cer_origin_host"
 
-// Read returns admitted client messages.
+// Read returns admitted client messages: as many whole messages as the
+// framer has buffered and p holds (so the proxy forwards a burst of
+// messages in one write, as a plain proxy forwards what it read), the
+// last one maybe in part (its rest at the next Read). It blocks on the
+// client only when it has nothing to return yet.
 func (c *diameterConn) Read(p []byte) (int, error) {
-	for len(c.pending) == 0 {
-		msg, hdr, err := diameter.ReadMessage(c.in, c.h.Diameter.MaxLength)
+	if c.err != nil {
+		return 0, c.err
+	}
+	n := 0
+	for {
+		if len(c.pending) > 0 {
+			k := copy(p[n:], c.pending)
+			c.pending = c.pending[k:]
+			n += k
+			if len(c.pending) > 0 || n == len(p) {
+				return n, nil
+			}
+		}
+		if n > 0 && !c.in.Ready() {
+			return n, nil
+		}
+		msg, err := c.in.Next()
 		if err == nil {
-			var in diameter.Info
-			if in, err = diameter.Classify(msg, hdr); err == nil {
-				if c.admit(in, msg) {
+			if err = c.info.Parse(msg); err == nil {
+				if c.admit(&c.info) {
 					c.pending = msg
 				}
 				continue
@@ -167,11 +191,12 @@ func (c *diameterConn) Read(p []byte) (int, error) {
 			c.cx.Logger.Warn("malformed Diameter message: closing this connection",
 				zap.String("remote", c.cx.RemoteAddr().String()), zap.Error(err))
 		}
+		if n > 0 {
+			c.err = err // the messages before it go first
+			return n, nil
+		}
 		return 0, err
 	}
-	n := copy(p, c.pending)
-	c.pending = c.pending[n:]
-	return n, nil
 }
 
 // admit decides one message; a refusal is written back here.
@@ -179,7 +204,7 @@ func (c *diameterConn) Read(p []byte) (int, error) {
 // A request is keyed by the identity the connection's CER negotiated, not
 // by its own Origin-Host: a peer that writes another Origin-Host into each
 // request would otherwise get a fresh bucket every time.
-func (c *diameterConn) admit(in diameter.Info, msg []byte) bool {
+func (c *diameterConn) admit(in *diameter.Info) bool {
 	if in.Request && in.Base() && in.Header.CommandCode == diameter.CmdCapabilitiesExchange && c.identity == "" {
 		c.identity = in.OriginHost // a repeated CER changes nothing
 	}
@@ -188,8 +213,11 @@ func (c *diameterConn) admit(in diameter.Info, msg []byte) bool {
 	}
 	h := c.h.current()
 	repl := c.cx.Replacer()
-	repl.Set(originHostPlaceholder, in.OriginHost)
-	repl.Set(cerOriginHostPlaceholder, c.identity)
+	if !c.placeholdersSet || c.setOrigin != in.OriginHost || c.setCER != c.identity {
+		c.placeholdersSet, c.setOrigin, c.setCER = true, in.OriginHost, c.identity
+		repl.Set(originHostPlaceholder, in.OriginHost)
+		repl.Set(cerOriginHostPlaceholder, c.identity)
+	}
 	if c.identity != "" && in.OriginHost != c.identity {
 		h.originMismatch.Inc()
 		if !c.mismatchLogged {
@@ -223,9 +251,9 @@ func (c *diameterConn) admit(in diameter.Info, msg []byte) bool {
 		return true
 	case rejected:
 		m := h.Diameter
-		ans, err := diameter.Refusal(in, m.ResultCode, m.OriginHost, m.OriginRealm, m.ErrorMessage)
+		ans, err := diameter.Refusal(*in, m.ResultCode, m.OriginHost, m.OriginRealm, m.ErrorMessage)
 		if err == nil {
-			_, err = c.out.inject(ans, h.queue)
+			_, err = c.out.Inject(ans, h.queue)
 		}
 		if err != nil {
 			c.cx.Logger.Warn("writing a Diameter refusal", zap.Error(err))

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/edgesteer/edgesteer/caddymodules/internal/cfparse"
+	"github.com/edgesteer/edgesteer/internal/diameter"
 )
 
 func init() {
@@ -32,7 +33,7 @@ type L4Handler struct {
 	Diameter *DiameterMode `json:"diameter,omitempty"`
 
 	profiles []*profile
-	queue    queuePolicy // Diameter mode's refusal queue
+	queue    diameter.QueuePolicy // Diameter mode's refusal queue
 	// originMismatch counts Diameter requests whose Origin-Host is not
 	// their connection's CER's.
 	originMismatch prometheus.Counter
@@ -64,11 +65,11 @@ func (h *L4Handler) Provision(ctx caddy.Context) error {
 		if err := registerMetrics(ctx); err != nil {
 			return err
 		}
-		h.queue = queuePolicy{
-			max:     h.Diameter.MaxQueuedRefusals,
-			wait:    time.Duration(h.Diameter.RefusalWait),
-			full:    theMetrics.refusalsDiscarded.WithLabelValues(h.Name, "queue_full"),
-			stalled: theMetrics.refusalsDiscarded.WithLabelValues(h.Name, "upstream_stalled"),
+		h.queue = diameter.QueuePolicy{
+			Max:     h.Diameter.MaxQueuedRefusals,
+			Wait:    time.Duration(h.Diameter.RefusalWait),
+			Full:    theMetrics.refusalsDiscarded.WithLabelValues(h.Name, "queue_full"),
+			Stalled: theMetrics.refusalsDiscarded.WithLabelValues(h.Name, "upstream_stalled"),
 		}
 		h.originMismatch = theMetrics.originMismatch.WithLabelValues(h.Name)
 	}

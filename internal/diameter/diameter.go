@@ -4,6 +4,13 @@
 // answers use github.com/fiorix/go-diameter; classification walks only the
 // few top-level AVPs it needs, so it works for any application, known to a
 // dictionary or not.
+//
+// The data path of a proxy: a Framer reads a stream through one buffer and
+// hands out whole messages without copying them; Info.Parse classifies one
+// without allocating; a BoundaryWriter passes the other direction's
+// stream through and slips the proxy's own messages in only between whole
+// messages. BenchmarkRelay measures them against a plain relay in the same
+// run (BENCHMARKS.md).
 package diameter
 
 import (
@@ -52,26 +59,40 @@ func ParseHeader(b []byte, maxLen int) (*diam.Header, error) {
 	if len(b) < diam.HeaderLength {
 		return nil, malformed("header of %d bytes", len(b))
 	}
-	h, err := diam.DecodeHeader(b)
-	if err != nil {
-		return nil, malformed("%v", err)
+	if _, err := MessageLength(b, maxLen); err != nil {
+		return nil, err
 	}
-	switch {
-	case h.Version != 1:
-		return nil, malformed("version %d", h.Version)
-	case h.MessageLength < diam.HeaderLength:
-		return nil, malformed("length %d under 20", h.MessageLength)
-	case int(h.MessageLength) > maxLen:
-		return nil, malformed("length %d over the maximum %d", h.MessageLength, maxLen)
-	case h.MessageLength%4 != 0:
-		return nil, malformed("length %d not a multiple of 4", h.MessageLength)
-	case h.CommandFlags&0x0f != 0:
-		return nil, malformed("reserved command flags 0x%x", h.CommandFlags)
-	}
+	h := new(diam.Header)
+	decodeHeader(b, h)
 	return h, nil
 }
 
-// ReadMessage reads one whole message from r.
+// MessageLength checks a message header as ParseHeader does, without
+// decoding it (nor allocating), and returns the message's length. b holds
+// at least the 20 header bytes.
+func MessageLength(b []byte, maxLen int) (int, error) {
+	l := int(b[1])<<16 | int(b[2])<<8 | int(b[3])
+	switch {
+	case b[0] != 1:
+		return 0, malformed("version %d", b[0])
+	case l < diam.HeaderLength:
+		return 0, malformed("length %d under 20", l)
+	case l > maxLen:
+		return 0, malformed("length %d over the maximum %d", l, maxLen)
+	case l%4 != 0:
+		return 0, malformed("length %d not a multiple of 4", l)
+	case b[4]&0x0f != 0:
+		return 0, malformed("reserved command flags 0x%x", b[4])
+	}
+	return l, nil
+}
+
+// decodeHeader fills h from the 20 header bytes (go-diameter's decoder,
+// into h instead of a new header).
+func decodeHeader(b []byte, h *diam.Header) { _ = h.DecodeFromBytes(b) }
+
+// ReadMessage reads one whole message from r into a new slice (a Framer
+// reads them without copying).
 func ReadMessage(r *bufio.Reader, maxLen int) ([]byte, *diam.Header, error) {
 	hb, err := r.Peek(diam.HeaderLength)
 	if err != nil {
@@ -96,19 +117,59 @@ type Info struct {
 	Header        *diam.Header
 	Request       bool
 	CCRequestType uint32 // AVP 416, 0 if absent
-	SessionID     string // AVP 263
+	SessionID     string // AVP 263 (Classify; Parse leaves it empty)
 	OriginHost    string // AVP 264
 	OriginRealm   string // AVP 296
+	// SessionIDRaw is the Session-Id's bytes in the message (valid while
+	// the message is): Parse sets it instead of SessionID, which only a
+	// refusal needs.
+	SessionIDRaw []byte
 }
 
 // Classify walks msg's top-level AVPs (checking every length) and picks
 // out those Info names.
 func Classify(msg []byte, h *diam.Header) (Info, error) {
-	in := Info{Header: h, Request: h.CommandFlags&diam.RequestFlag != 0}
+	in := Info{Header: h}
+	err := in.avps(msg)
+	in.SessionID = string(in.SessionIDRaw)
+	return in, err
+}
+
+// Parse fills in from msg, a whole message (as a Framer hands it out),
+// reusing in's header and strings: the Origin-Host and Origin-Realm of a
+// connection's messages are the same from one to the next, and a string
+// equal to the one in hand is kept, not made again. So a connection's
+// decisions allocate nothing. The Session-Id is left in SessionIDRaw.
+func (in *Info) Parse(msg []byte) error {
+	if len(msg) < diam.HeaderLength {
+		return malformed("message of %d bytes", len(msg))
+	}
+	if in.Header == nil {
+		in.Header = new(diam.Header)
+	}
+	decodeHeader(msg, in.Header)
+	in.SessionID = ""
+	return in.avps(msg)
+}
+
+// avps walks the message's top-level AVPs.
+func (in *Info) avps(msg []byte) error {
+	h := in.Header
+	in.Request = h.CommandFlags&diam.RequestFlag != 0
+	in.CCRequestType, in.SessionIDRaw = 0, nil
+	oh, or := false, false
+	defer func() {
+		if !oh {
+			in.OriginHost = ""
+		}
+		if !or {
+			in.OriginRealm = ""
+		}
+	}()
 	b := msg[diam.HeaderLength:]
 	for len(b) > 0 {
 		if len(b) < 8 {
-			return in, malformed("truncated AVP header")
+			return malformed("truncated AVP header")
 		}
 		code := binary.BigEndian.Uint32(b[0:4])
 		flags := b[4]
@@ -118,7 +179,7 @@ func Classify(msg []byte, h *diam.Header) (Info, error) {
 			hdr = 12
 		}
 		if l < hdr || l > len(b) {
-			return in, malformed("AVP %d length %d with %d bytes left", code, l, len(b))
+			return malformed("AVP %d length %d with %d bytes left", code, l, len(b))
 		}
 		data := b[hdr:l]
 		switch {
@@ -126,11 +187,17 @@ func Classify(msg []byte, h *diam.Header) (Info, error) {
 		case code == avp.CCRequestType && len(data) == 4:
 			in.CCRequestType = binary.BigEndian.Uint32(data)
 		case code == avp.SessionID:
-			in.SessionID = string(data)
+			in.SessionIDRaw = data
 		case code == avp.OriginHost:
-			in.OriginHost = string(data)
+			oh = true
+			if string(data) != in.OriginHost { // compared without a copy
+				in.OriginHost = string(data)
+			}
 		case code == avp.OriginRealm:
-			in.OriginRealm = string(data)
+			or = true
+			if string(data) != in.OriginRealm {
+				in.OriginRealm = string(data)
+			}
 		}
 		padded := (l + 3) &^ 3
 		if padded > len(b) {
@@ -138,7 +205,7 @@ func Classify(msg []byte, h *diam.Header) (Info, error) {
 		}
 		b = b[padded:]
 	}
-	return in, nil
+	return nil
 }
 
 // Type names a message's type for rate-limit profiles: "cer", "dwr",
@@ -157,11 +224,14 @@ func (in Info) Type() string {
 		return pick(in.Request, "dpr", "dpa")
 	}
 	if h.CommandCode == CmdCreditControl && (h.ApplicationID == AppGx || h.ApplicationID == AppGy) && in.CCRequestType >= 1 && in.CCRequestType <= 4 {
-		app := "gx"
+		app, dir := 0, 0
 		if h.ApplicationID == AppGy {
-			app = "gy"
+			app = 1
 		}
-		return app + pick(in.Request, "-ccr-", "-cca-") + string("iute"[in.CCRequestType-1])
+		if !in.Request {
+			dir = 1
+		}
+		return ccTypes[app][dir][in.CCRequestType-1]
 	}
 	t := strconv.FormatUint(uint64(h.ApplicationID), 10) + "-" + strconv.FormatUint(uint64(h.CommandCode), 10)
 	return pick(in.Request, t, t+"a")
@@ -176,6 +246,20 @@ func (in Info) Base() bool {
 	}
 	return false
 }
+
+// ccTypes are the credit-control types' names by application (Gx, Gy),
+// request or answer, and CC-Request-Type: made once, so that naming a
+// message allocates nothing.
+var ccTypes = func() (t [2][2][4]string) {
+	for a, app := range []string{"gx", "gy"} {
+		for d, dir := range []string{"-ccr-", "-cca-"} {
+			for k := range 4 {
+				t[a][d][k] = app + dir + string("iute"[k])
+			}
+		}
+	}
+	return t
+}()
 
 func pick(cond bool, a, b string) string {
 	if cond {
@@ -196,8 +280,12 @@ func Refusal(in Info, resultCode uint32, originHost, originRealm, errorMessage s
 		flags |= diam.ErrorFlag
 	}
 	m := diam.NewMessage(h.CommandCode, flags, h.ApplicationID, h.HopByHopID, h.EndToEndID, dict.Default)
-	if in.SessionID != "" {
-		m.NewAVP(avp.SessionID, avp.Mbit, 0, datatype.UTF8String(in.SessionID))
+	sid := in.SessionID
+	if sid == "" {
+		sid = string(in.SessionIDRaw)
+	}
+	if sid != "" {
+		m.NewAVP(avp.SessionID, avp.Mbit, 0, datatype.UTF8String(sid))
 	}
 	m.NewAVP(avp.ResultCode, avp.Mbit, 0, datatype.Unsigned32(resultCode))
 	m.NewAVP(avp.OriginHost, avp.Mbit, 0, datatype.DiameterIdentity(originHost))

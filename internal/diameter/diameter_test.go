@@ -148,15 +148,26 @@ func FuzzFramer(f *testing.F) {
 	f.Add([]byte{1, 0, 0, 32, 0x80, 0, 1, 16, 0, 0, 0, 4, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 1, 0xa0, 0x40, 0, 0, 0xff, 0, 0, 0, 1})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		r := bufio.NewReader(bytes.NewReader(data))
+		fr := NewFramer(bytes.NewReader(data), 256, 4096) // 256: the large-message path too
+		var fin Info
 		for {
 			msg, h, err := ReadMessage(r, 4096)
+			fmsg, ferr := fr.Next()
+			if (err == nil) != (ferr == nil) || !bytes.Equal(msg, fmsg) {
+				t.Fatalf("framer: %x, %v; ReadMessage: %x, %v", fmsg, ferr, msg, err)
+			}
 			if err != nil {
 				return
 			}
+			cerr := fin.Parse(fmsg)
 			if len(msg) != int(h.MessageLength) {
 				t.Fatalf("message of %d bytes, header says %d", len(msg), h.MessageLength)
 			}
 			in, err := Classify(msg, h)
+			if (err == nil) != (cerr == nil) || (err == nil && (fin.Type() != in.Type() || fin.OriginHost != in.OriginHost ||
+				fin.OriginRealm != in.OriginRealm || string(fin.SessionIDRaw) != in.SessionID || fin.CCRequestType != in.CCRequestType)) {
+				t.Fatalf("Parse %+v, %v; Classify %+v, %v", fin, cerr, in, err)
+			}
 			if err == nil {
 				_ = in.Type()
 				if in.Request {

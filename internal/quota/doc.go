@@ -65,6 +65,16 @@
 // still one round trip per shard, in parallel). Values are decimal
 // integers, validated on read.
 //
+// # Groups
+//
+// SyncGroup syncs several quotas of one replica — a profile's overall
+// limit and its message-type limits, each a Quota with its own Prefix —
+// in one round trip of the first one's store (a GroupStore: RedisStore
+// and FakeStore run all batches in one pipeline). Only the first batch
+// carries the heartbeat (Batch.NoHeartbeat on the others); the others take
+// its replica count. Refund gives back an admission that a later check
+// refused (a message type's, when the overall limit refuses the message).
+//
 // # Cost model
 //
 // R replicas, A active (replica, peer) pairs per interval per replica —
@@ -74,6 +84,11 @@
 //
 //	ops/s = R × (3 + 3A + A') ÷ Δ   (A' ≈ 1.7 A under Zipf demand)
 //	bytes/sync per replica ≈ 3·k + A × (3·k + 15) + A' × (k + 40)
+//
+// A group of quotas ℓ (SyncGroup) costs one heartbeat and each quota's
+// counts and reads, still in one round trip per replica per interval:
+//
+//	ops/s = R × (3 + Σℓ (3Aℓ + A'ℓ)) ÷ Δ,  round trips/s = R ÷ Δ
 //
 // with k ≈ 60 B a command carrying a key of ~27 B (the measured figures,
 // from the fake store's RESP accounting, are in BENCHMARKS.md). Store memory: one small hash per active peer per epoch,

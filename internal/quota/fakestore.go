@@ -146,6 +146,15 @@ func (s *FakeStore) cmd(args ...string) { s.stats.Commands++; s.stats.BytesIn +=
 
 // Sync runs a batch as the pipeline in the package comment would.
 func (s *FakeStore) Sync(ctx context.Context, b *Batch) (*Answer, error) {
+	ans, err := s.SyncGroup(ctx, []*Batch{b})
+	if err != nil {
+		return nil, err
+	}
+	return ans[0], nil
+}
+
+// SyncGroup runs the batches as one pipeline: one round trip.
+func (s *FakeStore) SyncGroup(ctx context.Context, bs []*Batch) ([]*Answer, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -155,11 +164,26 @@ func (s *FakeStore) Sync(ctx context.Context, b *Batch) (*Answer, error) {
 		return nil, s.down
 	}
 	now := s.Now()
-	s.purge(now, b.KeyTTL)
 	s.stats.RoundTrips++
-	ans := &Answer{Totals: make([]Raw, len(b.Read)), CountErrs: make([]error, len(b.Counts))}
+	out := make([]*Answer, len(bs))
+	for i, b := range bs {
+		s.purge(now, b.KeyTTL)
+		out[i] = s.batch(now, b)
+	}
+	return out, nil
+}
 
-	// Heartbeat: ZADD, ZREMRANGEBYSCORE, ZCARD.
+func (s *FakeStore) batch(now time.Time, b *Batch) *Answer {
+	ans := &Answer{Totals: make([]Raw, len(b.Read)), CountErrs: make([]error, len(b.Counts))}
+	if !b.NoHeartbeat {
+		s.heartbeat(now, b, ans)
+	}
+	s.counts(now, b, ans)
+	return ans
+}
+
+// heartbeat: ZADD, ZREMRANGEBYSCORE, ZCARD.
+func (s *FakeStore) heartbeat(now time.Time, b *Batch, ans *Answer) {
 	rk := ReplicasKey(b.Prefix)
 	nowMs := float64(b.Now.UnixMilli())
 	cutoff := nowMs - float64(b.ReplicaTTL.Milliseconds())
@@ -186,7 +210,9 @@ func (s *FakeStore) Sync(ctx context.Context, b *Batch) (*Answer, error) {
 		ans.ReplicasErr = err
 		s.stats.BytesOut += 3 * respErr
 	}
+}
 
+func (s *FakeStore) counts(now time.Time, b *Batch, ans *Answer) {
 	ttl := strconv.FormatInt(b.KeyTTL.Milliseconds(), 10)
 	for i, c := range b.Counts {
 		key := PeerKey(b.Prefix, c.Peer, b.Epoch)
@@ -212,7 +238,6 @@ func (s *FakeStore) Sync(ctx context.Context, b *Batch) (*Answer, error) {
 			s.stats.BytesOut += 4 + respBulk(a) + respBulk(d)
 		}
 	}
-	return ans, nil
 }
 
 func clone(b []byte) []byte {

@@ -226,6 +226,22 @@ func (q *Quota) Allow(key string, now int64) bool {
 	return true
 }
 
+// Refund gives back one admission of key that a later check refused (a
+// message-type limit's admission when the overall limit refuses the
+// message): its share's bucket and the admitted count it reports.
+func (q *Quota) Refund(key string, now int64) {
+	p := q.lookup(key, now)
+	if r := p.lim.rule.Load(); r != nil {
+		p.lim.bucket.Refund(r)
+	}
+	for {
+		a := p.admitted.Load()
+		if a == 0 || p.admitted.CompareAndSwap(a, a-1) {
+			return
+		}
+	}
+}
+
 func (q *Quota) lookup(key string, now int64) *peer {
 	q.mu.RLock()
 	p := q.peers[key]
@@ -300,34 +316,102 @@ func (q *Quota) NextSync(now time.Time) time.Time {
 // a store failure it falls back to limit ÷ (last known replicas). It
 // returns the store's error, if any (already recorded in State).
 func (q *Quota) Sync(ctx context.Context, now time.Time) error {
-	q.syncMu.Lock()
-	defer q.syncMu.Unlock()
+	return SyncGroup(ctx, now, []*Quota{q})[0]
+}
+
+// SyncGroup syncs several quotas of one replica in one round trip of the
+// first one's store (when it is a GroupStore; otherwise one per quota):
+// a profile's overall limit first, then its message-type limits. Only the
+// first batch carries the replica heartbeat; the others take its replica
+// count. It returns each quota's error (nil: synced), in order.
+func SyncGroup(ctx context.Context, now time.Time, qs []*Quota) []error {
+	errs := make([]error, len(qs))
+	if len(qs) == 0 {
+		return errs
+	}
+	for _, q := range qs {
+		q.syncMu.Lock()
+		defer q.syncMu.Unlock()
+	}
+	ps := make([]*pending, len(qs))
+	bs := make([]*Batch, len(qs))
+	for i, q := range qs {
+		ps[i] = q.prepare(now)
+		bs[i] = ps[i].b
+		bs[i].NoHeartbeat = i > 0
+	}
+	anss := make([]*Answer, len(qs))
+	var err error
+	if gs, ok := qs[0].store.(GroupStore); ok {
+		anss, err = gs.SyncGroup(ctx, bs)
+		if err == nil && len(anss) != len(bs) {
+			err = fmt.Errorf("store answered %d batches for %d", len(anss), len(bs))
+		}
+	} else {
+		for i, b := range bs {
+			if anss[i], err = qs[0].store.Sync(ctx, b); err != nil {
+				break
+			}
+		}
+	}
+	for i, q := range qs {
+		var ans *Answer
+		if err == nil {
+			ans = anss[i]
+			if i > 0 && ans != nil {
+				ans.Replicas, ans.ReplicasErr = anss[0].Replicas, anss[0].ReplicasErr
+			}
+		}
+		errs[i] = q.finish(ps[i], ans, err)
+	}
+	return errs
+}
+
+// pending is a sync between its batch and the store's answer.
+type pending struct {
+	b             *Batch
+	e             int64
+	read, counted []*peer
+}
+
+// prepare takes the counts since the last sync (under syncMu).
+func (q *Quota) prepare(now time.Time) *pending {
 	e := q.Epoch(now)
 	b := &Batch{
 		Prefix: q.cfg.Prefix, Replica: q.cfg.Replica, Now: now, Epoch: e,
 		ReplicaTTL: q.cfg.ReplicaTTL, KeyTTL: 3 * q.cfg.Interval,
 	}
-	var read, counted []*peer
+	ps := &pending{b: b, e: e}
 	q.mu.RLock()
 	for k, p := range q.peers {
 		a, d := p.admitted.Swap(0), p.demanded.Swap(0)
+		a = min(a, d) // refunds may have run ahead of a swap
 		if d > 0 {
 			b.Counts = append(b.Counts, Count{Peer: k, Admitted: a, Demanded: d})
-			counted = append(counted, p)
+			ps.counted = append(ps.counted, p)
 			p.idle = 0
 		} else {
 			p.idle++
 		}
 		if d > 0 || p.ownAt(e-1) > 0 {
 			b.Read = append(b.Read, k)
-			read = append(read, p)
+			ps.read = append(ps.read, p)
 		}
 	}
 	q.overflow.admitted.Swap(0)
 	q.overflow.demanded.Swap(0)
 	q.mu.RUnlock()
+	return ps
+}
 
-	ans, err := q.store.Sync(ctx, b)
+// finish applies the store's answer (or its error) to the shares (under
+// syncMu).
+func (q *Quota) finish(ps *pending, ans *Answer, err error) error {
+	b, e, now := ps.b, ps.e, ps.b.Now
+	read, counted := ps.read, ps.counted
+	if err == nil && ans == nil {
+		err = fmt.Errorf("store gave no answer")
+	}
 	if err == nil && (len(ans.Totals) != len(b.Read) || len(ans.CountErrs) != len(b.Counts)) {
 		err = fmt.Errorf("store answered %d totals for %d peers, %d count results for %d", len(ans.Totals), len(b.Read), len(ans.CountErrs), len(b.Counts))
 	}

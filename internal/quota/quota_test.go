@@ -379,3 +379,95 @@ func TestConfigErrors(t *testing.T) {
 		}
 	}
 }
+
+// A profile's overall and message-type quotas sync in one round trip per
+// replica per interval, with one heartbeat; the message-type quota takes
+// the replica count from it and divides its own limit by demand.
+func TestSyncGroupOneRoundTrip(t *testing.T) {
+	st := NewFakeStore()
+	now := time.Unix(1_000_000, 125*int64(time.Millisecond))
+	st.Now = func() time.Time { return now }
+	type rep struct{ overall, msg *Quota }
+	var reps []rep
+	for _, name := range []string{"a", "b"} {
+		o, err := New(Config{Prefix: "p", Replica: name, Limit: 400}, st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := New(Config{Prefix: "p/message/gx-ccr-i", Replica: name, Limit: 100}, st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		reps = append(reps, rep{o, m})
+	}
+	demand := []float64{300, 100} // message requests per second at a, b
+	const iv = 250 * time.Millisecond
+	for range 12 {
+		for i, r := range reps {
+			n := int(demand[i] * iv.Seconds())
+			for k := range n {
+				ts := now.Add(time.Duration(k) * iv / time.Duration(n)).UnixNano()
+				r.msg.Allow("x", ts)
+				r.overall.Allow("x", ts)
+			}
+		}
+		now = now.Add(iv)
+		for _, r := range reps {
+			for i, err := range SyncGroup(context.Background(), now, []*Quota{r.overall, r.msg}) {
+				if err != nil {
+					t.Fatalf("quota %d: %v", i, err)
+				}
+			}
+		}
+	}
+	s := st.Stats()
+	if s.RoundTrips != 24 {
+		t.Errorf("%d round trips for 12 syncs of 2 replicas, want 24 (one per replica per sync)", s.RoundTrips)
+	}
+	// Per replica per sync: one heartbeat (3) + per quota 3 per counted
+	// peer + 1 per read peer, one busy peer in each: 11.
+	t.Logf("%d commands, %d bytes to the store, %d from it for 24 syncs: %.1f commands per sync", s.Commands, s.BytesIn, s.BytesOut, float64(s.Commands)/24)
+	if want := int64(24 * 11); s.Commands != want {
+		t.Errorf("%d commands, want %d (3 + Σ (3A + A') per sync)", s.Commands, want)
+	}
+	if st.Keys() == 0 {
+		t.Fatal("nothing stored")
+	}
+	for _, r := range reps {
+		if n := r.msg.State().Replicas; n != 2 {
+			t.Errorf("message quota sees %d replicas, want 2 (from the group's heartbeat)", n)
+		}
+	}
+	a, _ := reps[0].msg.Share("x")
+	b, _ := reps[1].msg.Share("x")
+	near(t, "message share at a (demand 300 of 400)", a, 75, 3)
+	near(t, "message share at b (demand 100 of 400)", b, 25, 3)
+	// No heartbeat of the message quota's own: only the profile's
+	// replicas key exists.
+	if _, err := st.get(ReplicasKey("p/message/gx-ccr-i"), now, kindZset); err != nil {
+		t.Fatal(err)
+	}
+	if k, _ := st.get(ReplicasKey("p/message/gx-ccr-i"), now, kindZset); k != nil {
+		t.Error("the message quota registered replicas of its own")
+	}
+	if k, _ := st.get(ReplicasKey("p"), now, kindZset); k == nil || len(k.zset) != 2 {
+		t.Errorf("profile replicas key %+v, want 2 members", k)
+	}
+}
+
+// A refund gives back the share's admission and the admitted count.
+func TestRefund(t *testing.T) {
+	q, err := New(Config{Prefix: "p", Replica: "a", Limit: 10, Burst: 2}, NewFakeStore())
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UnixNano()
+	n := 0
+	for q.Allow("x", now) {
+		n++
+	}
+	q.Refund("x", now)
+	if !q.Allow("x", now) {
+		t.Errorf("refused after a refund (admitted %d before)", n)
+	}
+}

@@ -24,69 +24,97 @@ func NewRedisStore(client redis.UniversalClient) *RedisStore { return &RedisStor
 // closed client) is the error; a command's own error reply (WRONGTYPE on
 // another program's key, a non-integer field) goes in the Answer.
 func (s *RedisStore) Sync(ctx context.Context, b *Batch) (*Answer, error) {
-	pipe := s.client.Pipeline()
-	rk := ReplicasKey(b.Prefix)
-	nowMs := b.Now.UnixMilli()
-	cutoff := nowMs - b.ReplicaTTL.Milliseconds()
-	zadd := pipe.ZAdd(ctx, rk, redis.Z{Score: float64(nowMs), Member: b.Replica})
-	pipe.ZRemRangeByScore(ctx, rk, "-inf", "("+strconv.FormatInt(cutoff, 10))
-	card := pipe.ZCard(ctx, rk)
+	ans, err := s.SyncGroup(ctx, []*Batch{b})
+	if err != nil {
+		return nil, err
+	}
+	return ans[0], nil
+}
 
+// SyncGroup runs the batches in one pipeline: one round trip.
+func (s *RedisStore) SyncGroup(ctx context.Context, bs []*Batch) ([]*Answer, error) {
+	pipe := s.client.Pipeline()
 	type counted struct {
 		a, d *redis.IntCmd
 		x    *redis.BoolCmd
 	}
-	counts := make([]counted, len(b.Counts))
-	for i, c := range b.Counts {
-		k := PeerKey(b.Prefix, c.Peer, b.Epoch)
-		counts[i] = counted{
-			a: pipe.HIncrBy(ctx, k, "a", clampInt(c.Admitted)),
-			d: pipe.HIncrBy(ctx, k, "d", clampInt(c.Demanded)),
-			x: pipe.PExpire(ctx, k, b.KeyTTL),
-		}
+	type queued struct {
+		zadd   *redis.IntCmd
+		card   *redis.IntCmd
+		counts []counted
+		reads  []*redis.SliceCmd
 	}
-	reads := make([]*redis.SliceCmd, len(b.Read))
-	for i, p := range b.Read {
-		reads[i] = pipe.HMGet(ctx, PeerKey(b.Prefix, p, b.Epoch-1), "a", "d")
+	qs := make([]queued, len(bs))
+	for j, b := range bs {
+		q := &qs[j]
+		if !b.NoHeartbeat {
+			rk := ReplicasKey(b.Prefix)
+			nowMs := b.Now.UnixMilli()
+			cutoff := nowMs - b.ReplicaTTL.Milliseconds()
+			q.zadd = pipe.ZAdd(ctx, rk, redis.Z{Score: float64(nowMs), Member: b.Replica})
+			pipe.ZRemRangeByScore(ctx, rk, "-inf", "("+strconv.FormatInt(cutoff, 10))
+			q.card = pipe.ZCard(ctx, rk)
+		}
+		q.counts = make([]counted, len(b.Counts))
+		for i, c := range b.Counts {
+			k := PeerKey(b.Prefix, c.Peer, b.Epoch)
+			q.counts[i] = counted{
+				a: pipe.HIncrBy(ctx, k, "a", clampInt(c.Admitted)),
+				d: pipe.HIncrBy(ctx, k, "d", clampInt(c.Demanded)),
+				x: pipe.PExpire(ctx, k, b.KeyTTL),
+			}
+		}
+		q.reads = make([]*redis.SliceCmd, len(b.Read))
+		for i, p := range b.Read {
+			q.reads[i] = pipe.HMGet(ctx, PeerKey(b.Prefix, p, b.Epoch-1), "a", "d")
+		}
 	}
 	_, err := pipe.Exec(ctx)
 	if err != nil && !isReply(err) {
 		return nil, err
 	}
-	// A server that refuses the heartbeat for another reason than another
-	// program's key of the wrong type (LOADING after a restart, NOAUTH,
-	// READONLY, OOM) cannot be used: that is the store down, not a value
-	// to ignore.
-	if err := zadd.Err(); err != nil && !strings.HasPrefix(err.Error(), "WRONGTYPE") {
-		return nil, err
-	}
-
-	ans := &Answer{Totals: make([]Raw, len(b.Read)), CountErrs: make([]error, len(b.Counts))}
-	ans.Replicas, ans.ReplicasErr = card.Result()
-	for i, c := range counts {
-		for _, e := range []error{c.a.Err(), c.d.Err(), c.x.Err()} {
-			if e != nil {
-				ans.CountErrs[i] = e
-				break
+	out := make([]*Answer, len(bs))
+	for j, b := range bs {
+		q := &qs[j]
+		// A server that refuses the heartbeat for another reason than
+		// another program's key of the wrong type (LOADING after a
+		// restart, NOAUTH, READONLY, OOM) cannot be used: that is the
+		// store down, not a value to ignore.
+		if q.zadd != nil {
+			if err := q.zadd.Err(); err != nil && !strings.HasPrefix(err.Error(), "WRONGTYPE") {
+				return nil, err
 			}
 		}
+		ans := &Answer{Totals: make([]Raw, len(b.Read)), CountErrs: make([]error, len(b.Counts))}
+		if q.card != nil {
+			ans.Replicas, ans.ReplicasErr = q.card.Result()
+		}
+		for i, c := range q.counts {
+			for _, e := range []error{c.a.Err(), c.d.Err(), c.x.Err()} {
+				if e != nil {
+					ans.CountErrs[i] = e
+					break
+				}
+			}
+		}
+		for i, cmd := range q.reads {
+			vals, err := cmd.Result()
+			if err != nil {
+				ans.Totals[i].Err = err
+				continue
+			}
+			if len(vals) != 2 {
+				ans.Totals[i].Err = errors.New("HMGET answered " + strconv.Itoa(len(vals)) + " values for 2 fields")
+				continue
+			}
+			ans.Totals[i].Admitted, ans.Totals[i].Err = field(vals[0])
+			if ans.Totals[i].Err == nil {
+				ans.Totals[i].Demanded, ans.Totals[i].Err = field(vals[1])
+			}
+		}
+		out[j] = ans
 	}
-	for i, cmd := range reads {
-		vals, err := cmd.Result()
-		if err != nil {
-			ans.Totals[i].Err = err
-			continue
-		}
-		if len(vals) != 2 {
-			ans.Totals[i].Err = errors.New("HMGET answered " + strconv.Itoa(len(vals)) + " values for 2 fields")
-			continue
-		}
-		ans.Totals[i].Admitted, ans.Totals[i].Err = field(vals[0])
-		if ans.Totals[i].Err == nil {
-			ans.Totals[i].Demanded, ans.Totals[i].Err = field(vals[1])
-		}
-	}
-	return ans, nil
+	return out, nil
 }
 
 // isReply reports whether err is an error reply of Redis to one command

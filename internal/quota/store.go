@@ -18,6 +18,14 @@ type Store interface {
 	Sync(ctx context.Context, b *Batch) (*Answer, error)
 }
 
+// GroupStore runs several batches in one round trip (SyncGroup: a
+// profile's overall and message-type limits). Answers are in order; an
+// error means the round trip failed as a whole.
+type GroupStore interface {
+	Store
+	SyncGroup(ctx context.Context, bs []*Batch) ([]*Answer, error)
+}
+
 // Batch is one replica's sync.
 type Batch struct {
 	Prefix     string
@@ -28,6 +36,9 @@ type Batch struct {
 	Epoch      int64         // epoch the counts are added to
 	Counts     []Count       // peers with traffic since the last sync
 	Read       []string      // peers whose totals of epoch Epoch−1 to read
+	// NoHeartbeat leaves out the heartbeat (ZADD, ZREMRANGEBYSCORE,
+	// ZCARD): a batch that rides in a group behind one that has it.
+	NoHeartbeat bool
 }
 
 // Count is one peer's counts since the last sync.

@@ -29,9 +29,29 @@ func (p *Profile) SetGlobal(a Allower) { p.global = a }
 func (p *Profile) Global() Allower { return p.global }
 
 type limited struct {
-	rule  *Rule
-	table *Table
+	rule   *Rule
+	table  *Table
+	global Allower // set: decides the message type's limit instead of table
 }
+
+// Refunder is an Allower that can give back an admission (a message
+// type's admission when the overall limit refuses the message).
+type Refunder interface {
+	Refund(key string, now int64)
+}
+
+// SetMessageGlobal makes a message type's limit cluster-wide: a decides
+// it instead of the profile's own table. It should also be a Refunder.
+// Call it before the profile is in use.
+func (p *Profile) SetMessageGlobal(msgType string, a Allower) {
+	if m, ok := p.messages[msgType]; ok {
+		m.global = a
+		p.messages[msgType] = m
+	}
+}
+
+// MessageGlobal returns what SetMessageGlobal set for msgType, or nil.
+func (p *Profile) MessageGlobal(msgType string) Allower { return p.messages[msgType].global }
 
 // NewProfile returns a profile whose tables hold at most maxKeys keys each.
 func NewProfile(name string, overall *Rule, messages []*Rule, maxKeys int) *Profile {
@@ -67,14 +87,19 @@ func (p *Profile) Decide(key, msgType string, now int64) (ok bool, limit string)
 	var mb *Bucket
 	m, typed := p.messages[msgType]
 	if typed {
-		mb = m.table.Bucket(key, now)
-		if !mb.Allow(m.rule, now) {
+		if m.global != nil {
+			if !m.global.Allow(key, now) {
+				return false, msgType
+			}
+		} else if mb = m.table.Bucket(key, now); !mb.Allow(m.rule, now) {
 			return false, msgType
 		}
 	}
 	if p.Overall != nil && !p.allowOverall(key, now) {
-		if typed {
+		if mb != nil {
 			mb.Refund(m.rule)
+		} else if r, ok := m.global.(Refunder); typed && ok {
+			r.Refund(key, now)
 		}
 		return false, "overall"
 	}

@@ -476,3 +476,50 @@ func TestProfileGlobalOverall(t *testing.T) {
 		t.Fatal("Global does not return the Allower")
 	}
 }
+
+// fakeGlobal is a cluster-wide limit's Allower and Refunder: it admits n
+// requests and counts refunds.
+type fakeGlobal struct {
+	left, refunds int
+}
+
+func (g *fakeGlobal) Allow(string, int64) bool {
+	if g.left == 0 {
+		return false
+	}
+	g.left--
+	return true
+}
+func (g *fakeGlobal) Refund(string, int64) { g.left++; g.refunds++ }
+
+// A message type with a global limit is decided by it, not by its table,
+// and gets its admission back when the overall limit refuses the message.
+func TestMessageGlobal(t *testing.T) {
+	overall, _ := NewRule("overall", 1, 2)
+	typ, _ := NewRule("gx-ccr-i", 1000, 0)
+	p := NewProfile("p", overall, []*Rule{typ}, 100)
+	g := &fakeGlobal{left: 3}
+	p.SetMessageGlobal("gx-ccr-i", g)
+	p.SetMessageGlobal("unknown", &fakeGlobal{}) // no such type: ignored
+	if p.MessageGlobal("gx-ccr-i") != g || p.MessageGlobal("unknown") != nil {
+		t.Fatal("MessageGlobal does not return what was set")
+	}
+	now := int64(1e18)
+	var got []string
+	for range 4 {
+		ok, limit := p.Decide("peer", "gx-ccr-i", now)
+		got = append(got, fmt.Sprintf("%v %s", ok, limit))
+	}
+	// The overall burst of 2 admits two; the third is refused by overall
+	// (its type admission refunded); the fourth again by overall.
+	if want := []string{"true ", "true ", "false overall", "false overall"}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("decisions %v, want %v", got, want)
+	}
+	if g.refunds != 2 || g.left != 1 {
+		t.Errorf("global: %d refunds, %d left; want 2 and 1", g.refunds, g.left)
+	}
+	g.left = 0
+	if ok, limit := p.Decide("peer", "gx-ccr-i", now+int64(10e9)); ok || limit != "gx-ccr-i" {
+		t.Errorf("global limit used up: %v %q, want refused by gx-ccr-i", ok, limit)
+	}
+}

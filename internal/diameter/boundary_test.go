@@ -1,13 +1,10 @@
-package peerratelimit
+package diameter
 
 import (
 	"bytes"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 
 	"github.com/fiorix/go-diameter/v4/diam"
 	"github.com/fiorix/go-diameter/v4/diam/avp"
@@ -23,11 +20,11 @@ func TestBoundaryWriterNeverInterleaves(t *testing.T) {
 	up, _ := m.Serialize()
 	own := []byte("OWN-ANSWER")
 	var out bytes.Buffer
-	b := &boundaryWriter{w: &out}
+	b := &BoundaryWriter{W: &out}
 	q := testPolicy(8, time.Minute)
 
 	b.Write(up[:7]) // inside the header
-	if _, err := b.inject(own, q); err != nil {
+	if _, err := b.Inject(own, q); err != nil {
 		t.Fatal(err)
 	}
 	b.Write(up[7:30]) // inside the body
@@ -39,7 +36,7 @@ func TestBoundaryWriterNeverInterleaves(t *testing.T) {
 		t.Fatalf("got %q", out.Bytes())
 	}
 	// At a boundary it goes out at once.
-	b.inject(own, q)
+	b.Inject(own, q)
 	if !bytes.HasSuffix(out.Bytes(), append(own, own...)) {
 		t.Fatal("not written at a boundary")
 	}
@@ -47,7 +44,7 @@ func TestBoundaryWriterNeverInterleaves(t *testing.T) {
 	// for the next boundary, never goes inside either.
 	out.Reset()
 	b.Write(up[:3])
-	b.inject(own, q)
+	b.Inject(own, q)
 	b.Write(append(up[3:], up[:9]...))
 	if out.Len() != len(up)+9 {
 		t.Fatalf("written inside the second message: %q", out.Bytes())
@@ -58,16 +55,15 @@ func TestBoundaryWriterNeverInterleaves(t *testing.T) {
 	}
 }
 
-func value(c prometheus.Counter) float64 {
-	var m dto.Metric
-	c.Write(&m)
-	return m.GetCounter().GetValue()
-}
+// counter is a Counter for tests.
+type counter struct{ n atomic.Int64 }
 
-func testPolicy(max int, wait time.Duration) queuePolicy {
-	return queuePolicy{max: max, wait: wait,
-		full:    prometheus.NewCounter(prometheus.CounterOpts{Name: "full"}),
-		stalled: prometheus.NewCounter(prometheus.CounterOpts{Name: "stalled"})}
+func (c *counter) Add(v float64) { c.n.Add(int64(v)) }
+
+func value(c Counter) float64 { return float64(c.(*counter).n.Load()) }
+
+func testPolicy(max int, wait time.Duration) QueuePolicy {
+	return QueuePolicy{Max: max, Wait: wait, Full: &counter{}, Stalled: &counter{}}
 }
 
 // Refusals waiting for a boundary are bounded: past the limit they are
@@ -78,19 +74,19 @@ func TestBoundaryWriterQueueIsBounded(t *testing.T) {
 	up[0], up[3] = 1, 40 // version 1, length 40
 	var out bytes.Buffer
 	var overflows atomic.Int64
-	b := &boundaryWriter{w: &out, overflow: func() { overflows.Add(1) }}
+	b := &BoundaryWriter{W: &out, Overflow: func() { overflows.Add(1) }}
 	q := testPolicy(3, time.Minute)
 	b.Write(up[:25])
 	discarded := 0
 	for range 10 {
-		if d, err := b.inject([]byte("OWN!"), q); err != nil {
+		if d, err := b.Inject([]byte("OWN!"), q); err != nil {
 			t.Fatal(err)
 		} else if d {
 			discarded++
 		}
 	}
-	if discarded != 7 || value(q.full) != 7 || overflows.Load() != 1 {
-		t.Fatalf("%d discarded, counter %v, %d overflow reports; want 7, 7, 1", discarded, value(q.full), overflows.Load())
+	if discarded != 7 || value(q.Full) != 7 || overflows.Load() != 1 {
+		t.Fatalf("%d discarded, counter %v, %d overflow reports; want 7, 7, 1", discarded, value(q.Full), overflows.Load())
 	}
 	b.Write(up[25:])
 	if want := string(up) + "OWN!OWN!OWN!"; out.String() != want {
@@ -106,12 +102,12 @@ func TestBoundaryWriterStall(t *testing.T) {
 	up[0], up[3] = 1, 40
 	var out bytes.Buffer
 	stalls := make(chan int, 2)
-	b := &boundaryWriter{w: &out, stall: func(n int, _ time.Duration) { stalls <- n }}
+	b := &BoundaryWriter{W: &out, Stall: func(n int, _ time.Duration) { stalls <- n }}
 	q := testPolicy(8, 50*time.Millisecond)
 
 	// Flushed in time: no stall, even after the wait has passed.
 	b.Write(up[:10])
-	b.inject([]byte("OWN!"), q)
+	b.Inject([]byte("OWN!"), q)
 	b.Write(up[10:])
 	time.Sleep(100 * time.Millisecond) // past the wait of the flushed episode
 	select {
@@ -121,17 +117,17 @@ func TestBoundaryWriterStall(t *testing.T) {
 	}
 
 	b.Write(up[:10])
-	b.inject([]byte("OWN!"), q)
-	b.inject([]byte("OWN!"), q)
+	b.Inject([]byte("OWN!"), q)
+	b.Inject([]byte("OWN!"), q)
 	select {
 	case n := <-stalls:
-		if n != 2 || value(q.stalled) != 2 {
-			t.Fatalf("stall discarded %d, counted %v; want 2", n, value(q.stalled))
+		if n != 2 || value(q.Stalled) != 2 {
+			t.Fatalf("stall discarded %d, counted %v; want 2", n, value(q.Stalled))
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("no stall")
 	}
-	if d, _ := b.inject([]byte("OWN!"), q); !d || value(q.stalled) != 3 {
+	if d, _ := b.Inject([]byte("OWN!"), q); !d || value(q.Stalled) != 3 {
 		t.Fatal("a refusal after the stall was not discarded")
 	}
 	b.Write(up[10:])
