@@ -124,8 +124,12 @@ func TestGCRAAccuracyRealClock(t *testing.T) {
 	elapsed := time.Since(start).Seconds()
 	got := float64(admitted.Load())
 	max := 500*elapsed + float64(rule.Burst) + 1
-	if got > max || got < 500*2*0.9 {
-		t.Fatalf("admitted %v over %.2fs; want at most %.0f and not far below 1000", got, elapsed, max)
+	// The upper bound is the point; the lower one only catches a limiter
+	// that stops admitting: a starved process (the race detector on a busy
+	// 2-core machine) loses every slot it was not scheduled for, beyond
+	// the burst. TestGCRAAccuracySimulated checks the rate on a simulated clock.
+	if got > max || got < 500*2*0.5 {
+		t.Fatalf("admitted %v over %.2fs; want at most %.0f and at least half of 1000", got, elapsed, max)
 	}
 }
 
