@@ -281,21 +281,35 @@ func (t *TenantRoute) Handle(cx *layer4.Connection, _ layer4.Handler) error {
 		return err
 	}
 	node := lease.Node
-	defer up.Close()
-	defer func() { lease.Release(time.Now()) }() // the reservation made by the pick
 	st.connected.add(tenant, 1)
-	defer st.connected.add(tenant, -1)
 	routed.WithLabelValues(t.Name, node).Inc()
 	repl := cx.Replacer()
 	repl.Set("l4.tenant_route.tenant", tenant)
 	repl.Set("l4.tenant_route.node", node)
+	remote := cx.RemoteAddr()
 	if ce := t.logger.Check(zap.DebugLevel, "routing"); ce != nil {
-		ce.Write(zap.String("tenant", tenant), zap.String("node", node), zap.String("remote", cx.RemoteAddr().String()))
+		ce.Write(zap.String("tenant", tenant), zap.String("node", node), zap.String("remote", remote.String()))
+	}
+	// end runs once the relay has ended (or could not start), and says
+	// what the connection's end was.
+	end := func(err error) error {
+		up.Close()
+		lease.Release(time.Now()) // the reservation made by the pick
+		st.connected.add(tenant, -1)
+		if rebind := (*ldapwire.RebindError)(nil); errors.As(err, &rebind) {
+			refusedRebinds.WithLabelValues(t.Name).Inc()
+			t.logger.Warn("bind to another tenant on a routed connection: closing it",
+				zap.String("tenant", tenant), zap.String("bind_dn", rebind.BindDN))
+			return fmt.Errorf("tenant_route: %w", err)
+		}
+		if errors.Is(err, net.ErrClosed) || errors.Is(err, ldapwire.ErrLastAnswer) {
+			return nil
+		}
+		return err
 	}
 
 	// Only authenticated connections count as load: each BindResponse the
 	// node sends says whether this one is (internal/placement.Lease).
-	clientConn := &closingConn{Conn: cx}
 	failures := 0
 	onBind := func(code int64) error {
 		switch code {
@@ -309,32 +323,53 @@ func (t *TenantRoute) Handle(cx *layer4.Connection, _ layer4.Handler) error {
 			if failures++; failures >= t.MaxFailedBinds {
 				failedBindCloses.WithLabelValues(t.Name).Inc()
 				if ce := t.logger.Check(zap.InfoLevel, "closing a connection after max_failed_binds failed binds"); ce != nil {
-					ce.Write(zap.String("tenant", tenant), zap.Int("failed_binds", failures), zap.String("remote", cx.RemoteAddr().String()))
+					ce.Write(zap.String("tenant", tenant), zap.Int("failed_binds", failures), zap.String("remote", remote.String()))
 				}
-				clientConn.closeAfterWrite.Store(true) // the client reads the last answer, then the close
+				return ldapwire.ErrLastAnswer // the client reads the answer, then the close
 			}
 		}
 		return nil
 	}
 	if up.bindResult >= 0 {
-		onBind(up.bindResult)
+		if onBind(up.bindResult) != nil {
+			cx.Write(up.head)
+			return end(nil)
+		}
 	} else if first.Op != "bind" {
 		lease.Bound(true, time.Now()) // no bind to judge (tenant from a placeholder): counted
 	}
 
 	if len(up.head) > 0 { // the node's answer has begun
-		if _, err := clientConn.Write(up.head); err != nil {
-			return err
+		if _, err := cx.Write(up.head); err != nil {
+			return end(err)
 		}
 	}
 	// Later messages are framed, and only BindRequests decoded, by the
 	// guard; an idle connection holds no buffer (internal/relay).
 	client := relay.End{
-		Conn: clientConn,
-		// Bytes a matcher read ahead are still in cx: read them first.
-		Buffered: func() int { return len(cx.MatchingBytes()) },
-		Filter:   &countingGuard{guard: ldapwire.TenantGuard{Rule: guard, Tenant: tenant, MaxLen: max}, lease: lease},
+		Conn:   cx,
+		Filter: &countingGuard{guard: ldapwire.TenantGuard{Rule: guard, Tenant: tenant, MaxLen: max}, lease: lease},
 	}
+	node2client := relay.End{Conn: up.Conn, Filter: &ldapwire.BindWatcher{OnBind: onBind, MaxLen: max}}
+	if sock, ok := cx.Conn.(*net.TCPConn); ok && len(cx.MatchingBytes()) == 0 {
+		// The bare socket, nothing read ahead: the relay takes it over
+		// and this handler returns, so an idle connection holds no
+		// goroutine, nor caddy-l4's buffers (README "Memory").
+		if own, err := relay.Own(sock); err == nil {
+			client.Conn = own
+			if relay.Start(client, node2client, func(err error) {
+				own.Close()
+				if err := end(err); err != nil {
+					t.logger.Error("handling connection", zap.String("remote", remote.String()), zap.Error(err))
+				}
+			}) {
+				return nil // caddy-l4 closes its descriptor; the socket stays open through own
+			}
+			own.Close()
+			client.Conn = cx
+		}
+	}
+	client.Buffered = func() int { return len(cx.MatchingBytes()) } // bytes a matcher read ahead come first
 	switch sc := cx.Conn.(type) {
 	case *net.TCPConn:
 		// The bare socket: cx adds only its read-ahead (Buffered), so
@@ -345,34 +380,7 @@ func (t *TenantRoute) Handle(cx *layer4.Connection, _ layer4.Handler) error {
 		// wait on the socket, read through the wrapper.
 		client.Socket = sc
 	}
-	node2client := relay.End{Conn: up.Conn, Filter: &ldapwire.BindWatcher{OnBind: onBind, MaxLen: max}}
-	err = relay.Pipe(client, node2client)
-	if rebind := (*ldapwire.RebindError)(nil); errors.As(err, &rebind) {
-		refusedRebinds.WithLabelValues(t.Name).Inc()
-		t.logger.Warn("bind to another tenant on a routed connection: closing it",
-			zap.String("tenant", tenant), zap.String("bind_dn", rebind.BindDN))
-		return fmt.Errorf("tenant_route: %w", err)
-	}
-	if errors.Is(err, net.ErrClosed) {
-		return nil
-	}
-	return err
-}
-
-// closingConn is the client's connection, closed right after the write
-// that follows closeAfterWrite being set: the answer to a client's last
-// allowed failed bind reaches it, then the close.
-type closingConn struct {
-	net.Conn
-	closeAfterWrite atomic.Bool
-}
-
-func (c *closingConn) Write(b []byte) (int, error) {
-	n, err := c.Conn.Write(b)
-	if c.closeAfterWrite.Load() {
-		c.Conn.Close()
-	}
-	return n, err
+	return end(relay.Pipe(client, node2client))
 }
 
 // Interface guards

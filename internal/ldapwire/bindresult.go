@@ -56,11 +56,16 @@ func BindResponse(id, code int64, message string) []byte {
 // pieces, never held (length fields of more than 4 octets are refused).
 const maxFrame = 1<<32 - 1
 
+// ErrLastAnswer, from a BindWatcher's OnBind, ends the connection once the
+// client has the BindResponse.
+var ErrLastAnswer = errors.New("ldapwire: the connection ends after this answer")
+
 // A BindWatcher watches what a node sends on a routed connection: each
 // BindResponse is held until whole (at most MaxLen bytes), its resultCode
 // handed to OnBind, and then passed on; other messages are framed by their
 // envelope and passed as they arrive. OnBind returning an error stops the
-// relay before the response is passed on.
+// relay before the response is passed on; returning ErrLastAnswer (or an
+// error wrapping it) stops it right after the response is passed on.
 type BindWatcher struct {
 	OnBind func(code int64) error
 	MaxLen int64
@@ -97,7 +102,9 @@ func (w *BindWatcher) Feed(b []byte) (int, error) {
 			if !ok {
 				return i, fmt.Errorf("%w: BindResponse", ErrMalformed)
 			}
-			if err := w.OnBind(code); err != nil {
+			if err := w.OnBind(code); errors.Is(err, ErrLastAnswer) {
+				return i + size, err
+			} else if err != nil {
 				return i, err
 			}
 		}

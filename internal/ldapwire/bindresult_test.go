@@ -69,6 +69,11 @@ func TestBindWatcher(t *testing.T) {
 	if n, err := w.Feed(stream); n != 0 || !errors.Is(err, stop) {
 		t.Fatalf("OnBind's error: %d %v", n, err)
 	}
+	// ErrLastAnswer passes the first BindResponse, then stops.
+	w = &BindWatcher{MaxLen: 1024, OnBind: func(int64) error { return ErrLastAnswer }}
+	if n, err := w.Feed(stream); n != len(BindResponse(1, 49, "invalid credentials")) || !errors.Is(err, ErrLastAnswer) {
+		t.Fatalf("ErrLastAnswer: %d %v", n, err)
+	}
 	w = &BindWatcher{MaxLen: 8, OnBind: func(int64) error { return nil }}
 	if _, err := w.Feed(stream); !errors.Is(err, ErrMalformed) {
 		t.Fatalf("an oversized BindResponse: %v", err)

@@ -99,19 +99,19 @@ func (p *pipe) run(dst, src End) {
 // copyTo copies src to dst until src's EOF or an error.
 func copyTo(dst, src End) error {
 	w := newWaiter(src)
-	var held []byte // what the Filter kept back, between reads
-	more := false   // the last read filled the buffer: read again without waiting
+	d := &direction{dst: dst, src: src}
+	more := false // the last read filled the buffer: read again without waiting
 	for {
 		var bp *[]byte
 		var k, n int
 		var rerr error
 		switch {
 		case w.buffered != nil && w.buffered() > 0, w.raw == nil:
-			bp, k = borrow(held)
+			bp, k = borrow(d.held)
 			n, rerr = src.Conn.Read((*bp)[k:])
 		case w.direct:
 			var err error
-			if bp, k, n, rerr, err = w.read(held); err != nil {
+			if bp, k, n, rerr, err = w.read(d.held); err != nil {
 				return err
 			}
 		default:
@@ -120,42 +120,60 @@ func copyTo(dst, src End) error {
 					return err
 				}
 			}
-			bp, k = borrow(held)
+			bp, k = borrow(d.held)
 			n, rerr = src.Conn.Read((*bp)[k:])
 		}
-		buf := *bp
-		more = k+n == len(buf)
-		data := buf[:k+n]
-		fwd := len(data)
-		var err error
-		if src.Filter != nil {
-			fwd = 0 // held bytes go nowhere unless the Filter passes them
-			if n > 0 {
-				fwd, err = src.Filter.Feed(data)
-			}
-		}
-		if fwd > 0 {
-			// What the Filter passed goes on even when it refuses what
-			// follows: the messages before a refused one are whole and good.
-			if _, werr := dst.Conn.Write(data[:fwd]); err == nil {
-				err = werr
-			}
-		}
-		if held = append(held[:0], data[fwd:]...); len(held) == 0 {
-			held = nil // an idle connection holds nothing
-		}
-		giveBack(bp)
-		switch {
-		case err != nil:
+		more = k+n == len(*bp)
+		if ended, err := d.pass(bp, k, n, rerr); ended {
 			return err
-		case rerr == io.EOF && len(held) > 0:
-			return io.ErrUnexpectedEOF
-		case rerr == io.EOF:
-			return closeWrite(dst)
-		case rerr != nil:
-			return rerr
 		}
 	}
+}
+
+// A direction is one way of a relay, and what its Filter holds back
+// between reads.
+type direction struct {
+	dst, src End
+	held     []byte
+}
+
+// pass writes on what one read brought (*bp holds d.held, k bytes, then
+// the n bytes read), keeps what the Filter holds back, and gives the
+// buffer back. It reports whether the direction has ended, and how: nil
+// for an EOF passed on, errEnded for one that could not be, else the
+// failure.
+func (d *direction) pass(bp *[]byte, k, n int, rerr error) (bool, error) {
+	data := (*bp)[:k+n]
+	fwd := len(data)
+	var err error
+	if d.src.Filter != nil {
+		fwd = 0 // held bytes go nowhere unless the Filter passes them
+		if n > 0 {
+			fwd, err = d.src.Filter.Feed(data)
+		}
+	}
+	if fwd > 0 {
+		// What the Filter passed goes on even when it refuses what
+		// follows: the messages before a refused one are whole and good.
+		if _, werr := d.dst.Conn.Write(data[:fwd]); err == nil {
+			err = werr
+		}
+	}
+	if d.held = append(d.held[:0], data[fwd:]...); len(d.held) == 0 {
+		d.held = nil // an idle connection holds nothing
+	}
+	giveBack(bp)
+	switch {
+	case err != nil:
+		return true, err
+	case rerr == io.EOF && len(d.held) > 0:
+		return true, io.ErrUnexpectedEOF
+	case rerr == io.EOF:
+		return true, closeWrite(d.dst)
+	case rerr != nil:
+		return true, rerr
+	}
+	return false, nil
 }
 
 // borrow returns a buffer with held copied to its start, and held's

@@ -45,6 +45,22 @@ func relayed(t testing.TB, client, upstream End) <-chan error {
 	return done
 }
 
+// started is relayed through Start (where it is available).
+func started(t testing.TB, client, upstream End) <-chan error {
+	t.Helper()
+	done := make(chan error, 1)
+	if !Start(client, upstream, func(err error) { done <- err }) {
+		t.Skip("Start is not available here")
+	}
+	return done
+}
+
+// bothWays runs a test once through Pipe and once through Start.
+func bothWays(t *testing.T, test func(t *testing.T, relay func(t testing.TB, client, upstream End) <-chan error)) {
+	t.Run("Pipe", func(t *testing.T) { test(t, relayed) })
+	t.Run("Start", func(t *testing.T) { test(t, started) })
+}
+
 func readAll(t testing.TB, c net.Conn) []byte {
 	t.Helper()
 	c.SetReadDeadline(time.Now().Add(10 * time.Second))
@@ -69,41 +85,45 @@ func result(t testing.TB, done <-chan error) error {
 // An EOF from the client is passed on as a half-close; the node's answer
 // still flows back, and its close ends the relay without an error.
 func TestHalfClose(t *testing.T) {
-	clientPeer, client := tcpPair(t)
-	upstream, nodePeer := tcpPair(t)
-	done := relayed(t, End{Conn: client}, End{Conn: upstream})
+	bothWays(t, func(t *testing.T, relay func(t testing.TB, client, upstream End) <-chan error) {
+		clientPeer, client := tcpPair(t)
+		upstream, nodePeer := tcpPair(t)
+		done := relay(t, End{Conn: client}, End{Conn: upstream})
 
-	clientPeer.Write([]byte("question"))
-	clientPeer.CloseWrite()
-	if got := readAll(t, nodePeer); string(got) != "question" {
-		t.Fatalf("node got %q", got)
-	}
-	nodePeer.Write([]byte("answer after the client's EOF"))
-	nodePeer.Close()
-	if got := readAll(t, clientPeer); string(got) != "answer after the client's EOF" {
-		t.Fatalf("client got %q", got)
-	}
-	if err := result(t, done); err != nil {
-		t.Fatalf("Pipe: %v", err)
-	}
+		clientPeer.Write([]byte("question"))
+		clientPeer.CloseWrite()
+		if got := readAll(t, nodePeer); string(got) != "question" {
+			t.Fatalf("node got %q", got)
+		}
+		nodePeer.Write([]byte("answer after the client's EOF"))
+		nodePeer.Close()
+		if got := readAll(t, clientPeer); string(got) != "answer after the client's EOF" {
+			t.Fatalf("client got %q", got)
+		}
+		if err := result(t, done); err != nil {
+			t.Fatalf("Pipe: %v", err)
+		}
+	})
 }
 
 // A connection reset is an error: Pipe returns it and closes the other
 // connection, which was idle.
 func TestResetClosesBoth(t *testing.T) {
-	clientPeer, client := tcpPair(t)
-	upstream, nodePeer := tcpPair(t)
-	done := relayed(t, End{Conn: client}, End{Conn: upstream})
+	bothWays(t, func(t *testing.T, relay func(t testing.TB, client, upstream End) <-chan error) {
+		clientPeer, client := tcpPair(t)
+		upstream, nodePeer := tcpPair(t)
+		done := relay(t, End{Conn: client}, End{Conn: upstream})
 
-	nodePeer.SetLinger(0)
-	nodePeer.Close() // RST
-	if err := result(t, done); !errors.Is(err, syscall.ECONNRESET) {
-		t.Fatalf("Pipe after a reset: %v", err)
-	}
-	clientPeer.SetReadDeadline(time.Now().Add(10 * time.Second))
-	if n, err := clientPeer.Read(make([]byte, 1)); n != 0 || errors.Is(err, os.ErrDeadlineExceeded) {
-		t.Fatalf("client connection still open: %d %v", n, err)
-	}
+		nodePeer.SetLinger(0)
+		nodePeer.Close() // RST
+		if err := result(t, done); !errors.Is(err, syscall.ECONNRESET) {
+			t.Fatalf("Pipe after a reset: %v", err)
+		}
+		clientPeer.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if n, err := clientPeer.Read(make([]byte, 1)); n != 0 || errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("client connection still open: %d %v", n, err)
+		}
+	})
 }
 
 // lengthFramed is a Filter for messages of a 4-byte length and a body; it
@@ -135,22 +155,25 @@ func frame(body string) []byte {
 // Filter whole and the node unchanged; a refused message is not passed on
 // and the error comes back from Pipe.
 func TestFilterHoldsSplitMessages(t *testing.T) {
-	clientPeer, client := tcpPair(t)
-	upstream, nodePeer := tcpPair(t)
-	filterHoldsSplitMessages(t, clientPeer, nodePeer, End{Conn: client}, End{Conn: upstream})
+	bothWays(t, func(t *testing.T, relay func(t testing.TB, client, upstream End) <-chan error) {
+		clientPeer, client := tcpPair(t)
+		upstream, nodePeer := tcpPair(t)
+		filterHoldsSplitMessages(t, relay, clientPeer, nodePeer, End{Conn: client}, End{Conn: upstream})
+	})
 }
 
 // The same through a wrapper read after a peek (End.Socket without Direct).
 func TestFilterHoldsSplitMessagesPeeking(t *testing.T) {
 	clientPeer, client := tcpPair(t)
 	upstream, nodePeer := tcpPair(t)
-	filterHoldsSplitMessages(t, clientPeer, nodePeer, End{Conn: &prefetched{Conn: client}, Socket: client}, End{Conn: upstream})
+	filterHoldsSplitMessages(t, relayed, clientPeer, nodePeer, End{Conn: &prefetched{Conn: client}, Socket: client}, End{Conn: upstream})
 }
 
-func filterHoldsSplitMessages(t *testing.T, clientPeer, nodePeer net.Conn, client, upstream End) {
+func filterHoldsSplitMessages(t *testing.T, relay func(t testing.TB, client, upstream End) <-chan error,
+	clientPeer, nodePeer net.Conn, client, upstream End) {
 	f := &lengthFramed{}
 	client.Filter = f
-	done := relayed(t, client, upstream)
+	done := relay(t, client, upstream)
 
 	big := strings.Repeat("x", 3*BufferSize+17)
 	stream := append(append(frame("small"), frame(big)...), frame("after")...)
@@ -178,18 +201,20 @@ func filterHoldsSplitMessages(t *testing.T, clientPeer, nodePeer net.Conn, clien
 // An EOF inside a message the Filter holds back is an unexpected EOF: the
 // partial message is not passed on.
 func TestEOFInsideHeldMessage(t *testing.T) {
-	clientPeer, client := tcpPair(t)
-	upstream, nodePeer := tcpPair(t)
-	done := relayed(t, End{Conn: client, Filter: &lengthFramed{}}, End{Conn: upstream})
-	clientPeer.Write(frame("whole"))
-	clientPeer.Write(frame("partial")[:6])
-	clientPeer.CloseWrite()
-	if err := result(t, done); !errors.Is(err, io.ErrUnexpectedEOF) {
-		t.Fatalf("Pipe: %v", err)
-	}
-	if got := readAll(t, nodePeer); !bytes.Equal(got, frame("whole")) {
-		t.Fatalf("node got %q", got)
-	}
+	bothWays(t, func(t *testing.T, relay func(t testing.TB, client, upstream End) <-chan error) {
+		clientPeer, client := tcpPair(t)
+		upstream, nodePeer := tcpPair(t)
+		done := relay(t, End{Conn: client, Filter: &lengthFramed{}}, End{Conn: upstream})
+		clientPeer.Write(frame("whole"))
+		clientPeer.Write(frame("partial")[:6])
+		clientPeer.CloseWrite()
+		if err := result(t, done); !errors.Is(err, io.ErrUnexpectedEOF) {
+			t.Fatalf("Pipe: %v", err)
+		}
+		if got := readAll(t, nodePeer); !bytes.Equal(got, frame("whole")) {
+			t.Fatalf("node got %q", got)
+		}
+	})
 }
 
 // prefetched wraps a connection that has read some bytes ahead, as
@@ -338,9 +363,13 @@ func TestRelayAllocatesNothing(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector allocates")
 	}
+	bothWays(t, relayAllocatesNothing)
+}
+
+func relayAllocatesNothing(t *testing.T, relay func(t testing.TB, client, upstream End) <-chan error) {
 	clientPeer, client := tcpPair(t)
 	upstream, nodePeer := tcpPair(t)
-	done := relayed(t, End{Conn: client}, End{Conn: upstream})
+	done := relay(t, End{Conn: client}, End{Conn: upstream})
 	q, a, buf := []byte("question"), []byte("answer"), make([]byte, 16)
 	once := func() {
 		clientPeer.Write(q)

@@ -1,0 +1,182 @@
+package relay
+
+import (
+	"bytes"
+	"io"
+	"math/rand/v2"
+	"net"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Start takes only bare sockets: a wrapper, read-ahead bytes or a
+// connection without a socket are left to Pipe, and nothing is done.
+func TestStartRefusesWhatItCannotWatch(t *testing.T) {
+	_, client := tcpPair(t)
+	upstream, _ := tcpPair(t)
+	pipeEnd, _ := net.Pipe()
+	called := false
+	done := func(error) { called = true }
+	for name, ends := range map[string][2]End{
+		"net.Pipe": {{Conn: pipeEnd}, {Conn: upstream}},
+		"wrapper":  {{Conn: &prefetched{Conn: client}, Socket: client}, {Conn: upstream}},
+		"buffered": {{Conn: client, Buffered: func() int { return 0 }}, {Conn: upstream}},
+	} {
+		if Start(ends[0], ends[1], done) {
+			t.Errorf("%s: Start took it", name)
+		}
+	}
+	if called {
+		t.Error("done was called")
+	}
+}
+
+// Idle connections relayed by Start hold no goroutine and no buffer:
+// after one exchange each way, no flow is running, and the heap grows by
+// far less than a buffer per connection.
+func TestStartIdleHoldsNoGoroutine(t *testing.T) {
+	if raceEnabled {
+		t.Skip("heap per connection is measured without the race detector (make test runs it so too)")
+	}
+	const conns = 200
+	gc := func() runtime.MemStats {
+		var m runtime.MemStats
+		runtime.GC()
+		runtime.GC()
+		runtime.ReadMemStats(&m)
+		return m
+	}
+	type pair struct{ clientPeer, nodePeer net.Conn }
+	var pairs []pair
+	var ends [][2]End
+	for range conns {
+		clientPeer, client := tcpPair(t)
+		upstream, nodePeer := tcpPair(t)
+		pairs = append(pairs, pair{clientPeer, nodePeer})
+		ends = append(ends, [2]End{{Conn: client}, {Conn: upstream}})
+	}
+	events() // the epoll set's own goroutine and table are not per connection
+	mid := gc()
+	goroutines := runtime.NumGoroutine()
+	var wg sync.WaitGroup
+	for _, e := range ends {
+		wg.Add(1)
+		if !Start(e[0], e[1], func(error) { wg.Done() }) {
+			t.Skip("Start is not available here")
+		}
+	}
+	for _, p := range pairs {
+		p.clientPeer.Write([]byte("ping"))
+		p.nodePeer.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.ReadFull(p.nodePeer, make([]byte, 4)); err != nil {
+			t.Fatal(err)
+		}
+		p.nodePeer.Write([]byte("pong"))
+		p.clientPeer.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.ReadFull(p.clientPeer, make([]byte, 4)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A flow's goroutine ends just after its last write: wait for them.
+	deadline := time.Now().Add(10 * time.Second)
+	for runtime.NumGoroutine() > goroutines && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine() - goroutines; n > 0 {
+		stacks := make([]byte, 1<<20)
+		t.Fatalf("%d goroutines more than before %d idle relays:\n%s", n, conns, stacks[:runtime.Stack(stacks, true)])
+	}
+	after := gc()
+	perConn := (int64(after.HeapAlloc) - int64(mid.HeapAlloc)) / conns
+	t.Logf("heap per idle relay: %d bytes", perConn)
+	if perConn > BufferSize/8 {
+		t.Errorf("an idle relay holds %d bytes of heap", perConn)
+	}
+	for _, p := range pairs {
+		p.clientPeer.Close()
+		p.nodePeer.Close()
+	}
+	wg.Wait()
+}
+
+// Many connections relaying at once, both ways, messages of every size up
+// to several buffers, through a Filter that holds split messages, with
+// readers slower than the writers (writes block): every byte arrives, in
+// order, on its own connection, and every relay ends with done.
+func TestStartConcurrentBurst(t *testing.T) {
+	conns, msgs := 64, 40
+	if testing.Short() || raceEnabled {
+		conns, msgs = 16, 20
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 4*conns)
+	for c := range conns {
+		clientPeer, client := tcpPair(t)
+		upstream, nodePeer := tcpPair(t)
+		var stream [2][]byte
+		rng := rand.New(rand.NewPCG(uint64(c), 1))
+		for dir := range stream {
+			for range msgs {
+				size := rng.IntN(3 * BufferSize)
+				stream[dir] = append(stream[dir], frame(strings.Repeat(string(rune('a'+c%26)), size))...)
+			}
+		}
+		wg.Add(1)
+		if !Start(End{Conn: client, Filter: &lengthFramed{}}, End{Conn: upstream, Filter: &lengthFramed{}},
+			func(err error) {
+				if err != nil {
+					errs <- err
+				}
+				client.Close()
+				upstream.Close()
+				wg.Done()
+			}) {
+			t.Skip("Start is not available here")
+		}
+		send := func(w *net.TCPConn, b []byte, seed uint64) {
+			rng := rand.New(rand.NewPCG(seed, 2)) // its own: senders run at once
+			for len(b) > 0 {
+				n := min(len(b), 1+rng.IntN(20000))
+				if _, err := w.Write(b[:n]); err != nil {
+					errs <- err
+					return
+				}
+				b = b[n:]
+			}
+			w.CloseWrite()
+		}
+		check := func(r net.Conn, want []byte) {
+			defer wg.Done()
+			r.SetReadDeadline(time.Now().Add(60 * time.Second))
+			var got bytes.Buffer
+			buf := make([]byte, 4096) // small reads: the relay's writes block
+			for {
+				n, err := r.Read(buf)
+				got.Write(buf[:n])
+				if err == io.EOF {
+					break
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+			if !bytes.Equal(got.Bytes(), want) {
+				errs <- io.ErrShortWrite
+			}
+		}
+		wg.Add(2)
+		go send(clientPeer, stream[0], uint64(2*c))
+		go send(nodePeer, stream[1], uint64(2*c+1))
+		go check(nodePeer, stream[0])
+		go check(clientPeer, stream[1])
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
