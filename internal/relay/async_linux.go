@@ -4,6 +4,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -12,12 +13,15 @@ import (
 )
 
 // Start relays between a and b as Pipe does, but with no goroutine while
-// both directions wait: their sockets are watched by one process-wide
-// epoll set (itself waited on in Go's poller), and a goroutine is started
-// to copy only when a socket has something to say, ending when it has
-// nothing more. done is called once, from that goroutine, with what Pipe
-// would return; the caller then closes a and b (a failure has already
-// closed them). Until done, nobody else may close a or b.
+// both directions wait. Their sockets are watched by an epoll set (one per
+// GOMAXPROCS, each waited on in Go's poller by one goroutine); when a
+// socket has something to say, that goroutine reads it and writes it on
+// without blocking, and hands the direction to a goroutine of its own
+// only when the write would block or the socket keeps having more (after
+// a few reads), until the socket is empty again. done is called once,
+// in a goroutine of its own, with what Pipe would return; the caller then
+// closes a and b (a failure has already closed them). Until done, nobody
+// else may close a or b: a closed socket leaves the epoll set silently.
 //
 // It returns false, having done nothing, when it cannot: an End that is
 // not a bare socket (Socket or Buffered set, or a Conn without
@@ -28,16 +32,16 @@ func Start(a, b End, done func(error)) bool {
 	if !okA || !okB {
 		return false
 	}
-	l := events()
+	l := pickSet()
 	if l == nil {
 		return false
 	}
 	ap := &asyncPipe{pipe: pipe{a: a.Conn, b: b.Conn}, done: done}
 	ap.live.Store(2)
-	ap.flows[0] = &flow{ap: ap, direction: direction{dst: b, src: a}, raw: ra}
-	ap.flows[1] = &flow{ap: ap, direction: direction{dst: a, src: b}, raw: rb}
+	ap.flows[0] = &flow{ap: ap, direction: direction{dst: b, src: a}, raw: ra, dstRaw: rb, set: l}
+	ap.flows[1] = &flow{ap: ap, direction: direction{dst: a, src: b}, raw: rb, dstRaw: ra, set: l}
 	for _, f := range ap.flows {
-		f.fill, f.runFn = f.readNow, f.run
+		f.fill, f.put, f.runFn = f.readNow, f.writeSome, f.run
 		if err := l.add(f); err != nil {
 			ap.fail(err)
 			f.end()
@@ -75,7 +79,7 @@ func (ap *asyncPipe) fail(err error) {
 		ap.failed.Store(true)
 		for _, f := range ap.flows {
 			if f != nil {
-				f.remove()
+				f.set.remove(f)
 			}
 		}
 		ap.a.Close()
@@ -90,7 +94,7 @@ func (ap *asyncPipe) fail(err error) {
 
 func (ap *asyncPipe) ended() {
 	if ap.live.Add(-1) == 0 {
-		ap.done(ap.err)
+		go ap.done(ap.err) // not on an epoll set's goroutine
 	}
 }
 
@@ -106,30 +110,46 @@ const (
 // A flow is one direction of an asyncPipe.
 type flow struct {
 	direction
-	ap    *asyncPipe
-	raw   syscall.RawConn // the source socket
-	state atomic.Int32
-	slot  uint32 // in the epoll set's table; its generation is gen
-	gen   uint32
-	added bool // in the epoll set
+	ap     *asyncPipe
+	raw    syscall.RawConn // the source socket
+	dstRaw syscall.RawConn // the destination socket, for writes that must not block
+	set    *epollSet
+	state  atomic.Int32
+	slot   uint32 // in the epoll set's table; its generation is gen
+	gen    uint32
+	added  bool // in the epoll set
 
 	fill  func(fd uintptr) bool // f.readNow, bound once
+	put   func(fd uintptr) bool // f.writeNow, bound once
 	runFn func()                // f.run, bound once: starting it allocates nothing
-	// A read's state, between read and its callback.
+	// A read's or a write's state, between the call and its callback.
 	bp    *[]byte
 	k, n  int
 	rerr  error
 	empty bool // the socket had nothing to read
+	out   []byte
+	wrote int
+	werr  error
+	// Left by the epoll set's goroutine for the flow's own: bytes not yet
+	// written (a write that would have blocked), and the errors that decide
+	// the direction's end once they are.
+	unwritten   []byte
+	ferr, rerr2 error
 }
 
-// wake is called by the epoll set when the source socket has something to
-// say (bytes, EOF or an error).
+// inlineReads bounds the reads the epoll set's goroutine does for one
+// event before handing the flow to a goroutine of its own, so one busy
+// socket does not hold up the others.
+const inlineReads = 4
+
+// wake is called by the epoll set's goroutine when the source socket has
+// something to say (bytes, EOF or an error).
 func (f *flow) wake() {
 	for {
 		switch s := f.state.Load(); s {
 		case idle:
 			if f.state.CompareAndSwap(idle, running) {
-				go f.runFn()
+				f.serve(true)
 				return
 			}
 		case running:
@@ -142,16 +162,36 @@ func (f *flow) wake() {
 	}
 }
 
-// run copies until the source socket has nothing more to read, then goes
-// back to waiting, unless it was signalled again meanwhile.
+// run is the flow's own goroutine: it finishes what the epoll set's
+// goroutine handed over, then copies until the socket is empty.
 func (f *flow) run() {
-	for {
+	if f.unwritten != nil {
+		_, werr := f.dst.Conn.Write(f.unwritten)
+		f.unwritten = nil
+		if ended, err := f.after(f.ferr, f.rerr2, werr); ended {
+			f.conclude(err)
+			return
+		}
+		f.ferr, f.rerr2 = nil, nil
+	}
+	f.serve(false)
+}
+
+// serve copies until the source socket has nothing more to read, then
+// goes back to waiting, unless it was signalled again meanwhile. Inline
+// (on the epoll set's goroutine) it never blocks: a write that would, or
+// more than inlineReads reads, hand the flow to run.
+func (f *flow) serve(inline bool) {
+	for reads := 0; ; reads++ {
+		if inline && reads == inlineReads {
+			go f.runFn()
+			return
+		}
 		f.bp, f.k = borrow(f.held)
 		if err := f.raw.Read(f.fill); err != nil {
 			giveBack(f.bp)
 			f.bp = nil
-			f.ap.fail(err)
-			f.end()
+			f.conclude(err)
 			return
 		}
 		bp, k, n, rerr, empty := f.bp, f.k, f.n, f.rerr, f.empty
@@ -169,16 +209,70 @@ func (f *flow) run() {
 			}
 			continue
 		}
-		if done, err := f.pass(bp, k, n, rerr); done {
-			if err != nil {
-				f.ap.fail(err)
+		out, ferr := f.take(bp, k, n)
+		var werr error
+		if len(out) > 0 {
+			if inline {
+				var w int
+				w, werr = f.writeNow(out)
+				if werr == nil && w < len(out) { // the write would block
+					f.unwritten = append([]byte(nil), out[w:]...)
+					f.ferr, f.rerr2 = ferr, rerr
+					giveBack(bp)
+					go f.runFn()
+					return
+				}
 			} else {
-				f.remove() // EOF passed on: nothing more to watch
+				_, werr = f.dst.Conn.Write(out)
 			}
-			f.end()
+		}
+		giveBack(bp)
+		if ended, err := f.after(ferr, rerr, werr); ended {
+			f.conclude(err)
 			return
 		}
 	}
+}
+
+// conclude ends the flow: nil for an EOF passed on, else a failure that
+// ends the pipe.
+func (f *flow) conclude(err error) {
+	if err != nil {
+		f.ap.fail(err)
+	} else {
+		f.set.remove(f) // EOF passed on: nothing more to watch
+	}
+	f.end()
+}
+
+// writeNow writes b to the destination socket once, without waiting: it
+// returns how much was written (0 if the socket's buffer is full).
+func (f *flow) writeNow(b []byte) (int, error) {
+	f.out = b
+	err := f.dstRaw.Write(f.put)
+	n, werr := f.wrote, f.werr
+	f.out, f.wrote, f.werr = nil, 0, nil
+	if err != nil {
+		return n, err
+	}
+	return n, werr
+}
+
+func (f *flow) writeSome(fd uintptr) bool {
+	for f.wrote < len(f.out) {
+		n, err := syscall.Write(int(fd), f.out[f.wrote:])
+		switch {
+		case err == syscall.EINTR:
+			continue
+		case err == syscall.EAGAIN:
+			return true
+		case err != nil:
+			f.werr = os.NewSyscallError("write", err)
+			return true
+		}
+		f.wrote += n
+	}
+	return true
 }
 
 // end marks the flow over, once.
@@ -207,14 +301,7 @@ func (f *flow) readNow(fd uintptr) bool {
 	return true
 }
 
-// remove takes the source socket out of the epoll set, while it is open.
-func (f *flow) remove() {
-	if l := events(); l != nil {
-		l.remove(f)
-	}
-}
-
-// The epoll set: one per process, with a table of its flows.
+// An epoll set, with a table of its flows.
 type epollSet struct {
 	fd   int
 	mu   sync.Mutex
@@ -225,20 +312,27 @@ type epollSet struct {
 }
 
 var (
-	setOnce sync.Once
-	set     *epollSet
+	setsOnce sync.Once
+	sets     []*epollSet
+	nextSet  atomic.Uint32
 )
 
-// events returns the process's epoll set, started on first use; nil if
-// there can be none.
-func events() *epollSet {
-	setOnce.Do(func() {
-		s, err := newEpollSet()
-		if err == nil {
-			set = s
+// pickSet returns one of the process's epoll sets (one per GOMAXPROCS at
+// first use), in turn; nil if there can be none.
+func pickSet() *epollSet {
+	setsOnce.Do(func() {
+		for range runtime.GOMAXPROCS(0) {
+			s, err := newEpollSet()
+			if err != nil {
+				return
+			}
+			sets = append(sets, s)
 		}
 	})
-	return set
+	if len(sets) == 0 {
+		return nil
+	}
+	return sets[int(nextSet.Add(1))%len(sets)]
 }
 
 func newEpollSet() (*epollSet, error) {

@@ -58,7 +58,7 @@ func TestStartIdleHoldsNoGoroutine(t *testing.T) {
 		pairs = append(pairs, pair{clientPeer, nodePeer})
 		ends = append(ends, [2]End{{Conn: client}, {Conn: upstream}})
 	}
-	events() // the epoll set's own goroutine and table are not per connection
+	pickSet() // the epoll sets, their goroutines and tables are not per connection
 	mid := gc()
 	goroutines := runtime.NumGoroutine()
 	var wg sync.WaitGroup

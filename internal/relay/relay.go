@@ -7,7 +7,14 @@
 // that must be read through a wrapper (End.Socket without End.Direct) is
 // waited on with a one-byte peek instead, and then read through the
 // wrapper. An optional Filter sees one direction's bytes before they are
-// passed on. It knows nothing of Caddy.
+// passed on.
+//
+// Pipe keeps two goroutines for as long as the connections live. Start
+// (Linux) keeps none while both directions wait: the sockets are watched
+// by one process-wide epoll set, and a goroutine copies only while a
+// socket has bytes; with Own, a handler whose caller closes the
+// connection on return can hand the socket over and return. It knows
+// nothing of Caddy.
 package relay
 
 import (
@@ -143,6 +150,21 @@ type direction struct {
 // for an EOF passed on, errEnded for one that could not be, else the
 // failure.
 func (d *direction) pass(bp *[]byte, k, n int, rerr error) (bool, error) {
+	out, ferr := d.take(bp, k, n)
+	var werr error
+	if len(out) > 0 {
+		_, werr = d.dst.Conn.Write(out)
+	}
+	giveBack(bp)
+	return d.after(ferr, rerr, werr)
+}
+
+// take runs one read's bytes (*bp holds d.held, k bytes, then the n bytes
+// read) through the Filter: it returns the bytes to write now (still in
+// *bp) and the Filter's error, and keeps what the Filter holds back.
+// What the Filter passed goes on even when it refuses what follows: the
+// messages before a refused one are whole and good.
+func (d *direction) take(bp *[]byte, k, n int) ([]byte, error) {
 	data := (*bp)[:k+n]
 	fwd := len(data)
 	var err error
@@ -152,17 +174,19 @@ func (d *direction) pass(bp *[]byte, k, n int, rerr error) (bool, error) {
 			fwd, err = d.src.Filter.Feed(data)
 		}
 	}
-	if fwd > 0 {
-		// What the Filter passed goes on even when it refuses what
-		// follows: the messages before a refused one are whole and good.
-		if _, werr := d.dst.Conn.Write(data[:fwd]); err == nil {
-			err = werr
-		}
-	}
 	if d.held = append(d.held[:0], data[fwd:]...); len(d.held) == 0 {
 		d.held = nil // an idle connection holds nothing
 	}
-	giveBack(bp)
+	return data[:fwd], err
+}
+
+// after says, once take's bytes are written, whether the direction has
+// ended and how (see pass).
+func (d *direction) after(ferr, rerr, werr error) (bool, error) {
+	err := ferr
+	if err == nil {
+		err = werr
+	}
 	switch {
 	case err != nil:
 		return true, err
