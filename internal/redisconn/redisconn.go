@@ -243,6 +243,12 @@ func (c *Config) Universal() (*redis.UniversalOptions, error) {
 		// One attempt: the callers have their own fallback and never
 		// want go-redis to retry past their deadline.
 		MaxRetries: -1,
+		// A caller's context deadline (a request path's 50 ms, a sync's
+		// period) bounds the wait for an answer; read_timeout and
+		// write_timeout apply to calls without one. Without this,
+		// go-redis waits read_timeout on a Redis that accepts and never
+		// answers, whatever the caller's deadline.
+		ContextTimeoutEnabled: true,
 		// The client library's name and version in CLIENT LIST is noise
 		// on servers that refuse CLIENT SETINFO (older Redis, proxies).
 		DisableIdentity: true,

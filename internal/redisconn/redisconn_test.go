@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -93,5 +94,48 @@ func TestClientAgainstRedis(t *testing.T) {
 	proc.Stop()
 	if err := client.Get(ctx, "edgesteer:test:x").Err(); err == nil {
 		t.Fatal("a command to a stopped Redis succeeded")
+	}
+}
+
+// A caller's context deadline bounds a call to a Redis that accepts and
+// never answers, though read_timeout is an hour.
+func TestContextDeadlineBoundsAHangingRedis(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close() // held open, never answered
+		}
+	}()
+	c := Config{Addresses: []string{ln.Addr().String()}, ReadTimeout: Duration(time.Hour), WriteTimeout: Duration(time.Hour)}
+	c.FillDefaults()
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	client, err := New(&c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	got := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		got <- client.Get(ctx, "k").Err()
+	}()
+	select {
+	case err := <-got:
+		if err == nil {
+			t.Fatal("a hanging Redis answered")
+		}
+	case <-time.After(time.Minute): // far below read_timeout, far above the deadline
+		t.Fatal("the call waited past its context's deadline (read_timeout applied instead)")
 	}
 }
