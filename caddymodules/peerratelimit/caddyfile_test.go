@@ -173,6 +173,9 @@ func TestUnmarshalCaddyfileHTTP(t *testing.T) {
 		{Input: p("rate 100\ncluster redis a\ncluster redis b"), ExpectedErr: `peer_rate_limit: profile: cluster given twice (first at Testfile:4), at Testfile:5`},
 		{Input: p("rate 100\ncluster redis a {\nsync 5\n}"), ExpectedErr: `sync "5"`},
 		{Input: p("rate 100\ncluster redis a {\nsync 1s\nsync 2s\n}"), ExpectedErr: `peer_rate_limit: profile: cluster: sync given twice`},
+		{Input: p("rate 100\ncluster redis main {\nreplicas 3\n}"),
+			Expected: `{"profiles":[{"name":"p","rate":100,"cluster":{"redis":"main","replicas":3}}]}`},
+		{Input: p("rate 100\ncluster redis a {\nreplicas 0\n}"), ExpectedErr: `replicas "0"`},
 		{Input: p("rate 100\ncluster redis a {\ncolour blue\n}"), ExpectedErr: `peer_rate_limit: profile: cluster: unknown option "colour", at Testfile:5`},
 	}
 	cfparsetest.Check(t, func() *HTTPHandler { return new(HTTPHandler) }, tests, nil)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
 	"slices"
@@ -41,6 +42,11 @@ type ClusterConfig struct {
 	// (default 4 × Sync): a dead replica's share returns to the others
 	// within it.
 	ReplicaTTL caddy.Duration `json:"replica_ttl,omitempty"`
+	// Replicas is the replica count assumed until the first sync answers
+	// (default 1): a replica whose store is unreachable from its start
+	// enforces limit ÷ Replicas, so N replicas started while Redis is down
+	// admit the limit together, not N times it.
+	Replicas int `json:"replicas,omitempty"`
 }
 
 const defaultSync = 250 * time.Millisecond
@@ -50,6 +56,7 @@ const defaultSync = 250 * time.Millisecond
 //	cluster redis <store> {
 //		sync <duration>
 //		replica_ttl <duration>
+//		replicas <n>
 //	}
 func unmarshalCluster(o *cfparse.Block) (*ClusterConfig, error) {
 	if err := o.Once(); err != nil {
@@ -69,6 +76,8 @@ func unmarshalCluster(o *cfparse.Block) (*ClusterConfig, error) {
 			c.Sync, err = sub.Duration(time.Millisecond)
 		case "replica_ttl":
 			c.ReplicaTTL, err = sub.Duration(time.Millisecond)
+		case "replicas":
+			c.Replicas, err = sub.Int(1, math.MaxInt32)
 		default:
 			err = sub.Unknown()
 		}
@@ -96,6 +105,9 @@ func (c *ClusterConfig) validate(p *ProfileConfig) error {
 	}
 	if sync < time.Millisecond {
 		return bad("sync", time.Duration(c.Sync), "must be at least 1ms")
+	}
+	if c.Replicas < 0 {
+		return bad("replicas", c.Replicas, "must be at least 1")
 	}
 	if c.ReplicaTTL != 0 && time.Duration(c.ReplicaTTL) < sync {
 		return bad("replica_ttl", time.Duration(c.ReplicaTTL), fmt.Sprintf("must be at least the sync interval %v", sync))
@@ -160,6 +172,7 @@ func newClusterSpec(ctx caddy.Context, kind, handler string, p *ProfileConfig, e
 		cfg: quota.Config{
 			Prefix: prefix, Replica: replicaName(), Limit: p.Rate, Burst: p.Burst,
 			Interval: time.Duration(c.Sync), ReplicaTTL: time.Duration(c.ReplicaTTL), MaxPeers: maxPeers,
+			ExpectedReplicas: c.Replicas,
 		},
 	}
 	for _, m := range p.Messages {

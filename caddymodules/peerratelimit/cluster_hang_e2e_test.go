@@ -27,7 +27,7 @@ const hangRate = 50 // the cluster-wide limit of the tests below, per second
 // hangCaddyfile is one replica: profile p limits each peer (X-Peer) to
 // hangRate per second cluster-wide, synced every 100ms through store
 // main at redisAddr.
-func hangCaddyfile(redisAddr, front string) string {
+func hangCaddyfile(redisAddr, front, clusterOptions string) string {
 	return fmt.Sprintf(`{
 	edgesteer_redis main {
 		address %s
@@ -42,12 +42,13 @@ http://%s {
 			rate %d
 			cluster redis main {
 				sync 100ms
+				%s
 			}
 		}
 	}
 	respond ok
 }
-`, redisAddr, front, hangRate)
+`, redisAddr, front, hangRate, clusterOptions)
 }
 
 // scope is a testing.TB whose cleanups run at end (or when the test
@@ -87,9 +88,12 @@ type replica struct {
 	front string
 }
 
-func startReplica(t *testing.T, redisAddr string) *replica {
+func startReplica(t *testing.T, redisAddr string) *replica { return startReplicaWith(t, redisAddr, "") }
+
+// startReplicaWith starts a replica with more options in its cluster block.
+func startReplicaWith(t *testing.T, redisAddr, clusterOptions string) *replica {
 	front := e2e.Addr(t)
-	r := &replica{c: e2e.StartCaddy(t, "caddyfile", hangCaddyfile(redisAddr, front)), front: front}
+	r := &replica{c: e2e.StartCaddy(t, "caddyfile", hangCaddyfile(redisAddr, front, clusterOptions)), front: front}
 	r.c.WaitTCP(t, front)
 	return r
 }
@@ -386,5 +390,30 @@ func TestClusterStoreProcessStopped(t *testing.T) {
 	o = continued[0]
 	if got, hi := o.ok.Load(), most(hangRate, clusterBurst(hangRate), o.elapsed); got > hi || float64(got) < 0.8*hangRate*o.elapsed.Seconds() {
 		t.Fatalf("redis-server continued: admitted %d in %v, want %.0f..%d", got, o.elapsed, 0.8*hangRate*o.elapsed.Seconds(), hi)
+	}
+}
+
+// Redis hangs from the start, and the replicas say how many they are
+// (replicas 3): each, never synced, enforces the limit ÷ 3, so the three
+// together admit the limit, not three times it. Two replicas run here
+// (the third is down, as on the day a cluster starts without its store):
+// each admits a third of the limit.
+func TestClusterExpectedReplicasBeforeFirstSync(t *testing.T) {
+	e2e.SkipShort(t)
+	addr := e2e.Addr(t)
+	hang := newScope(t)
+	_, accepted := e2e.HangingListener(hang, addr)
+	rs := []*replica{startReplicaWith(t, addr, "replicas 3"), startReplicaWith(t, addr, "replicas 3")}
+	for _, r := range rs {
+		waitHung(t, r)
+	}
+	if accepted.Load() == 0 {
+		t.Fatal("no connection reached the hanging store: the test did not test a hang")
+	}
+	share := hangRate / 3.0
+	for i, o := range bursts(t, rs, 3*time.Second, "store hung, replicas 3") {
+		if got, hi := o.ok.Load(), most(share, clusterBurst(share), o.elapsed); got > hi || float64(got) < 0.8*share*o.elapsed.Seconds() {
+			t.Fatalf("replica %d: admitted %d in %v, want %.0f..%d (the limit ÷ 3 replicas)", i, got, o.elapsed, 0.8*share*o.elapsed.Seconds(), hi)
+		}
 	}
 }

@@ -354,7 +354,7 @@ func (t *TenantRoute) Handle(cx *layer4.Connection, _ layer4.Handler) error {
 	if sock, ok := cx.Conn.(*net.TCPConn); ok && len(cx.MatchingBytes()) == 0 {
 		// The bare socket, nothing read ahead: the relay takes it over
 		// and this handler returns, so an idle connection holds no
-		// goroutine, nor caddy-l4's buffers (README "Memory").
+		// goroutine, nor caddy-l4's buffers (README "Idle connections").
 		if own, err := relay.Own(sock); err == nil {
 			client.Conn = own
 			if relay.Start(client, node2client, func(err error) {

@@ -115,9 +115,12 @@ type flow struct {
 	dstRaw syscall.RawConn // the destination socket, for writes that must not block
 	set    *epollSet
 	state  atomic.Int32
-	slot   uint32 // in the epoll set's table; its generation is gen
-	gen    uint32
-	added  bool // in the epoll set
+	// closing: the peer has closed or failed (an event said so): read until
+	// the socket says EOF or the error, not only until a short read.
+	closing atomic.Bool
+	slot    uint32 // in the epoll set's table; its generation is gen
+	gen     uint32
+	added   bool // in the epoll set
 
 	fill  func(fd uintptr) bool // f.readNow, bound once
 	put   func(fd uintptr) bool // f.writeNow, bound once
@@ -143,8 +146,11 @@ type flow struct {
 const inlineReads = 4
 
 // wake is called by the epoll set's goroutine when the source socket has
-// something to say (bytes, EOF or an error).
-func (f *flow) wake() {
+// something to say (bytes, EOF or an error): events are the epoll event's.
+func (f *flow) wake(events uint32) {
+	if events&(unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 && !f.closing.Load() {
+		f.closing.Store(true)
+	}
 	for {
 		switch s := f.state.Load(); s {
 		case idle:
@@ -178,7 +184,13 @@ func (f *flow) run() {
 }
 
 // serve copies until the source socket has nothing more to read, then
-// goes back to waiting, unless it was signalled again meanwhile. Inline
+// goes back to waiting, unless it was signalled again meanwhile. A read
+// that does not fill the buffer has taken all there was when the event
+// was collected: bytes that arrived since raise an event of their own
+// (edge-triggered epoll signals each arrival after an event is collected),
+// so serve stops there without the read that would find the socket empty,
+// unless the peer has closed (a FIN that came with the bytes raises no
+// event of its own: then it reads on to the EOF). Inline
 // (on the epoll set's goroutine) it never blocks: a write that would, or
 // more than inlineReads reads, hand the flow to run.
 func (f *flow) serve(inline bool) {
@@ -196,40 +208,45 @@ func (f *flow) serve(inline bool) {
 		}
 		bp, k, n, rerr, empty := f.bp, f.k, f.n, f.rerr, f.empty
 		f.bp, f.n, f.rerr, f.empty = nil, 0, nil, false
-		if empty {
-			giveBack(bp)
-			if f.state.CompareAndSwap(running, idle) {
-				if f.ap.failed.Load() && f.state.CompareAndSwap(idle, ended) {
-					f.ap.ended()
+		if !empty {
+			short := k+n < len(*bp) && rerr == nil
+			out, ferr := f.take(bp, k, n)
+			var werr error
+			if len(out) > 0 {
+				if inline {
+					var w int
+					w, werr = f.writeNow(out)
+					if werr == nil && w < len(out) { // the write would block
+						f.unwritten = append([]byte(nil), out[w:]...)
+						f.ferr, f.rerr2 = ferr, rerr
+						giveBack(bp)
+						go f.runFn()
+						return
+					}
+				} else {
+					_, werr = f.dst.Conn.Write(out)
 				}
+			}
+			giveBack(bp)
+			if ended, err := f.after(ferr, rerr, werr); ended {
+				f.conclude(err)
 				return
 			}
-			if !f.state.CompareAndSwap(again, running) {
-				return // ended by a failure
+			if !short || f.closing.Load() {
+				continue
 			}
-			continue
+		} else {
+			giveBack(bp)
 		}
-		out, ferr := f.take(bp, k, n)
-		var werr error
-		if len(out) > 0 {
-			if inline {
-				var w int
-				w, werr = f.writeNow(out)
-				if werr == nil && w < len(out) { // the write would block
-					f.unwritten = append([]byte(nil), out[w:]...)
-					f.ferr, f.rerr2 = ferr, rerr
-					giveBack(bp)
-					go f.runFn()
-					return
-				}
-			} else {
-				_, werr = f.dst.Conn.Write(out)
+		// Drained: wait again, unless an event came meanwhile.
+		if f.state.CompareAndSwap(running, idle) {
+			if f.ap.failed.Load() && f.state.CompareAndSwap(idle, ended) {
+				f.ap.ended()
 			}
-		}
-		giveBack(bp)
-		if ended, err := f.after(ferr, rerr, werr); ended {
-			f.conclude(err)
 			return
+		}
+		if !f.state.CompareAndSwap(again, running) {
+			return // ended by a failure
 		}
 	}
 }
@@ -376,7 +393,7 @@ func (s *epollSet) collect(uintptr) bool {
 		}
 		for _, ev := range s.evs[:n] {
 			if f := s.lookup(uint32(ev.Fd), uint32(ev.Pad)); f != nil {
-				f.wake()
+				f.wake(ev.Events)
 			}
 		}
 		if n < len(s.evs) {
