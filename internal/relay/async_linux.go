@@ -40,11 +40,28 @@ func Start(a, b End, done func(error)) bool {
 	ap.live.Store(2)
 	ap.flows[0] = &flow{ap: ap, direction: direction{dst: b, src: a}, raw: ra, dstRaw: rb, set: l}
 	ap.flows[1] = &flow{ap: ap, direction: direction{dst: a, src: b}, raw: rb, dstRaw: ra, set: l}
+	// Both flows stay running (an event only marks them again) until both
+	// are in the set: nothing serves half a pipe, and a failure to add
+	// one ends both here.
+	var err error
 	for _, f := range ap.flows {
 		f.fill, f.put, f.runFn = f.readNow, f.writeSome, f.run
-		if err := l.add(f); err != nil {
-			ap.fail(err)
+		f.state.Store(running)
+		if err == nil {
+			err = l.add(f)
+		}
+	}
+	if err != nil {
+		ap.fail(err)
+		for _, f := range ap.flows {
 			f.end()
+		}
+		return true
+	}
+	for _, f := range ap.flows {
+		if !f.state.CompareAndSwap(running, idle) { // an event came meanwhile
+			f.state.Store(running)
+			go f.runFn()
 		}
 	}
 	return true

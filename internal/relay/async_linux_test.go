@@ -180,3 +180,25 @@ func TestStartConcurrentBurst(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// Bytes already waiting on both sockets when Start is called are relayed:
+// the events that came while Start was adding the sockets are served.
+func TestStartBytesAlreadyWaiting(t *testing.T) {
+	clientPeer, client := tcpPair(t)
+	upstream, nodePeer := tcpPair(t)
+	clientPeer.Write([]byte("question"))
+	nodePeer.Write([]byte("greeting"))
+	// Loopback TCP queues the bytes at the receiver before Write returns.
+	done := started(t, End{Conn: client}, End{Conn: upstream})
+	clientPeer.CloseWrite()
+	nodePeer.CloseWrite()
+	if got := readAll(t, nodePeer); string(got) != "question" {
+		t.Fatalf("node got %q", got)
+	}
+	if got := readAll(t, clientPeer); string(got) != "greeting" {
+		t.Fatalf("client got %q", got)
+	}
+	if err := result(t, done); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+}
