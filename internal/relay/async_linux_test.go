@@ -202,3 +202,83 @@ func TestStartBytesAlreadyWaiting(t *testing.T) {
 		t.Fatalf("Start: %v", err)
 	}
 }
+
+// Every relay ends, once, whatever its peers do and when: half-closes,
+// resets and closes on either side, in the middle of traffic both ways,
+// 100 relays at once. done is called exactly once for each, and no
+// goroutine is left behind.
+func TestStartEndsWhateverThePeersDo(t *testing.T) {
+	before := runtime.NumGoroutine()
+	const relays = 100
+	var wg sync.WaitGroup
+	calls := make([]int32, relays)
+	var mu sync.Mutex
+	for i := range relays {
+		clientPeer, client := tcpPair(t)
+		upstream, nodePeer := tcpPair(t)
+		wg.Add(1)
+		if !Start(End{Conn: client, Filter: &lengthFramed{}}, End{Conn: upstream}, func(error) {
+			mu.Lock()
+			calls[i]++
+			mu.Unlock()
+			client.Close()
+			upstream.Close()
+			wg.Done()
+		}) {
+			t.Skip("Start is not available here")
+		}
+		rng := rand.New(rand.NewPCG(uint64(i), 3))
+		msgs, how := rng.IntN(20), rng.IntN(5)
+		go func() {
+			for range msgs {
+				if _, err := clientPeer.Write(frame(strings.Repeat("q", rng.IntN(3*BufferSize)))); err != nil {
+					break
+				}
+			}
+			switch how {
+			case 0: // both half-close, then drain
+				clientPeer.CloseWrite()
+				nodePeer.CloseWrite()
+			case 1: // the node resets
+				nodePeer.SetLinger(0)
+				nodePeer.Close()
+			case 2: // the client resets
+				clientPeer.SetLinger(0)
+				clientPeer.Close()
+			case 3: // the client closes
+				clientPeer.Close()
+				nodePeer.CloseWrite()
+			case 4: // a refused message, then more
+				clientPeer.Write(frame("evil"))
+				clientPeer.Write(frame("after"))
+			}
+		}()
+		go io.Copy(io.Discard, nodePeer) // the node reads all; its close or reset ends this
+		go io.Copy(io.Discard, clientPeer)
+		go func() { nodePeer.Write(frame("greeting")) }()
+	}
+	ended := make(chan struct{})
+	go func() { wg.Wait(); close(ended) }()
+	select {
+	case <-ended:
+	case <-time.After(60 * time.Second):
+		t.Fatal("some relays never ended")
+	}
+	for i, n := range calls {
+		if n != 1 {
+			t.Errorf("relay %d: done called %d times", i, n)
+		}
+	}
+	// The test's own readers end with their connections (closed by the
+	// cleanups); the relays' goroutines must be gone already.
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		stacks := make([]byte, 1<<20)
+		stacks = stacks[:runtime.Stack(stacks, true)]
+		if !bytes.Contains(stacks, []byte("relay.(*flow)")) {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Errorf("flow goroutines left after every relay ended (%d goroutines before, %d now)", before, runtime.NumGoroutine())
+}
