@@ -97,6 +97,10 @@ var (
 		Name: "caddy_edgesteer_tenant_route_failed_bind_closes_total",
 		Help: "Connections closed after max_failed_binds failed binds.",
 	}, []string{"handler"})
+	relays = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "caddy_edgesteer_tenant_route_relays_total",
+		Help: "Routed connections by how they are relayed: handed_over (to the epoll relay; no goroutine while idle) or in_place (a wrapper such as TLS or PROXY protocol, bytes read ahead, or no descriptor to spare).",
+	}, []string{"handler", "mode"})
 	descPartitions = prometheus.NewDesc("caddy_edgesteer_tenant_route_partitions",
 		"Partition count of each tenant above the handler's default (auto partitions, tenant_partitions or run time).",
 		[]string{"handler", "tenant"}, nil)
@@ -149,7 +153,7 @@ func abovePartitions(p *placement.Placer) map[string]int {
 
 func registerMetrics(ctx caddy.Context) error {
 	return metricsreg.Register(ctx, routed, dialFailures, unanswered, refusedRebinds, membershipStale, membershipChanges,
-		busyRefusals, failedBinds, failedBindCloses, openCollector{})
+		busyRefusals, failedBinds, failedBindCloses, relays, openCollector{})
 }
 
 // Admin serves /tenant_route/: GET lists every live tenant_route handler's

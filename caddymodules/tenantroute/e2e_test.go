@@ -349,6 +349,37 @@ https://acme.example:%d, https://globex.example:%d {
 			t.Fatalf("LDAPS as %s: want %s: %v %+v", sni, want, err, res)
 		}
 	}
+	// Behind caddy-l4's tls handler the socket cannot be handed over: the
+	// connections were relayed in place, and the metric says so.
+	if got := relaysByMode(t, c); got["in_place"] < 2 || got["handed_over"] != 0 {
+		t.Fatalf("relays by mode %v, want 2 or more in_place and none handed_over", got)
+	}
+}
+
+// relaysByMode sums caddy_edgesteer_tenant_route_relays_total by mode.
+func relaysByMode(t *testing.T, c *e2e.Caddy) map[string]float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + c.Admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, line := range strings.Split(string(body), "\n") {
+		if !strings.HasPrefix(line, "caddy_edgesteer_tenant_route_relays_total{") {
+			continue
+		}
+		var v float64
+		mode := line[strings.Index(line, `mode="`)+len(`mode="`):]
+		mode = mode[:strings.Index(mode, `"`)]
+		fmt.Sscanf(line[strings.LastIndex(line, " ")+1:], "%g", &v)
+		out[mode] += v
+	}
+	return out
 }
 
 // caddy-l4's matching_timeout bounds the wait for the first message with

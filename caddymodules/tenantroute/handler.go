@@ -363,6 +363,7 @@ func (t *TenantRoute) Handle(cx *layer4.Connection, _ layer4.Handler) error {
 					t.logger.Error("handling connection", zap.String("remote", remote.String()), zap.Error(err))
 				}
 			}) {
+				relays.WithLabelValues(t.Name, "handed_over").Inc()
 				return nil // caddy-l4 closes its descriptor; the socket stays open through own
 			}
 			own.Close()
@@ -380,6 +381,7 @@ func (t *TenantRoute) Handle(cx *layer4.Connection, _ layer4.Handler) error {
 		// wait on the socket, read through the wrapper.
 		client.Socket = sc
 	}
+	relays.WithLabelValues(t.Name, "in_place").Inc()
 	return end(relay.Pipe(client, node2client))
 }
 

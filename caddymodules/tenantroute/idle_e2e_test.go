@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/go-ldap/ldap/v3"
 
@@ -32,8 +33,9 @@ func goroutines(t *testing.T, c *e2e.Caddy) int {
 // Idle routed connections hold no goroutine in the router (the relay
 // watches their sockets in an epoll set, README "Idle connections"):
 // 200 connections bound and searched at once through bin/caddy, left
-// idle, used again at once, then closed. Caddy's goroutines grow by far
-// less than one per connection (a relay in place holds two), every
+// idle, used again at once, then closed. Once the connections have been
+// silent for relay.Linger, Caddy's goroutines have grown by far less than
+// one per connection (a relay in place holds two), every
 // connection answers again after its idle spell, and once they are closed
 // the router counts none open (each relay's end was seen).
 func TestIdleConnectionsHoldNoGoroutine(t *testing.T) {
@@ -98,16 +100,32 @@ func TestIdleConnectionsHoldNoGoroutine(t *testing.T) {
 			conn.Close()
 		}
 	}()
-	held := goroutines(t, c)
+	// A direction that had something to say keeps a goroutine until it
+	// has been silent for relay.Linger (1 s): wait for them to go.
+	settled := func() int {
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			got := goroutines(t, c)
+			if got-before < n/4 || time.Now().After(deadline) {
+				return got
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	held := settled()
 	burst("search again", search)
-	again := goroutines(t, c)
-	t.Logf("bin/caddy goroutines: %d before, %d with %d idle routed connections, %d after they searched again",
-		before, held, n, again)
+	busy := goroutines(t, c)
+	again := settled()
+	t.Logf("bin/caddy goroutines: %d before, %d with %d idle routed connections, %d just after they searched again, %d once idle again",
+		before, held, n, busy, again)
 	for _, got := range []int{held, again} {
 		if got-before >= n/4 {
 			t.Fatalf("%d goroutines more with %d idle routed connections than without: the relay holds goroutines per connection",
 				got-before, n)
 		}
+	}
+	if got := relaysByMode(t, c); got["handed_over"] != n+1 || got["in_place"] != 0 {
+		t.Fatalf("relays by mode %v, want %d handed_over and none in_place", got, n+1)
 	}
 	open := int64(0)
 	for _, k := range adminView(t, c).OpenConnections {

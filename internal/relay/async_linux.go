@@ -1,27 +1,30 @@
 package relay
 
 import (
-	"io"
+	"errors"
 	"net"
 	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
 
 // Start relays between a and b as Pipe does, but with no goroutine while
-// both directions wait. Their sockets are watched by an epoll set (one per
-// GOMAXPROCS, each waited on in Go's poller by one goroutine); when a
-// socket has something to say, that goroutine reads it and writes it on
-// without blocking, and hands the direction to a goroutine of its own
-// only when the write would block or the socket keeps having more (after
-// a few reads), until the socket is empty again. done is called once,
-// in a goroutine of its own, with what Pipe would return; the caller then
-// closes a and b (a failure has already closed them). Until done, nobody
-// else may close a or b: a closed socket leaves the epoll set silently.
+// both directions are idle. A direction that has something to say gets a
+// goroutine, which copies as Pipe does (waiting in Go's poller, reading
+// to an empty socket), and gives it back once the direction has been
+// silent for Linger; the socket is then watched by an epoll set (one per
+// GOMAXPROCS, each waited on in Go's poller by one goroutine, which only
+// starts a direction's goroutine again). A busy connection is relayed at
+// Pipe's speed; an idle one holds no goroutine and no buffer. done is
+// called once, in a goroutine of its own, with what Pipe would return;
+// the caller then closes a and b (a failure has already closed them).
+// Until done, nobody else may close a or b, nor set their read deadlines:
+// a closed socket leaves the epoll set silently.
 //
 // It returns false, having done nothing, when it cannot: an End that is
 // not a bare socket (Socket or Buffered set, or a Conn without
@@ -38,14 +41,14 @@ func Start(a, b End, done func(error)) bool {
 	}
 	ap := &asyncPipe{pipe: pipe{a: a.Conn, b: b.Conn}, done: done}
 	ap.live.Store(2)
-	ap.flows[0] = &flow{ap: ap, direction: direction{dst: b, src: a}, raw: ra, dstRaw: rb, set: l}
-	ap.flows[1] = &flow{ap: ap, direction: direction{dst: a, src: b}, raw: rb, dstRaw: ra, set: l}
+	ap.flows[0] = &flow{ap: ap, direction: direction{dst: b, src: a}, raw: ra, set: l}
+	ap.flows[1] = &flow{ap: ap, direction: direction{dst: a, src: b}, raw: rb, set: l}
 	// Both flows stay running (an event only marks them again) until both
 	// are in the set: nothing serves half a pipe, and a failure to add
 	// one ends both here.
 	var err error
 	for _, f := range ap.flows {
-		f.fill, f.put, f.runFn = f.readNow, f.writeSome, f.run
+		f.runFn = f.run
 		f.state.Store(running)
 		if err == nil {
 			err = l.add(f)
@@ -116,7 +119,7 @@ func (ap *asyncPipe) ended() {
 }
 
 // A flow's states: waiting in the epoll set, copying (in a goroutine),
-// copying with more signalled since its last read, over.
+// copying with an event since its socket was put back in the set, over.
 const (
 	idle int32 = iota
 	running
@@ -124,55 +127,33 @@ const (
 	ended
 )
 
+// Linger is how long a direction stays silent before its goroutine is
+// given back and its socket watched by the epoll set again.
+var Linger = time.Second
+
 // A flow is one direction of an asyncPipe.
 type flow struct {
 	direction
-	ap     *asyncPipe
-	raw    syscall.RawConn // the source socket
-	dstRaw syscall.RawConn // the destination socket, for writes that must not block
-	set    *epollSet
-	state  atomic.Int32
-	// closing: the peer has closed or failed (an event said so): read until
-	// the socket says EOF or the error, not only until a short read.
-	closing atomic.Bool
-	slot    uint32 // in the epoll set's table; its generation is gen
-	gen     uint32
-	added   bool // in the epoll set
-
-	fill  func(fd uintptr) bool // f.readNow, bound once
-	put   func(fd uintptr) bool // f.writeNow, bound once
-	runFn func()                // f.run, bound once: starting it allocates nothing
-	// A read's or a write's state, between the call and its callback.
-	bp    *[]byte
-	k, n  int
-	rerr  error
-	empty bool // the socket had nothing to read
-	out   []byte
-	wrote int
-	werr  error
-	// Left by the epoll set's goroutine for the flow's own: bytes not yet
-	// written (a write that would have blocked), and the errors that decide
-	// the direction's end once they are.
-	unwritten   []byte
-	ferr, rerr2 error
+	ap    *asyncPipe
+	raw   syscall.RawConn // the source socket
+	w     *waiter         // reads it, waiting in Go's poller (direct reads)
+	set   *epollSet
+	state atomic.Int32
+	slot  uint32 // in the epoll set's table; its generation is gen
+	gen   uint32
+	added bool   // in the epoll set
+	runFn func() // f.run, bound once: starting it allocates nothing
 }
 
-// inlineReads bounds the reads the epoll set's goroutine does for one
-// event before handing the flow to a goroutine of its own, so one busy
-// socket does not hold up the others.
-const inlineReads = 4
-
 // wake is called by the epoll set's goroutine when the source socket has
-// something to say (bytes, EOF or an error): events are the epoll event's.
-func (f *flow) wake(events uint32) {
-	if events&(unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 && !f.closing.Load() {
-		f.closing.Store(true)
-	}
+// something to say (bytes, EOF or an error). The socket is out of the set
+// (one-shot) until the flow's goroutine puts it back.
+func (f *flow) wake() {
 	for {
-		switch s := f.state.Load(); s {
+		switch f.state.Load() {
 		case idle:
 			if f.state.CompareAndSwap(idle, running) {
-				f.serve(true)
+				go f.runFn()
 				return
 			}
 		case running:
@@ -185,87 +166,53 @@ func (f *flow) wake(events uint32) {
 	}
 }
 
-// run is the flow's own goroutine: it finishes what the epoll set's
-// goroutine handed over, then copies until the socket is empty.
+// run copies as Pipe does until the source has been silent for Linger,
+// then puts the socket back in the epoll set and ends, unless an event
+// came meanwhile.
 func (f *flow) run() {
-	if f.unwritten != nil {
-		_, werr := f.dst.Conn.Write(f.unwritten)
-		f.unwritten = nil
-		if ended, err := f.after(f.ferr, f.rerr2, werr); ended {
-			f.conclude(err)
-			return
-		}
-		f.ferr, f.rerr2 = nil, nil
+	if f.w == nil {
+		f.w = newWaiter(f.src) // only once the direction has had something to say
 	}
-	f.serve(false)
-}
-
-// serve copies until the source socket has nothing more to read, then
-// goes back to waiting, unless it was signalled again meanwhile. A read
-// that does not fill the buffer has taken all there was when the event
-// was collected: bytes that arrived since raise an event of their own
-// (edge-triggered epoll signals each arrival after an event is collected),
-// so serve stops there without the read that would find the socket empty,
-// unless the peer has closed (a FIN that came with the bytes raises no
-// event of its own: then it reads on to the EOF). Inline
-// (on the epoll set's goroutine) it never blocks: a write that would, or
-// more than inlineReads reads, hand the flow to run.
-func (f *flow) serve(inline bool) {
-	for reads := 0; ; reads++ {
-		if inline && reads == inlineReads {
-			go f.runFn()
-			return
-		}
-		f.bp, f.k = borrow(f.held)
-		if err := f.raw.Read(f.fill); err != nil {
-			giveBack(f.bp)
-			f.bp = nil
-			f.conclude(err)
-			return
-		}
-		bp, k, n, rerr, empty := f.bp, f.k, f.n, f.rerr, f.empty
-		f.bp, f.n, f.rerr, f.empty = nil, 0, nil, false
-		if !empty {
-			short := k+n < len(*bp) && rerr == nil
-			out, ferr := f.take(bp, k, n)
-			var werr error
-			if len(out) > 0 {
-				if inline {
-					var w int
-					w, werr = f.writeNow(out)
-					if werr == nil && w < len(out) { // the write would block
-						f.unwritten = append([]byte(nil), out[w:]...)
-						f.ferr, f.rerr2 = ferr, rerr
-						giveBack(bp)
-						go f.runFn()
-						return
-					}
-				} else {
-					_, werr = f.dst.Conn.Write(out)
-				}
-			}
-			giveBack(bp)
-			if ended, err := f.after(ferr, rerr, werr); ended {
-				f.conclude(err)
+	conn := f.src.Conn
+	conn.SetReadDeadline(time.Now().Add(Linger))
+	var reads, seen uint64
+	for {
+		bp, k, n, rerr, err := f.w.read(f.held)
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			if reads == seen && f.park() {
 				return
 			}
-			if !short || f.closing.Load() {
-				continue
-			}
-		} else {
-			giveBack(bp)
+			seen = reads // busy since the deadline was set: wait another Linger
+			conn.SetReadDeadline(time.Now().Add(Linger))
+			continue
 		}
-		// Drained: wait again, unless an event came meanwhile.
-		if f.state.CompareAndSwap(running, idle) {
-			if f.ap.failed.Load() && f.state.CompareAndSwap(idle, ended) {
-				f.ap.ended()
-			}
+		if err != nil {
+			f.conclude(err)
 			return
 		}
-		if !f.state.CompareAndSwap(again, running) {
-			return // ended by a failure
+		reads++
+		if ended, err := f.pass(bp, k, n, rerr); ended {
+			f.conclude(err)
+			return
 		}
 	}
+}
+
+// park puts the socket back in the epoll set and the flow to idle; false
+// if an event came after the socket was back (the flow goes on running).
+func (f *flow) park() bool {
+	if err := f.set.rearm(f); err != nil {
+		f.conclude(err)
+		return true
+	}
+	if f.state.CompareAndSwap(running, idle) {
+		if f.ap.failed.Load() && f.state.CompareAndSwap(idle, ended) {
+			f.ap.ended()
+		}
+		return true
+	}
+	f.state.CompareAndSwap(again, running)
+	return false
 }
 
 // conclude ends the flow: nil for an EOF passed on, else a failure that
@@ -279,60 +226,11 @@ func (f *flow) conclude(err error) {
 	f.end()
 }
 
-// writeNow writes b to the destination socket once, without waiting: it
-// returns how much was written (0 if the socket's buffer is full).
-func (f *flow) writeNow(b []byte) (int, error) {
-	f.out = b
-	err := f.dstRaw.Write(f.put)
-	n, werr := f.wrote, f.werr
-	f.out, f.wrote, f.werr = nil, 0, nil
-	if err != nil {
-		return n, err
-	}
-	return n, werr
-}
-
-func (f *flow) writeSome(fd uintptr) bool {
-	for f.wrote < len(f.out) {
-		n, err := syscall.Write(int(fd), f.out[f.wrote:])
-		switch {
-		case err == syscall.EINTR:
-			continue
-		case err == syscall.EAGAIN:
-			return true
-		case err != nil:
-			f.werr = os.NewSyscallError("write", err)
-			return true
-		}
-		f.wrote += n
-	}
-	return true
-}
-
 // end marks the flow over, once.
 func (f *flow) end() {
 	if f.state.Swap(ended) != ended {
 		f.ap.ended()
 	}
-}
-
-// readNow reads from fd once, without waiting: with nothing to read it
-// notes that the socket is empty.
-func (f *flow) readNow(fd uintptr) bool {
-	n, err := syscall.Read(int(fd), (*f.bp)[f.k:])
-	switch {
-	case err == syscall.EAGAIN:
-		f.empty = true
-	case err == syscall.EINTR:
-		return f.readNow(fd)
-	case err != nil:
-		f.rerr = os.NewSyscallError("read", err)
-	case n == 0:
-		f.rerr = io.EOF
-	default:
-		f.n = n
-	}
-	return true
 }
 
 // An epoll set, with a table of its flows.
@@ -410,7 +308,7 @@ func (s *epollSet) collect(uintptr) bool {
 		}
 		for _, ev := range s.evs[:n] {
 			if f := s.lookup(uint32(ev.Fd), uint32(ev.Pad)); f != nil {
-				f.wake(ev.Events)
+				f.wake()
 			}
 		}
 		if n < len(s.evs) {
@@ -428,8 +326,8 @@ func (s *epollSet) lookup(slot, gen uint32) *flow {
 	return nil
 }
 
-// add watches f's source socket, edge-triggered: an event for every
-// arrival, bytes already there included.
+// add watches f's source socket, one-shot: its first event (bytes
+// already there included) takes it out of the set until rearm.
 func (s *epollSet) add(f *flow) error {
 	s.mu.Lock()
 	if n := len(s.free); n > 0 {
@@ -442,13 +340,24 @@ func (s *epollSet) add(f *flow) error {
 	}
 	s.tab[f.slot], f.gen, f.added = f, s.gens[f.slot], true
 	s.mu.Unlock()
-	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLET, Fd: int32(f.slot), Pad: int32(f.gen)}
+	if err := s.ctl(f, unix.EPOLL_CTL_ADD); err != nil {
+		s.release(f)
+		return err
+	}
+	return nil
+}
+
+// rearm puts f's socket back in the set after its event; an event is
+// raised at once if the socket already has something to say.
+func (s *epollSet) rearm(f *flow) error { return s.ctl(f, unix.EPOLL_CTL_MOD) }
+
+func (s *epollSet) ctl(f *flow, op int) error {
+	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLONESHOT, Fd: int32(f.slot), Pad: int32(f.gen)}
 	var err error
-	if cerr := f.raw.Control(func(fd uintptr) { err = unix.EpollCtl(s.fd, unix.EPOLL_CTL_ADD, int(fd), &ev) }); cerr != nil {
+	if cerr := f.raw.Control(func(fd uintptr) { err = unix.EpollCtl(s.fd, op, int(fd), &ev) }); cerr != nil {
 		err = cerr
 	}
 	if err != nil {
-		s.release(f)
 		return os.NewSyscallError("epoll_ctl", err)
 	}
 	return nil

@@ -80,7 +80,8 @@ func TestStartIdleHoldsNoGoroutine(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// A flow's goroutine ends just after its last write: wait for them.
+	// A flow's goroutine ends once its direction has been silent for
+	// Linger: wait for them.
 	deadline := time.Now().Add(10 * time.Second)
 	for runtime.NumGoroutine() > goroutines && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
