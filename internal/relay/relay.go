@@ -10,11 +10,11 @@
 // passed on.
 //
 // Pipe keeps two goroutines for as long as the connections live. Start
-// (Linux) keeps none while both directions wait: the sockets are watched
-// by one process-wide epoll set, and a goroutine copies only while a
-// socket has bytes; with Own, a handler whose caller closes the
-// connection on return can hand the socket over and return. It knows
-// nothing of Caddy.
+// (Linux) keeps none while both directions are idle: a direction's
+// goroutine copies as Pipe does while it has traffic and ends after
+// Linger of silence, and its socket is then watched by an epoll set; with
+// Own, a handler whose caller closes the connection on return can hand
+// the socket over and return. It knows nothing of Caddy.
 package relay
 
 import (
