@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/edgesteer/edgesteer/internal/e2e"
 )
 
@@ -75,15 +77,7 @@ func TestClientAgainstRedis(t *testing.T) {
 	e2e.SkipShort(t)
 	proc, addr := e2e.StartRedis(t)
 	c := Config{Addresses: []string{addr}}
-	c.FillDefaults()
-	if err := c.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	client, err := New(&c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
+	client := newClient(t, &c)
 	ctx := context.Background()
 	if err := client.Set(ctx, c.Key("test", "x"), "1", 0).Err(); err != nil {
 		t.Fatal(err)
@@ -114,16 +108,7 @@ func TestContextDeadlineBoundsAHangingRedis(t *testing.T) {
 			defer c.Close() // held open, never answered
 		}
 	}()
-	c := Config{Addresses: []string{ln.Addr().String()}, ReadTimeout: Duration(time.Hour), WriteTimeout: Duration(time.Hour)}
-	c.FillDefaults()
-	if err := c.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	client, err := New(&c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
+	client := newClient(t, &Config{Addresses: []string{ln.Addr().String()}, ReadTimeout: Duration(time.Hour), WriteTimeout: Duration(time.Hour)})
 	got := make(chan error, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
@@ -138,4 +123,20 @@ func TestContextDeadlineBoundsAHangingRedis(t *testing.T) {
 	case <-time.After(time.Minute): // far below read_timeout, far above the deadline
 		t.Fatal("the call waited past its context's deadline (read_timeout applied instead)")
 	}
+}
+
+// newClient fills c's defaults, validates it and returns its client,
+// closed when the test ends.
+func newClient(t *testing.T, c *Config) redis.UniversalClient {
+	t.Helper()
+	c.FillDefaults()
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	client, err := New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	return client
 }

@@ -42,24 +42,9 @@ func TestStartIdleHoldsNoGoroutine(t *testing.T) {
 		t.Skip("heap per connection is measured without the race detector (make test runs it so too)")
 	}
 	const conns = 200
-	gc := func() runtime.MemStats {
-		var m runtime.MemStats
-		runtime.GC()
-		runtime.GC()
-		runtime.ReadMemStats(&m)
-		return m
-	}
-	type pair struct{ clientPeer, nodePeer net.Conn }
-	var pairs []pair
-	var ends [][2]End
-	for range conns {
-		clientPeer, client := tcpPair(t)
-		upstream, nodePeer := tcpPair(t)
-		pairs = append(pairs, pair{clientPeer, nodePeer})
-		ends = append(ends, [2]End{{Conn: client}, {Conn: upstream}})
-	}
+	pairs, ends := idlePairs(t, conns)
 	pickSet() // the epoll sets, their goroutines and tables are not per connection
-	mid := gc()
+	mid := gcStats()
 	goroutines := runtime.NumGoroutine()
 	var wg sync.WaitGroup
 	for _, e := range ends {
@@ -68,18 +53,7 @@ func TestStartIdleHoldsNoGoroutine(t *testing.T) {
 			t.Skip("Start is not available here")
 		}
 	}
-	for _, p := range pairs {
-		p.clientPeer.Write([]byte("ping"))
-		p.nodePeer.SetReadDeadline(time.Now().Add(10 * time.Second))
-		if _, err := io.ReadFull(p.nodePeer, make([]byte, 4)); err != nil {
-			t.Fatal(err)
-		}
-		p.nodePeer.Write([]byte("pong"))
-		p.clientPeer.SetReadDeadline(time.Now().Add(10 * time.Second))
-		if _, err := io.ReadFull(p.clientPeer, make([]byte, 4)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	pingPong(t, pairs)
 	// A flow's goroutine ends once its direction has been silent for
 	// Linger: wait for them.
 	deadline := time.Now().Add(10 * time.Second)
@@ -90,7 +64,7 @@ func TestStartIdleHoldsNoGoroutine(t *testing.T) {
 		stacks := make([]byte, 1<<20)
 		t.Fatalf("%d goroutines more than before %d idle relays:\n%s", n, conns, stacks[:runtime.Stack(stacks, true)])
 	}
-	after := gc()
+	after := gcStats()
 	perConn := (int64(after.HeapAlloc) - int64(mid.HeapAlloc)) / conns
 	t.Logf("heap per idle relay: %d bytes", perConn)
 	if perConn > BufferSize/8 {

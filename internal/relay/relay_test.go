@@ -398,42 +398,15 @@ func TestIdleHoldsNoBuffer(t *testing.T) {
 		t.Skip("heap per connection is measured without the race detector (make test runs it so too)")
 	}
 	const conns = 200
-	gc := func() runtime.MemStats {
-		var m runtime.MemStats
-		runtime.GC()
-		runtime.GC() // the second empties the pool's victim cache
-		runtime.ReadMemStats(&m)
-		return m
-	}
-	type pair struct{ clientPeer, nodePeer net.Conn }
-	var pairs []pair
-	var ends [][2]End
-	for range conns {
-		clientPeer, client := tcpPair(t)
-		upstream, nodePeer := tcpPair(t)
-		pairs = append(pairs, pair{clientPeer, nodePeer})
-		ends = append(ends, [2]End{{Conn: client}, {Conn: upstream}})
-	}
-	mid := gc()
+	pairs, ends := idlePairs(t, conns)
+	mid := gcStats()
 	var wg sync.WaitGroup
 	for _, e := range ends {
 		wg.Add(1)
 		go func() { defer wg.Done(); Pipe(e[0], e[1]) }()
 	}
-	// One exchange each way, so every direction has copied once.
-	for _, p := range pairs {
-		p.clientPeer.Write([]byte("ping"))
-		p.nodePeer.SetReadDeadline(time.Now().Add(10 * time.Second))
-		if _, err := io.ReadFull(p.nodePeer, make([]byte, 4)); err != nil {
-			t.Fatal(err)
-		}
-		p.nodePeer.Write([]byte("pong"))
-		p.clientPeer.SetReadDeadline(time.Now().Add(10 * time.Second))
-		if _, err := io.ReadFull(p.clientPeer, make([]byte, 4)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	after := gc()
+	pingPong(t, pairs)
+	after := gcStats()
 	perConn := (int64(after.HeapAlloc) - int64(mid.HeapAlloc)) / conns
 	t.Logf("heap per idle relay: %d bytes", perConn)
 	if perConn > BufferSize/4 {
@@ -451,4 +424,48 @@ func TestIdleHoldsNoBuffer(t *testing.T) {
 		p.nodePeer.Close()
 	}
 	wg.Wait()
+}
+
+// gcStats collects twice (the second empties the pool's victim cache) and
+// reads the memory statistics.
+func gcStats() runtime.MemStats {
+	var m runtime.MemStats
+	runtime.GC()
+	runtime.GC()
+	runtime.ReadMemStats(&m)
+	return m
+}
+
+// A peerPair is the far ends of a relayed client and node connection.
+type peerPair struct{ clientPeer, nodePeer net.Conn }
+
+// idlePairs makes n client and node connection pairs, and the Ends a
+// relay would take for each.
+func idlePairs(t *testing.T, n int) ([]peerPair, [][2]End) {
+	var pairs []peerPair
+	var ends [][2]End
+	for range n {
+		clientPeer, client := tcpPair(t)
+		upstream, nodePeer := tcpPair(t)
+		pairs = append(pairs, peerPair{clientPeer, nodePeer})
+		ends = append(ends, [2]End{{Conn: client}, {Conn: upstream}})
+	}
+	return pairs, ends
+}
+
+// pingPong sends one message each way through every pair's relay, so
+// every direction has copied once.
+func pingPong(t *testing.T, pairs []peerPair) {
+	for _, p := range pairs {
+		p.clientPeer.Write([]byte("ping"))
+		p.nodePeer.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.ReadFull(p.nodePeer, make([]byte, 4)); err != nil {
+			t.Fatal(err)
+		}
+		p.nodePeer.Write([]byte("pong"))
+		p.clientPeer.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.ReadFull(p.clientPeer, make([]byte, 4)); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
