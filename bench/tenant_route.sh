@@ -2,7 +2,8 @@
 # tenant_route through bin/caddy with one slapd node, in one run:
 #  1. bind+search latency, on an open connection and with connect and
 #     close: ROUNDS rounds (default 5) of N (default 2000) samples each,
-#     the targets taking turns sample by sample: direct to slapd, through
+#     the targets taking turns sample by sample, in an order that rotates
+#     every turn: direct to slapd, through
 #     the router and through a plain caddy-l4 proxy to the same slapd (the
 #     anchor: what any layer4 hop costs here); p50 and p99 and what each
 #     adds; then the median over the rounds of the router's added latency

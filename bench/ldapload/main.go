@@ -64,22 +64,30 @@ func main() {
 			ac = dial(*anchor, dn, pw)
 		}
 		var d, r, a []time.Duration
-		for i := 0; i < *n; i++ {
-			d = append(d, bindSearch(dc, dn, pw))
-			r = append(r, bindSearch(rc, dn, pw))
+		// turns takes one sample of each target, the order rotating from
+		// one turn to the next: no target always follows the same one.
+		turns := func(direct, routed, anchor func() time.Duration) {
+			takes := []func(){
+				func() { d = append(d, direct()) },
+				func() { r = append(r, routed()) },
+			}
 			if ac != nil {
-				a = append(a, bindSearch(ac, dn, pw))
+				takes = append(takes, func() { a = append(a, anchor()) })
+			}
+			for i := 0; i < *n; i++ {
+				for j := range takes {
+					takes[(i+j)%len(takes)]()
+				}
 			}
 		}
+		turns(func() time.Duration { return bindSearch(dc, dn, pw) },
+			func() time.Duration { return bindSearch(rc, dn, pw) },
+			func() time.Duration { return bindSearch(ac, dn, pw) })
 		report("bind+search on an open connection", d, r, a)
 		d, r, a = nil, nil, nil
-		for i := 0; i < *n; i++ {
-			d = append(d, sample(*direct, dn, pw))
-			r = append(r, sample(*routed, dn, pw))
-			if ac != nil {
-				a = append(a, sample(*anchor, dn, pw))
-			}
-		}
+		turns(func() time.Duration { return sample(*direct, dn, pw) },
+			func() time.Duration { return sample(*routed, dn, pw) },
+			func() time.Duration { return sample(*anchor, dn, pw) })
 		report("connect+bind+search+close", d, r, a)
 	case *hold > 0:
 		before := rss(*pid)
