@@ -102,10 +102,13 @@ func main() {
 			}
 			conns = append(conns, c)
 		}
-		time.Sleep(time.Second)
-		after := rss(*pid)
-		fmt.Printf("connections %d, router RSS %d KiB → %d KiB, %.1f KiB per idle routed connection\n",
-			len(conns), before, after, float64(after-before)/float64(len(conns)))
+		held := time.Now()
+		for _, at := range []time.Duration{time.Second, 11 * time.Second} { // after the last bind
+			time.Sleep(time.Until(held.Add(at)))
+			after := rss(*pid)
+			fmt.Printf("connections %d, router RSS %d KiB → %d KiB, %.1f KiB per idle routed connection (%v after the last bind)\n",
+				len(conns), before, after, float64(after-before)/float64(len(conns)), at)
+		}
 		time.Sleep(*linger)
 		for _, c := range conns {
 			c.Close()

@@ -14,12 +14,13 @@ import (
 )
 
 // Start relays between a and b as Pipe does, but with no goroutine while
-// both directions are idle. A direction that has something to say gets a
-// goroutine, which copies as Pipe does (waiting in Go's poller, reading
-// to an empty socket), and gives it back once the direction has been
-// silent for Linger; the socket is then watched by an epoll set (one per
-// GOMAXPROCS, each waited on in Go's poller by one goroutine, which only
-// starts a direction's goroutine again). A busy connection is relayed at
+// both directions are idle. Each direction starts with a goroutine, which
+// copies as Pipe does (waiting in Go's poller, reading to an empty
+// socket), and gives it back once the direction has been silent for Prime
+// (before its first bytes) or Linger (after them); the socket is then
+// watched by an epoll set (one per GOMAXPROCS, each waited on in Go's
+// poller by one goroutine), whose next event for it starts the direction's
+// goroutine again. A busy connection is relayed at
 // Pipe's speed; an idle one holds no goroutine and no buffer. done is
 // called once, in a goroutine of its own, with what Pipe would return;
 // the caller then closes a and b (a failure has already closed them).
@@ -43,29 +44,17 @@ func Start(a, b End, done func(error)) bool {
 	ap.live.Store(2)
 	ap.flows[0] = &flow{ap: ap, direction: direction{dst: b, src: a}, raw: ra, set: l}
 	ap.flows[1] = &flow{ap: ap, direction: direction{dst: a, src: b}, raw: rb, set: l}
-	// Both flows stay running (an event only marks them again) until both
-	// are in the set: nothing serves half a pipe, and a failure to add
-	// one ends both here.
-	var err error
+	// Both directions start running, as Pipe's would: a connection handed
+	// over has just exchanged a message, and its next one is likely close
+	// behind. A direction waits Prime for it, not Linger: a burst of new
+	// connections that then stay idle does not hold two goroutines each
+	// for long. A socket joins the epoll set when its direction first
+	// parks.
 	for _, f := range ap.flows {
 		f.runFn = f.run
 		f.state.Store(running)
-		if err == nil {
-			err = l.add(f)
-		}
-	}
-	if err != nil {
-		ap.fail(err)
-		for _, f := range ap.flows {
-			f.end()
-		}
-		return true
-	}
-	for _, f := range ap.flows {
-		if !f.state.CompareAndSwap(running, idle) { // an event came meanwhile
-			f.state.Store(running)
-			go f.runFn()
-		}
+		f.primed = true
+		go f.runFn()
 	}
 	return true
 }
@@ -107,6 +96,7 @@ func (ap *asyncPipe) fail(err error) {
 	})
 	for _, f := range ap.flows {
 		if f != nil && f.state.CompareAndSwap(idle, ended) {
+			f.set.release(f) // added after the remove above, if it raced with it
 			ap.ended()
 		}
 	}
@@ -131,18 +121,24 @@ const (
 // given back and its socket watched by the epoll set again.
 var Linger = time.Second
 
+// Prime is how long a direction started by Start waits for its first
+// bytes before it is parked in the same way.
+var Prime = 50 * time.Millisecond
+
 // A flow is one direction of an asyncPipe.
 type flow struct {
 	direction
-	ap    *asyncPipe
-	raw   syscall.RawConn // the source socket
-	w     *waiter         // reads it, waiting in Go's poller (direct reads)
-	set   *epollSet
-	state atomic.Int32
-	slot  uint32 // in the epoll set's table; its generation is gen
-	gen   uint32
-	added bool   // in the epoll set
-	runFn func() // f.run, bound once: starting it allocates nothing
+	ap     *asyncPipe
+	raw    syscall.RawConn // the source socket
+	w      *waiter         // reads it, waiting in Go's poller (direct reads)
+	set    *epollSet
+	state  atomic.Int32
+	slot   uint32 // in the epoll set's table; its generation is gen
+	gen    uint32
+	added  bool   // in the epoll set's table (guarded by the set's mu)
+	joined bool   // added once (the flow's goroutine's own)
+	primed bool   // started by Start, nothing read yet: waits Prime
+	runFn  func() // f.run, bound once: starting it allocates nothing
 }
 
 // wake is called by the epoll set's goroutine when the source socket has
@@ -174,7 +170,11 @@ func (f *flow) run() {
 		f.w = newWaiter(f.src) // only once the direction has had something to say
 	}
 	conn := f.src.Conn
-	conn.SetReadDeadline(time.Now().Add(Linger))
+	wait := Linger
+	if f.primed {
+		wait, f.primed = Prime, false
+	}
+	conn.SetReadDeadline(time.Now().Add(wait))
 	var reads, seen uint64
 	for {
 		bp, k, n, rerr, err := f.w.read(f.held)
@@ -201,12 +201,17 @@ func (f *flow) run() {
 // park puts the socket back in the epoll set and the flow to idle; false
 // if an event came after the socket was back (the flow goes on running).
 func (f *flow) park() bool {
-	if err := f.set.rearm(f); err != nil {
+	watch := f.set.rearm
+	if !f.joined {
+		watch, f.joined = f.set.add, true
+	}
+	if err := watch(f); err != nil {
 		f.conclude(err)
 		return true
 	}
 	if f.state.CompareAndSwap(running, idle) {
 		if f.ap.failed.Load() && f.state.CompareAndSwap(idle, ended) {
+			f.set.release(f) // added after fail took the flows out
 			f.ap.ended()
 		}
 		return true
@@ -327,7 +332,8 @@ func (s *epollSet) lookup(slot, gen uint32) *flow {
 }
 
 // add watches f's source socket, one-shot: its first event (bytes
-// already there included) takes it out of the set until rearm.
+// already there included) takes it out of the set until rearm. Only
+// f's own goroutine adds or rearms it.
 func (s *epollSet) add(f *flow) error {
 	s.mu.Lock()
 	if n := len(s.free); n > 0 {

@@ -181,8 +181,18 @@ func TestStartBytesAlreadyWaiting(t *testing.T) {
 // Every relay ends, once, whatever its peers do and when: half-closes,
 // resets and closes on either side, in the middle of traffic both ways,
 // 100 relays at once. done is called exactly once for each, and no
-// goroutine is left behind.
+// goroutine nor epoll set entry is left behind. Run as configured, and
+// with directions parked after a millisecond of silence (so that many end
+// while parked, or while joining the set).
 func TestStartEndsWhateverThePeersDo(t *testing.T) {
+	t.Run("default", startEndsWhateverThePeersDo)
+	prime, linger := Prime, Linger
+	Prime, Linger = time.Millisecond, time.Millisecond
+	defer func() { Prime, Linger = prime, linger }()
+	t.Run("parking often", startEndsWhateverThePeersDo)
+}
+
+func startEndsWhateverThePeersDo(t *testing.T) {
 	before := runtime.NumGoroutine()
 	const relays = 100
 	var wg sync.WaitGroup
@@ -251,9 +261,27 @@ func TestStartEndsWhateverThePeersDo(t *testing.T) {
 		stacks := make([]byte, 1<<20)
 		stacks = stacks[:runtime.Stack(stacks, true)]
 		if !bytes.Contains(stacks, []byte("relay.(*flow)")) {
+			if n := watched(); n > 0 {
+				t.Errorf("%d sockets still in the epoll sets' tables", n)
+			}
 			return
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	t.Errorf("flow goroutines left after every relay ended (%d goroutines before, %d now)", before, runtime.NumGoroutine())
+}
+
+// watched counts the flows in the epoll sets' tables.
+func watched() int {
+	n := 0
+	for _, s := range sets {
+		s.mu.Lock()
+		for _, f := range s.tab {
+			if f != nil {
+				n++
+			}
+		}
+		s.mu.Unlock()
+	}
+	return n
 }

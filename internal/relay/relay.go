@@ -12,7 +12,8 @@
 // Pipe keeps two goroutines for as long as the connections live. Start
 // (Linux) keeps none while both directions are idle: a direction's
 // goroutine copies as Pipe does while it has traffic and ends after
-// Linger of silence, and its socket is then watched by an epoll set; with
+// Linger of silence (Prime, for a new connection's first wait), and its
+// socket is then watched by an epoll set; with
 // Own, a handler whose caller closes the connection on return can hand
 // the socket over and return. It knows nothing of Caddy.
 package relay
