@@ -2,7 +2,6 @@ package relay
 
 import (
 	"errors"
-	"net"
 	"os"
 	"runtime"
 	"sync"
@@ -386,20 +385,4 @@ func (s *epollSet) release(f *flow) {
 	s.tab[f.slot] = nil
 	s.gens[f.slot]++
 	s.free = append(s.free, f.slot)
-}
-
-// Own returns a second connection on c's socket, which stays open when c
-// is closed: a handler whose caller closes c on return (caddy-l4 does)
-// can return and leave the socket relayed by Start.
-func Own(c *net.TCPConn) (*net.TCPConn, error) {
-	f, err := c.File() // a duplicate descriptor, still non-blocking
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	nc, err := net.FileConn(f)
-	if err != nil {
-		return nil, err
-	}
-	return nc.(*net.TCPConn), nil
 }

@@ -2,12 +2,15 @@ package relay
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
 	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -284,4 +287,83 @@ func watched() int {
 		s.mu.Unlock()
 	}
 	return n
+}
+
+// Own's connection outlives the original descriptor: Start relays it
+// both ways after the original is closed (at once, and after it has
+// parked in the epoll set), passes an EOF on as a half-close, and
+// reports a reset.
+func TestOwnOutlivesTheOriginal(t *testing.T) {
+	for _, pause := range []time.Duration{0, 3 * Prime} {
+		t.Run(fmt.Sprintf("half-close after %v", pause), func(t *testing.T) {
+			clientPeer, client := tcpPair(t)
+			upstream, nodePeer := tcpPair(t)
+			own, err := Own(client)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer own.Close()
+			client.Close()
+			done := started(t, End{Conn: own}, End{Conn: upstream})
+			time.Sleep(pause)
+			clientPeer.Write([]byte("question"))
+			clientPeer.CloseWrite()
+			if got := readAll(t, nodePeer); string(got) != "question" {
+				t.Fatalf("node got %q", got)
+			}
+			nodePeer.Write([]byte("answer"))
+			nodePeer.CloseWrite()
+			if got := readAll(t, clientPeer); string(got) != "answer" {
+				t.Fatalf("client got %q", got)
+			}
+			if err := result(t, done); err != nil {
+				t.Fatalf("relay: %v", err)
+			}
+		})
+	}
+	t.Run("reset", func(t *testing.T) {
+		clientPeer, client := tcpPair(t)
+		upstream, _ := tcpPair(t)
+		own, err := Own(client)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer own.Close()
+		client.Close()
+		done := started(t, End{Conn: own}, End{Conn: upstream})
+		clientPeer.SetLinger(0)
+		clientPeer.Close() // RST
+		if err := result(t, done); !errors.Is(err, syscall.ECONNRESET) {
+			t.Fatalf("relay after a reset: %v", err)
+		}
+	})
+}
+
+// What Own costs against the standard library's way to a second
+// connection on a socket (File, then FileConn).
+func BenchmarkOwn(b *testing.B) {
+	_, c := tcpPair(b)
+	b.Run("anchor_file_fileconn", func(b *testing.B) {
+		for b.Loop() {
+			f, err := c.File()
+			if err != nil {
+				b.Fatal(err)
+			}
+			nc, err := net.FileConn(f)
+			f.Close()
+			if err != nil {
+				b.Fatal(err)
+			}
+			nc.Close()
+		}
+	})
+	b.Run("own", func(b *testing.B) {
+		for b.Loop() {
+			nc, err := Own(c)
+			if err != nil {
+				b.Fatal(err)
+			}
+			nc.Close()
+		}
+	})
 }

@@ -11,6 +11,6 @@ import (
 func Start(a, b End, done func(error)) bool { return false }
 
 // Own is not needed where Start is not available.
-func Own(c *net.TCPConn) (*net.TCPConn, error) {
+func Own(c *net.TCPConn) (net.Conn, error) {
 	return nil, errors.New("relay: Own is not available on this platform")
 }
