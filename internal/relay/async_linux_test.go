@@ -296,15 +296,7 @@ func watched() int {
 func TestOwnOutlivesTheOriginal(t *testing.T) {
 	for _, pause := range []time.Duration{0, 3 * Prime} {
 		t.Run(fmt.Sprintf("half-close after %v", pause), func(t *testing.T) {
-			clientPeer, client := tcpPair(t)
-			upstream, nodePeer := tcpPair(t)
-			own, err := Own(client)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer own.Close()
-			client.Close()
-			done := started(t, End{Conn: own}, End{Conn: upstream})
+			clientPeer, nodePeer, done := ownedAndStarted(t)
 			time.Sleep(pause)
 			clientPeer.Write([]byte("question"))
 			clientPeer.CloseWrite()
@@ -322,21 +314,28 @@ func TestOwnOutlivesTheOriginal(t *testing.T) {
 		})
 	}
 	t.Run("reset", func(t *testing.T) {
-		clientPeer, client := tcpPair(t)
-		upstream, _ := tcpPair(t)
-		own, err := Own(client)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer own.Close()
-		client.Close()
-		done := started(t, End{Conn: own}, End{Conn: upstream})
+		clientPeer, _, done := ownedAndStarted(t)
 		clientPeer.SetLinger(0)
 		clientPeer.Close() // RST
 		if err := result(t, done); !errors.Is(err, syscall.ECONNRESET) {
 			t.Fatalf("relay after a reset: %v", err)
 		}
 	})
+}
+
+// ownedAndStarted relays, with Start, Own's connection on a client's
+// socket (the original closed) and a connection to a node; it returns
+// the client's and the node's ends.
+func ownedAndStarted(t *testing.T) (clientPeer, nodePeer *net.TCPConn, done <-chan error) {
+	clientPeer, client := tcpPair(t)
+	upstream, nodePeer := tcpPair(t)
+	own, err := Own(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { own.Close() })
+	client.Close()
+	return clientPeer, nodePeer, started(t, End{Conn: own}, End{Conn: upstream})
 }
 
 // What Own costs against the standard library's way to a second
