@@ -3,6 +3,7 @@ package relay
 import (
 	"net"
 	"os"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -27,8 +28,15 @@ func Own(c *net.TCPConn) (net.Conn, error) {
 	}
 	local, remote := c.LocalAddr(), c.RemoteAddr()
 	// Still non-blocking (the flag belongs to the socket, not the
-	// descriptor): os.NewFile makes it pollable, with deadlines.
-	return &owned{File: os.NewFile(uintptr(fd), "tcp "+local.String()+"->"+remote.String()), local: local, remote: remote}, nil
+	// descriptor): os.NewFile makes it pollable, with deadlines. A file
+	// Go's poller could not take has none, and Start would then block a
+	// thread per read: the caller relays in place instead.
+	f := os.NewFile(uintptr(fd), "tcp "+local.String()+"->"+remote.String())
+	if err := f.SetReadDeadline(time.Time{}); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return &owned{File: f, local: local, remote: remote}, nil
 }
 
 // owned is a connection on a duplicate descriptor: a pollable os.File
