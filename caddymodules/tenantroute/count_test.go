@@ -120,7 +120,9 @@ func TestCountingGuardCountsMessages(t *testing.T) {
 	}
 	// Once the bind fails, the connection's messages count no more.
 	lease.Bound(false, now)
-	f.lease.Requests(f.count(searchMsg(5, "(uid=y)")))
+	if n, err := f.Feed(searchMsg(5, "(uid=y)")); n == 0 || err != nil {
+		t.Fatalf("a search after a failed bind: %d bytes passed, %v", n, err)
+	}
 	lease.Bound(true, now)
 	p.Tick(now.Add(2 * time.Second))
 	if got := p.Loads()["acme"].RequestsPerSecond; got != 0 {

@@ -309,15 +309,22 @@ func (t *TenantRoute) Handle(cx *layer4.Connection, _ layer4.Handler) error {
 	}
 
 	// Only authenticated connections count as load: each BindResponse the
-	// node sends says whether this one is (internal/placement.Lease).
-	failures := 0
+	// node sends says whether this one is (internal/placement.Lease). A
+	// successful bind after a successful bind changes nothing, and costs
+	// nothing: the relay calls onBind in the path of every BindResponse,
+	// and a rebind as the same user is common (pooled connections).
+	failures, bound := 0, false
 	onBind := func(code int64) error {
 		switch code {
 		case ldapwire.ResultSuccess:
-			lease.Bound(true, time.Now())
+			if !bound {
+				lease.Bound(true, time.Now())
+				bound = true
+			}
 		case ldapwire.ResultSASLBindInProgress:
 		default:
 			lease.Bound(false, time.Now())
+			bound = false
 			failedBinds.WithLabelValues(t.Name).Inc()
 			st.failed.Add(tenant)
 			if failures++; failures >= t.MaxFailedBinds {
@@ -337,6 +344,7 @@ func (t *TenantRoute) Handle(cx *layer4.Connection, _ layer4.Handler) error {
 		}
 	} else if first.Op != "bind" {
 		lease.Bound(true, time.Now()) // no bind to judge (tenant from a placeholder): counted
+		bound = true
 	}
 
 	if len(up.head) > 0 { // the node's answer has begun

@@ -17,6 +17,10 @@ type TenantGuard struct {
 	Tenant string
 	MaxLen int64
 
+	// Messages counts the messages begun in the bytes Feed has passed
+	// (a message's header is passed only once it is whole and valid).
+	Messages uint64
+
 	rest     int    // bytes of the current message still to pass
 	accepted []byte // the last bind DN found to name Tenant: a rebind with it is not parsed again
 }
@@ -59,6 +63,7 @@ func (g *TenantGuard) Feed(b []byte) (int, error) {
 			}
 		}
 		g.rest = size
+		g.Messages++
 	}
 	return i, nil
 }

@@ -159,8 +159,17 @@ func frameOp(b []byte, maxLen int64) (size int, op byte, err error) {
 }
 
 // tagLength reads a one-byte identifier, which must be want, and a
-// definite length: the header's size and the length it gives.
+// definite length: the header's size and the length it gives. The short
+// form (a length below 128, most elements) is read inline at the call;
+// the rest, and every error, out of line.
 func tagLength(b []byte, want byte) (hdr, length int, err error) {
+	if len(b) >= 2 && b[0] == want && b[1] < 0x80 {
+		return 2, int(b[1]), nil
+	}
+	return tagLengthLong(b, want)
+}
+
+func tagLengthLong(b []byte, want byte) (hdr, length int, err error) {
 	switch {
 	case len(b) == 0:
 		return 0, 0, ErrShort
@@ -276,8 +285,17 @@ func bindDN(b []byte) ([]byte, error) {
 }
 
 // element reads the BER element at the start of b: its (one-byte)
-// identifier, its contents, and the bytes after it.
+// identifier, its contents, and the bytes after it. As with tagLength, the
+// short form is read inline.
 func element(b []byte) (tag byte, contents, rest []byte, err error) {
+	if len(b) >= 2 && b[0]&0x1f != 0x1f && b[1] < 0x80 && int(b[1]) <= len(b)-2 {
+		n := 2 + int(b[1])
+		return b[0], b[2:n], b[n:], nil
+	}
+	return elementLong(b)
+}
+
+func elementLong(b []byte) (tag byte, contents, rest []byte, err error) {
 	if len(b) == 0 || b[0]&0x1f == 0x1f {
 		return 0, nil, nil, ErrMalformed
 	}

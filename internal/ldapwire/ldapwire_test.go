@@ -225,3 +225,33 @@ func FuzzParseAgreesWithBer(f *testing.F) {
 		}
 	})
 }
+
+// The short-form fast paths of tagLength and element answer exactly as
+// the general readers do, for every identifier and length octet, with the
+// contents whole, cut short and followed by more.
+func TestShortFormFastPaths(t *testing.T) {
+	buf := make([]byte, 2+0x7f+2)
+	for b0 := range 256 {
+		for b1 := range 256 {
+			buf[0], buf[1] = byte(b0), byte(b1)
+			for _, n := range []int{0, 1, 2, 3, 2 + b1 - 1, 2 + b1, 2 + b1 + 2} {
+				if n < 0 || n > len(buf) {
+					continue
+				}
+				b := buf[:n]
+				for _, want := range []byte{byte(b0), tagMessage} {
+					h1, l1, e1 := tagLength(b, want)
+					h2, l2, e2 := tagLengthLong(b, want)
+					if h1 != h2 || l1 != l2 || (e1 == nil) != (e2 == nil) {
+						t.Fatalf("tagLength(%x, %#x) = %d %d %v, tagLengthLong %d %d %v", b, want, h1, l1, e1, h2, l2, e2)
+					}
+				}
+				t1, c1, r1, e1 := element(b)
+				t2, c2, r2, e2 := elementLong(b)
+				if t1 != t2 || !bytes.Equal(c1, c2) || !bytes.Equal(r1, r2) || len(c1) != len(c2) || len(r1) != len(r2) || (e1 == nil) != (e2 == nil) {
+					t.Fatalf("element(%x) = %x %x %x %v, elementLong %x %x %x %v", b, t1, c1, r1, e1, t2, c2, r2, e2)
+				}
+			}
+		}
+	}
+}
