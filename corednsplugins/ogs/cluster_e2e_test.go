@@ -37,6 +37,14 @@ func clusterCorefile(gws []*countingGateway, redisAddr, metricsAddr, adminAddr, 
 	return b.String()
 }
 
+// clusterGateways are three counting gateways whose measured order is
+// 127.0.0.12, .13, .11: 30, 60 and 90 ms, far enough apart that a loaded
+// machine does not swap two of them (10, 20 and 30 ms did: a probe of the
+// 10 ms gateway measured over 20 ms in a busy make test).
+func clusterGateways(t *testing.T) []*countingGateway {
+	return []*countingGateway{startCountingGateway(t, "127.0.0.11", 90*ms), startCountingGateway(t, "127.0.0.12", 30*ms), startCountingGateway(t, "127.0.0.13", 60*ms)}
+}
+
 func startReplica(t *testing.T, gws []*countingGateway, redisAddr, extra string) *replica {
 	r := &replica{metrics: e2e.Addr(t), admin: e2e.Addr(t)}
 	r.CoreDNS = e2e.StartCoreDNS(t, clusterCorefile(gws, redisAddr, r.metrics, r.admin, extra), "other.example.test A")
@@ -259,7 +267,7 @@ func TestClusterConcurrentFirstQueriesProbeOnce(t *testing.T) {
 // serves the other again.
 func TestClusterRedisDownAndBack(t *testing.T) {
 	e2e.SkipShort(t)
-	gws := []*countingGateway{startCountingGateway(t, "127.0.0.11", 30*ms), startCountingGateway(t, "127.0.0.12", 10*ms), startCountingGateway(t, "127.0.0.13", 20*ms)}
+	gws := clusterGateways(t)
 	redisAddr, redisDir := e2e.Addr(t), t.TempDir()
 	rp := e2e.StartRedisAt(t, redisDir, redisAddr)
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
@@ -358,7 +366,7 @@ func TestClusterRedisDownAndBack(t *testing.T) {
 // the admin view says Redis is not healthy.
 func TestClusterRedisHanging(t *testing.T) {
 	e2e.SkipShort(t)
-	gws := []*countingGateway{startCountingGateway(t, "127.0.0.11", 30*ms), startCountingGateway(t, "127.0.0.12", 10*ms), startCountingGateway(t, "127.0.0.13", 20*ms)}
+	gws := clusterGateways(t)
 	hanging, accepted := e2e.HangingListener(t, "127.0.0.1:0")
 	r := startReplica(t, gws, hanging, "")
 	want := []string{"127.0.0.12", "127.0.0.13", "127.0.0.11"}
@@ -397,7 +405,7 @@ func TestClusterRedisHanging(t *testing.T) {
 // it answers from Redis, with no probe of its own.
 func TestClusterStoreAcrossReload(t *testing.T) {
 	e2e.SkipShort(t)
-	gws := []*countingGateway{startCountingGateway(t, "127.0.0.11", 30*ms), startCountingGateway(t, "127.0.0.12", 10*ms), startCountingGateway(t, "127.0.0.13", 20*ms)}
+	gws := clusterGateways(t)
 	_, redisAddr := e2e.StartRedis(t)
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
 	defer rdb.Close()
