@@ -4,6 +4,8 @@ import (
 	"net"
 	"strings"
 	"testing"
+
+	"github.com/edgesteer/edgesteer/internal/e2e"
 )
 
 func TestCountUsage(t *testing.T) {
@@ -26,21 +28,8 @@ garbage
 
 // HostUsage sees a real connection from a port of the range.
 func TestHostUsage(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			defer c.Close()
-		}
-	}()
-	c, err := net.Dial("tcp", ln.Addr().String())
+	addr, _ := e2e.HangingListener(t, "127.0.0.1:0")
+	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -94,21 +93,8 @@ func TestClientAgainstRedis(t *testing.T) {
 // A caller's context deadline bounds a call to a Redis that accepts and
 // never answers, though read_timeout is an hour.
 func TestContextDeadlineBoundsAHangingRedis(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			defer c.Close() // held open, never answered
-		}
-	}()
-	client := newClient(t, &Config{Addresses: []string{ln.Addr().String()}, ReadTimeout: Duration(time.Hour), WriteTimeout: Duration(time.Hour)})
+	hanging, _ := e2e.HangingListener(t, "127.0.0.1:0") // accepts, never answers
+	client := newClient(t, &Config{Addresses: []string{hanging}, ReadTimeout: Duration(time.Hour), WriteTimeout: Duration(time.Hour)})
 	got := make(chan error, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
