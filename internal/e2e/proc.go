@@ -3,7 +3,9 @@ package e2e
 import (
 	"bytes"
 	"fmt"
+	"math/rand/v2"
 	"net"
+	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -113,21 +115,66 @@ func (p *Proc) WaitTCP(t testing.TB, addr string) {
 	})
 }
 
-// FreePort returns a loopback TCP port that was free a moment ago and whose
-// UDP twin is free too, so it can serve DNS on both.
+// handedOut holds every port FreePort has returned in this process: a test
+// that asks for two addresses (an admin API and a listener) must never get
+// one port twice. Caddy binds with SO_REUSEPORT, so both would start and
+// share the port's connections.
+var handedOut = struct {
+	sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}
+
+// freeRange is where FreePort looks: below the kernel's ephemeral range, so
+// a port handed out but not yet bound by the program it is for cannot be
+// taken meanwhile by a test's own Listen(":0") or by an outgoing
+// connection's source port, and below 20000, where the portrange tests
+// bind their source ports. Empty when the ephemeral range starts too low to
+// leave room; FreePort then asks the kernel for an ephemeral port.
+func freeRange() (lo, hi int) {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0, 0
+	}
+	var first, last int
+	if _, err := fmt.Sscan(string(b), &first, &last); err != nil || first < 12000 {
+		return 0, 0
+	}
+	return 10000, min(first, 20000)
+}
+
+// FreePort returns a loopback TCP port that was free a moment ago, whose
+// UDP twin is free too (so it can serve DNS on both), and that no earlier
+// call in this process returned.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	for range 50 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	lo, hi := freeRange()
+	for range 500 {
+		port := 0
+		if hi > lo {
+			port = lo + rand.IntN(hi-lo)
 		}
-		port := l.Addr().(*net.TCPAddr).Port
+		if handedOut.ports[port] {
+			continue
+		}
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			if port == 0 {
+				t.Fatal(err)
+			}
+			continue // in use
+		}
+		port = l.Addr().(*net.TCPAddr).Port
 		u, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port))
 		l.Close()
+		if err == nil && !handedOut.ports[port] {
+			u.Close()
+			handedOut.ports[port] = true
+			return port
+		}
 		if err == nil {
 			u.Close()
-			return port
 		}
 	}
 	t.Fatal("no free loopback port")
