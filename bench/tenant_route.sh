@@ -9,7 +9,11 @@
 #     adds; then the median over the rounds of the router's added latency
 #     over the anchor's (issue 18's goal: at most 1.05 at p50 and p99 on
 #     an open connection);
-#  2. resident memory of the router per idle routed connection with bound
+#  2. the CPU time bin/caddy spends per bind+search on an open connection,
+#     through the router and through the plain proxy in alternating blocks
+#     of 500 (CPU_N each, default 20000; 0 skips), and the median ratio:
+#     the per-message cost without the scheduling noise of latencies;
+#  3. resident memory of the router per idle routed connection with bound
 #     connections held open (issue 18: at most 8 KiB). Each routed
 #     connection holds two descriptors in the router, so HOLD is bounded by
 #     the open-files limit: 9,950 under a hard limit of 20,000 (raise the
@@ -103,6 +107,12 @@ done
 			"(rounds: $(awk -v w="$what" -v c=$col '$1 == "ratio" && $2 == w {printf "%s ", $c}' "$work/latency"))"
 	done
 done
+# CPU time bin/caddy spends per bind+search, router against plain proxy
+# (CPU_N operations each, default 20000; 0 skips): the per-message cost
+# without the scheduling noise of latencies.
+if [ "${CPU_N:-20000}" -gt 0 ]; then
+	bin/ldapload -cpu -routed 127.0.0.1:18389 -anchor 127.0.0.1:18390 -pid "$caddy_pid" -n "${CPU_N:-20000}"
+fi
 [ "$hold" -gt 0 ] || exit 0 # HOLD=0: latency only
 echo "open-files limit $(ulimit -n): holding $hold connections"
 bin/ldapload -hold "$hold" -routed 127.0.0.1:18389 -pid "$caddy_pid"

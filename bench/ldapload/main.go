@@ -3,6 +3,11 @@
 //	ldapload -latency -direct 127.0.0.1:3891 -routed 127.0.0.1:3389 -n 2000
 //	    interleaved connect+bind+search+close samples against both; prints
 //	    p50 and p99 of each and their differences
+//	ldapload -cpu -routed 127.0.0.1:3389 -anchor 127.0.0.1:3390 -pid <caddy pid> -n 20000
+//	    bind+search on an open connection through the router and through
+//	    the plain proxy, in alternating blocks; prints the CPU time the
+//	    process (both hops run in it) spent per operation on each, and
+//	    their ratio (median over the blocks)
 //	ldapload -hold 10000 -routed 127.0.0.1:3389 -pid <caddy pid>
 //	    opens and binds 10000 routed connections, then prints the router's
 //	    resident memory per connection (VmRSS before and after)
@@ -27,6 +32,8 @@ func main() {
 	anchor := flag.String("anchor", "", "with -latency: a plain caddy-l4 proxy to the same node (the anchor hop)")
 	n := flag.Int("n", 2000, "samples per target")
 	latency := flag.Bool("latency", false, "measure bind+search latency")
+	cpu := flag.Bool("cpu", false, "measure the CPU time -pid spends per bind+search, routed and anchor")
+	block := flag.Int("block", 500, "with -cpu: operations per block")
 	hold := flag.Int("hold", 0, "connections to hold open through the router")
 	pid := flag.Int("pid", 0, "the router's process ID, for its memory")
 	tenant := flag.String("tenant", "acme", "tenant to bind as")
@@ -89,6 +96,28 @@ func main() {
 			func() time.Duration { return sample(*routed, dn, pw) },
 			func() time.Duration { return sample(*anchor, dn, pw) })
 		report("connect+bind+search+close", d, r, a)
+	case *cpu:
+		rc, ac := dial(*routed, dn, pw), dial(*anchor, dn, pw)
+		var r, a []float64 // CPU µs per operation, block by block
+		perOp := func(c *ldap.Conn) float64 {
+			before := cpuTime(*pid)
+			for range *block {
+				bindSearch(c, dn, pw)
+			}
+			return float64(cpuTime(*pid)-before) / float64(time.Microsecond) / float64(*block)
+		}
+		var ratios []float64
+		for i := 0; i < *n / *block; i++ {
+			if i%2 == 0 { // who goes first alternates
+				r, a = append(r, perOp(rc)), append(a, perOp(ac))
+			} else {
+				a, r = append(a, perOp(ac)), append(r, perOp(rc))
+			}
+			ratios = append(ratios, r[i]/a[i])
+		}
+		med := func(v []float64) float64 { slices.Sort(v); return v[len(v)/2] }
+		fmt.Printf("cpu bind+search_on_an_open_connection router_us %.2f proxy_us %.2f ratio %.3f blocks %d of %d\n",
+			med(r), med(a), med(ratios), len(ratios), *block)
 	case *hold > 0:
 		before := rss(*pid)
 		var conns []*ldap.Conn
@@ -150,6 +179,30 @@ func sample(addr, dn, pw string) time.Duration {
 		log.Fatal(err)
 	}
 	return time.Since(start)
+}
+
+// cpuTime is the CPU time all of a process's threads have run, from the
+// scheduler's own accounting (nanoseconds, unlike the clock ticks of
+// /proc/<pid>/stat). Threads that ended meanwhile are not counted: Go's
+// runtime keeps its threads.
+func cpuTime(pid int) time.Duration {
+	dir := "/proc/" + strconv.Itoa(pid) + "/task"
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		log.Fatal(err)
+	}
+	var sum time.Duration
+	for _, t := range tasks {
+		data, err := os.ReadFile(dir + "/" + t.Name() + "/schedstat")
+		if err != nil {
+			continue // the thread ended
+		}
+		if f := strings.Fields(string(data)); len(f) > 0 {
+			ns, _ := strconv.ParseInt(f[0], 10, 64)
+			sum += time.Duration(ns)
+		}
+	}
+	return sum
 }
 
 // rss is a process's resident memory in KiB.
