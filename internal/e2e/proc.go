@@ -2,11 +2,13 @@ package e2e
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -122,7 +124,25 @@ func (p *Proc) WaitTCP(t testing.TB, addr string) {
 var handedOut = struct {
 	sync.Mutex
 	ports map[int]bool
+	locks *os.File // byte N locked: port N is this process's
 }{ports: map[int]bool{}}
+
+// claim reserves port against the other test processes of the run (go
+// test runs packages side by side): a POSIX lock on byte port of one
+// shared file, held until this process exits. Without the file, only the
+// bind check guards.
+func claim(port int) bool {
+	if handedOut.locks == nil {
+		f, err := os.OpenFile(filepath.Join(os.TempDir(), "edgesteer-e2e-ports"), os.O_CREATE|os.O_RDWR, 0o666)
+		if err != nil {
+			return true
+		}
+		handedOut.locks = f
+	}
+	lk := syscall.Flock_t{Type: syscall.F_WRLCK, Whence: 0, Start: int64(port), Len: 1}
+	err := syscall.FcntlFlock(handedOut.locks.Fd(), syscall.F_SETLK, &lk)
+	return err == nil || !(errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EACCES))
+}
 
 // freeRange is where FreePort looks: below the kernel's ephemeral range, so
 // a port handed out but not yet bound by the program it is for cannot be
@@ -144,7 +164,8 @@ func freeRange() (lo, hi int) {
 
 // FreePort returns a loopback TCP port that was free a moment ago, whose
 // UDP twin is free too (so it can serve DNS on both), and that no earlier
-// call in this process returned.
+// call in this process, nor in another test process running meanwhile,
+// returned.
 func FreePort(t testing.TB) int {
 	t.Helper()
 	handedOut.Lock()
@@ -168,7 +189,7 @@ func FreePort(t testing.TB) int {
 		port = l.Addr().(*net.TCPAddr).Port
 		u, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port))
 		l.Close()
-		if err == nil && !handedOut.ports[port] {
+		if err == nil && !handedOut.ports[port] && claim(port) {
 			u.Close()
 			handedOut.ports[port] = true
 			return port
