@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/edgesteer/edgesteer/internal/e2e"
 )
 
 func TestParse(t *testing.T) {
@@ -105,25 +107,6 @@ func TestLoad(t *testing.T) {
 	}
 }
 
-func listen(t *testing.T) net.Listener {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			t.Cleanup(func() { c.Close() })
-		}
-	}()
-	return l
-}
-
 func freeRange(t *testing.T, n int) Range {
 	t.Helper()
 	// Ports below the kernel's ephemeral range are not handed out to other
@@ -149,12 +132,12 @@ func freeRange(t *testing.T, n int) Range {
 func srcPort(c net.Conn) uint16 { return uint16(c.LocalAddr().(*net.TCPAddr).Port) }
 
 func TestDialerStaysInRange(t *testing.T) {
-	l := listen(t)
+	addr, _ := e2e.HangingListener(t, "127.0.0.1:0")
 	r := freeRange(t, 8)
 	d := NewDialer(r)
 	seen := map[uint16]bool{}
 	for range 8 {
-		c, err := d.DialContext(context.Background(), "tcp", l.Addr().String())
+		c, err := d.DialContext(context.Background(), "tcp", addr)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -169,7 +152,7 @@ func TestDialerStaysInRange(t *testing.T) {
 		t.Errorf("8 open connections used %d distinct ports", len(seen))
 	}
 	// The range is now full toward this destination: the next dial says so.
-	_, err := d.DialContext(context.Background(), "tcp", l.Addr().String())
+	_, err := d.DialContext(context.Background(), "tcp", addr)
 	if !errors.Is(err, ErrExhausted) {
 		t.Fatalf("ninth dial: %v", err)
 	}
@@ -177,8 +160,8 @@ func TestDialerStaysInRange(t *testing.T) {
 		t.Errorf("exhausted count %d", d.Exhausted.Load())
 	}
 	// Another destination may reuse the same ports: only the 4-tuple is unique.
-	l2 := listen(t)
-	c, err := d.DialContext(context.Background(), "tcp", l2.Addr().String())
+	addr2, _ := e2e.HangingListener(t, "127.0.0.1:0")
+	c, err := d.DialContext(context.Background(), "tcp", addr2)
 	if err != nil {
 		t.Fatalf("dial to a second destination: %v", err)
 	}
@@ -186,7 +169,7 @@ func TestDialerStaysInRange(t *testing.T) {
 }
 
 func TestDialerSkipsPortInUse(t *testing.T) {
-	dst := listen(t)
+	dst, _ := e2e.HangingListener(t, "127.0.0.1:0")
 	r := freeRange(t, 3)
 	// Something else listens on the middle port.
 	busy, err := net.Listen("tcp", net.JoinHostPort("0.0.0.0", strconv.Itoa(int(r.Lo)+1)))
@@ -198,7 +181,7 @@ func TestDialerSkipsPortInUse(t *testing.T) {
 	// Connections are held open: a closed one leaves its 4-tuple in
 	// TIME_WAIT, which blocks that port toward this destination for a while.
 	for range 2 {
-		c, err := d.DialContext(context.Background(), "tcp", dst.Addr().String())
+		c, err := d.DialContext(context.Background(), "tcp", dst)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -207,7 +190,7 @@ func TestDialerSkipsPortInUse(t *testing.T) {
 			t.Fatalf("used port %d (busy %d, range %s)", p, r.Lo+1, r)
 		}
 	}
-	if _, err := d.DialContext(context.Background(), "tcp", dst.Addr().String()); !errors.Is(err, ErrExhausted) {
+	if _, err := d.DialContext(context.Background(), "tcp", dst); !errors.Is(err, ErrExhausted) {
 		t.Fatalf("third dial with one port busy and two held: %v", err)
 	}
 	if d.Skipped.Load() == 0 {
@@ -216,11 +199,14 @@ func TestDialerSkipsPortInUse(t *testing.T) {
 }
 
 func TestDialerRefusedIsNotExhaustion(t *testing.T) {
-	l := listen(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
 	addr := l.Addr().String()
-	l.Close()
+	l.Close() // nothing listens there now: dials are refused
 	d := NewDialer(freeRange(t, 4))
-	_, err := d.DialContext(context.Background(), "tcp", addr)
+	_, err = d.DialContext(context.Background(), "tcp", addr)
 	if err == nil || errors.Is(err, ErrExhausted) || d.Skipped.Load() != 0 {
 		t.Errorf("dial to a closed port: %v, skipped %d", err, d.Skipped.Load())
 	}
