@@ -97,6 +97,9 @@ func main() {
 			func() time.Duration { return sample(*anchor, dn, pw) })
 		report("connect+bind+search+close", d, r, a)
 	case *cpu:
+		if *block <= 0 || *n < *block {
+			log.Fatalf("-cpu needs -block > 0 and -n >= -block (got -n %d -block %d)", *n, *block)
+		}
 		rc, ac := dial(*routed, dn, pw), dial(*anchor, dn, pw)
 		var r, a []float64 // CPU µs per operation, block by block
 		perOp := func(c *ldap.Conn) float64 {
