@@ -3,11 +3,11 @@
 // and referenced by that name from a module (peer_rate_limit's cluster,
 // latency_bucket's sticky_store). A client lives across config reloads
 // while its config is unchanged (a caddy.UsagePool keyed by name and
-// config), so a reload does not reconnect.
+// config, held in redisconn's process-wide pool that CoreDNS's ogs uses
+// too), so a reload does not reconnect.
 package redisstore
 
 import (
-	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -36,10 +36,10 @@ type App struct {
 
 // Conn is one named connection as the modules use it.
 type Conn struct {
-	Name   string
-	Config redisconn.Config // with defaults filled
-	Client redis.UniversalClient
-	key    string // pool key
+	Name    string
+	Config  redisconn.Config // with defaults filled
+	Client  redis.UniversalClient
+	release func()
 }
 
 // Key is the key namespace of a module's policy or profile:
@@ -50,14 +50,6 @@ func (c *Conn) Key(module, name string) string { return c.Config.Key(module, nam
 func (App) CaddyModule() caddy.ModuleInfo {
 	return caddy.ModuleInfo{ID: AppName, New: func() caddy.Module { return new(App) }}
 }
-
-// clients keeps a client per (name, config) across reloads.
-var clients = caddy.NewUsagePool()
-
-type pooled struct{ client redis.UniversalClient }
-
-// Destruct closes the client when the last config using it is gone.
-func (p *pooled) Destruct() error { return p.client.Close() }
 
 // Provision validates every store and gets its client.
 func (a *App) Provision(ctx caddy.Context) error {
@@ -71,19 +63,11 @@ func (a *App) Provision(ctx caddy.Context) error {
 		if err := cfg.Validate(); err != nil {
 			return fmt.Errorf("%s %s: %v", AppName, name, err)
 		}
-		raw, _ := json.Marshal(cfg)
-		key := name + "\x00" + string(raw)
-		v, _, err := clients.LoadOrNew(key, func() (caddy.Destructor, error) {
-			c, err := redisconn.New(&cfg)
-			if err != nil {
-				return nil, err
-			}
-			return &pooled{client: c}, nil
-		})
+		client, release, err := redisconn.Acquire(name, &cfg)
 		if err != nil {
 			return fmt.Errorf("%s %s: %v", AppName, name, err)
 		}
-		a.conns[name] = &Conn{Name: name, Config: cfg, Client: v.(*pooled).client, key: key}
+		a.conns[name] = &Conn{Name: name, Config: cfg, Client: client, release: release}
 	}
 	return nil
 }
@@ -98,7 +82,7 @@ func (a *App) Stop() error { return nil }
 // no loaded config uses it.
 func (a *App) Cleanup() error {
 	for _, c := range a.conns {
-		clients.Delete(c.key)
+		c.release()
 	}
 	return nil
 }
@@ -128,5 +112,4 @@ var (
 	_ caddy.App          = (*App)(nil)
 	_ caddy.Provisioner  = (*App)(nil)
 	_ caddy.CleanerUpper = (*App)(nil)
-	_ caddy.Destructor   = (*pooled)(nil)
 )

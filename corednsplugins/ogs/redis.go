@@ -2,17 +2,14 @@ package ogs
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/edgesteer/edgesteer/internal/ogs"
-	"github.com/edgesteer/edgesteer/internal/redisconn"
 )
 
 // redisStore is the engine's shared cache level (ogs.Store) on Redis: a
@@ -20,8 +17,9 @@ import (
 // where NS is key_prefix + ":ogs:" + the block's store name (its state
 // name, or its served names).
 type redisStore struct {
-	client redis.UniversalClient
-	ns     string
+	client  redis.UniversalClient
+	release func() // the client's reference in redisconn's pool
+	ns      string
 }
 
 func (r *redisStore) Get(ctx context.Context, location string) ([]byte, error) {
@@ -52,56 +50,6 @@ var unlock = redis.NewScript(`if redis.call("GET", KEYS[1]) == ARGV[1] then retu
 
 func (r *redisStore) Unlock(ctx context.Context, location, token string) error {
 	return unlock.Run(ctx, r.client, []string{r.ns + "lock:" + location}, token).Err()
-}
-
-// clients holds one go-redis client per distinct connection config, shared
-// by the ogs blocks that name it and handed over across reloads (the new
-// configuration takes its reference before the old one lets go), so a
-// reload does not drop Redis connections.
-var clients = struct {
-	sync.Mutex
-	m map[string]*sharedClient
-}{m: map[string]*sharedClient{}}
-
-type sharedClient struct {
-	client redis.UniversalClient
-	refs   int
-}
-
-// clientKey identifies a connection config.
-func clientKey(cfg *redisconn.Config) string {
-	b, _ := json.Marshal(cfg)
-	return string(b)
-}
-
-func acquireClient(cfg *redisconn.Config) (redis.UniversalClient, error) {
-	clients.Lock()
-	defer clients.Unlock()
-	key := clientKey(cfg)
-	if c := clients.m[key]; c != nil {
-		c.refs++
-		return c.client, nil
-	}
-	client, err := redisconn.New(cfg)
-	if err != nil {
-		return nil, err
-	}
-	clients.m[key] = &sharedClient{client: client, refs: 1}
-	return client, nil
-}
-
-func releaseClient(cfg *redisconn.Config) {
-	clients.Lock()
-	defer clients.Unlock()
-	key := clientKey(cfg)
-	c := clients.m[key]
-	if c == nil {
-		return
-	}
-	if c.refs--; c.refs == 0 {
-		delete(clients.m, key)
-		c.client.Close()
-	}
 }
 
 // onStore counts what happened with the store and logs its transitions

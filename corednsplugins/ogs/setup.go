@@ -84,11 +84,11 @@ func setup(c *caddy.Controller) error {
 // applied.
 func (o *OGS) start() error {
 	if o.redis != nil {
-		client, err := acquireClient(o.redis)
+		client, release, err := redisconn.Acquire("ogs", o.redis)
 		if err != nil {
 			return plugin.Error(pluginName, fmt.Errorf("store redis: %v", err))
 		}
-		o.store.client = client
+		o.store.client, o.store.release = client, release
 	}
 	a, err := states.Acquire(o.state, o.cfg)
 	if err != nil {
@@ -116,8 +116,8 @@ func (o *OGS) start() error {
 }
 
 func (o *OGS) releaseClient() {
-	if o.store != nil && o.store.client != nil {
-		releaseClient(o.redis)
+	if o.store != nil && o.store.release != nil {
+		o.store.release()
 	}
 }
 
