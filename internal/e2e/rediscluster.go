@@ -1,0 +1,149 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// RedisCluster is a Redis Cluster of masters on loopback, each its own
+// redis-server, with the slots spread by redis-cli --cluster create.
+type RedisCluster struct {
+	Addrs []string
+	Procs []*Proc
+}
+
+// StartRedisCluster starts n (at least 3) cluster-enabled redis-servers
+// and joins them into one cluster; it returns once every node reports
+// cluster_state:ok.
+func StartRedisCluster(t testing.TB, n int) *RedisCluster {
+	t.Helper()
+	SkipShort(t)
+	if n < 3 {
+		t.Fatalf("a Redis Cluster needs 3 masters, got %d", n)
+	}
+	rc := &RedisCluster{}
+	for i := 0; i < n; i++ {
+		addr := Addr(t)
+		dir := t.TempDir()
+		args := append(RedisArgs(dir, addr), "--cluster-enabled", "yes",
+			"--cluster-config-file", filepath.Join(dir, "nodes.conf"), "--cluster-node-timeout", "2000")
+		p := Start(t, fmt.Sprintf("redis-cluster-%d", i), "redis-server", nil, args...)
+		p.WaitFor(t, "redis PING", 30*time.Second, func() error { return RedisPing(addr) })
+		rc.Addrs, rc.Procs = append(rc.Addrs, addr), append(rc.Procs, p)
+	}
+	create := exec.Command("redis-cli", append(append([]string{"--cluster", "create"}, rc.Addrs...), "--cluster-yes")...)
+	if out, err := create.CombinedOutput(); err != nil {
+		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
+	}
+	for _, a := range rc.Addrs {
+		waitRedis(t, a, "cluster_state:ok", func(c *redis.Client) (string, error) {
+			return c.ClusterInfo(context.Background()).Result()
+		})
+	}
+	return rc
+}
+
+// Sentinel is a Redis master, one replica of it and one Sentinel that
+// watches them under the master name Master.
+type Sentinel struct {
+	Master               string
+	MasterAddr, ReplAddr string
+	SentinelAddr         string
+	MasterProc, ReplProc *Proc
+	SentinelProc         *Proc
+}
+
+// StartSentinel starts a master, a replica (replicaof the master) and a
+// Sentinel (quorum 1, down-after 1 s). The Sentinel is redis-server in
+// sentinel mode (the program Debian's redis-sentinel links to), so it needs
+// no package beside redis-server. It returns once the Sentinel knows the
+// master and its replica.
+func StartSentinel(t testing.TB) *Sentinel {
+	t.Helper()
+	SkipShort(t)
+	s := &Sentinel{Master: "edgesteer-test"}
+	var dir string
+	s.MasterProc, s.MasterAddr = StartRedis(t)
+	s.ReplAddr, dir = Addr(t), t.TempDir()
+	mhost, mport := splitAddr(s.MasterAddr)
+	s.ReplProc = Start(t, "redis-replica", "redis-server", nil, append(RedisArgs(dir, s.ReplAddr), "--replicaof", mhost, mport)...)
+	waitRedis(t, s.ReplAddr, "master_link_status:up", func(c *redis.Client) (string, error) {
+		return c.Info(context.Background(), "replication").Result()
+	})
+	s.SentinelAddr = Addr(t)
+	shost, sport := splitAddr(s.SentinelAddr)
+	conf := filepath.Join(t.TempDir(), "sentinel.conf") // Sentinel rewrites it: its own directory
+	body := fmt.Sprintf("port %s\nbind %s\nprotected-mode no\ndaemonize no\nsentinel resolve-hostnames no\n"+
+		"sentinel monitor %s %s %s 1\nsentinel down-after-milliseconds %[3]s 1000\nsentinel failover-timeout %[3]s 5000\n",
+		sport, shost, s.Master, mhost, mport)
+	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s.SentinelProc = Start(t, "redis-sentinel", "redis-server", nil, conf, "--sentinel")
+	waitRedis(t, s.SentinelAddr, "num-slaves", func(c *redis.Client) (string, error) {
+		m, err := c.Do(context.Background(), "SENTINEL", "MASTER", s.Master).StringSlice()
+		for i := 0; i+1 < len(m); i += 2 {
+			if m[i] == "num-slaves" && m[i+1] != "0" {
+				return "num-slaves", err
+			}
+		}
+		return fmt.Sprint(m), err
+	})
+	return s
+}
+
+// Failover asks the Sentinel to promote the replica and waits until the
+// Sentinel names the replica as the master and the old master has become
+// its replica (writes the old master took before that are lost: Redis'
+// replication is asynchronous).
+func (s *Sentinel) Failover(t testing.TB) {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: s.SentinelAddr, Protocol: 2})
+	defer c.Close()
+	if err := c.Do(context.Background(), "SENTINEL", "FAILOVER", s.Master).Err(); err != nil {
+		t.Fatalf("SENTINEL FAILOVER: %v", err)
+	}
+	waitRedis(t, s.SentinelAddr, s.ReplAddr, func(c *redis.Client) (string, error) {
+		a, err := c.Do(context.Background(), "SENTINEL", "GET-MASTER-ADDR-BY-NAME", s.Master).StringSlice()
+		return strings.Join(a, ":"), err
+	})
+	waitRedis(t, s.MasterAddr, "role:slave", func(c *redis.Client) (string, error) {
+		return c.Info(context.Background(), "replication").Result()
+	})
+}
+
+// waitRedis polls addr with ask until its answer contains want (30 s).
+func waitRedis(t testing.TB, addr, want string, ask func(*redis.Client) (string, error)) {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, Protocol: 2}) // RESP2: SENTINEL answers as flat lists
+	defer c.Close()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		got, err := ask(c)
+		if err == nil && strings.Contains(got, want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redis %s: waiting for %q: %v %q", addr, want, err, got)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func splitAddr(addr string) (string, string) {
+	i := strings.LastIndexByte(addr, ':')
+	return addr[:i], addr[i+1:]
+}
+
+// redisClient is a plain client of one server, closed with the process.
+func redisClient(addr string) *redis.Client {
+	return redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+}
