@@ -123,6 +123,8 @@ func launch(offset time.Duration, path string, argv []string, logf func(string, 
 		fd, err := receiveFD(mine)
 		unix.Close(mine)
 		if err == nil {
+			// The caller and the answer hand over on one CPU (6.6+).
+			unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.SECCOMP_IOCTL_NOTIF_SET_FLAGS, syncWakeUp)
 			for range max(2, runtime.NumCPU()) {
 				go serve(fd, offset, &served)
 			}
@@ -419,6 +421,9 @@ func installFilter() (int, error) {
 	}
 	return int(fd), nil
 }
+
+// syncWakeUp is SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP.
+const syncWakeUp = 1
 
 // seccompNotif and seccompNotifResp are struct seccomp_notif and
 // struct seccomp_notif_resp (linux/seccomp.h).

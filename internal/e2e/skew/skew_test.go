@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -273,13 +272,26 @@ func startProbe(t *testing.T, mode string) *started {
 	t.Helper()
 	launcher, probe := tools(t)
 	s := &started{cmd: exec.Command(launcher, skew.Args(time.Second, probe, mode)...), out: &bytes.Buffer{}, done: make(chan struct{})}
-	pr, pw := io.Pipe()
+	// An *os.File, so that Wait waits for the launcher only, not for
+	// every holder of the pipe (a target that outlived it).
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	s.cmd.Stdout, s.cmd.Stderr = pw, os.Stderr
 	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	go func() { s.cmd.Wait(); pw.Close(); close(s.done) }()
-	t.Cleanup(func() { s.cmd.Process.Kill(); <-s.done })
+	pw.Close()
+	go func() { s.cmd.Wait(); close(s.done) }()
+	t.Cleanup(func() {
+		s.cmd.Process.Kill()
+		<-s.done
+		if s.target > 0 {
+			syscall.Kill(s.target, syscall.SIGKILL) // if a broken launcher left it
+		}
+		pr.Close()
+	})
 	lines := bufio.NewScanner(pr)
 	if !lines.Scan() {
 		t.Fatal("the probe printed nothing")

@@ -57,7 +57,9 @@ func main() {
 		os.Exit(7)
 	case "hang":
 		fmt.Println("pid", os.Getpid())
-		select {}
+		for {
+			time.Sleep(time.Hour)
+		}
 	}
 }
 
