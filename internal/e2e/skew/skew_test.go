@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/miekg/dns"
 	"golang.org/x/sys/unix"
 
 	"github.com/edgesteer/edgesteer/internal/e2e"
@@ -266,12 +267,13 @@ type started struct {
 	out    *bytes.Buffer
 	target int
 	done   chan struct{}
+	eof    chan struct{} // closed when out holds all the probe wrote after its pid
 }
 
 func startProbe(t *testing.T, mode string) *started {
 	t.Helper()
 	launcher, probe := tools(t)
-	s := &started{cmd: exec.Command(launcher, skew.Args(time.Second, probe, mode)...), out: &bytes.Buffer{}, done: make(chan struct{})}
+	s := &started{cmd: exec.Command(launcher, skew.Args(time.Second, probe, mode)...), out: &bytes.Buffer{}, done: make(chan struct{}), eof: make(chan struct{})}
 	// An *os.File, so that Wait waits for the launcher only, not for
 	// every holder of the pipe (a target that outlived it).
 	pr, pw, err := os.Pipe()
@@ -305,8 +307,21 @@ func startProbe(t *testing.T, mode string) *started {
 		for lines.Scan() {
 			s.out.WriteString(lines.Text() + "\n")
 		}
+		close(s.eof)
 	}()
 	return s
+}
+
+// output returns what the probe wrote after its pid, once every writer
+// (the launcher and the target) has closed the pipe.
+func (s *started) output(t *testing.T) string {
+	t.Helper()
+	select {
+	case <-s.eof:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the probe's output never ended")
+	}
+	return s.out.String()
 }
 
 func (s *started) wait(t *testing.T) syscall.WaitStatus {
@@ -349,8 +364,8 @@ func TestSIGTERMForwarded(t *testing.T) {
 	if ws := s.wait(t); ws.ExitStatus() != 7 {
 		t.Errorf("launcher ended %v, want exit 7 (the target's)", ws)
 	}
-	if !strings.Contains(s.out.String(), "got SIGTERM") {
-		t.Errorf("the target never got SIGTERM: %q", s.out.String())
+	if out := s.output(t); !strings.Contains(out, "got SIGTERM") {
+		t.Errorf("the target never got SIGTERM: %q", out)
 	}
 	gone(t, s.target)
 }
@@ -467,6 +482,42 @@ func TestCaddy(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestCoreDNS: bin/coredns under skewclock answers queries, with its wall
+// clock read through the launcher (-v counts the reads it answered).
+func TestCoreDNS(t *testing.T) {
+	launcher, _ := tools(t)
+	coredns := e2e.Bin(t, "coredns")
+	path := filepath.Join(t.TempDir(), "Corefile")
+	if err := os.WriteFile(path, []byte(". {\n\twhoami\n}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	port := e2e.FreePort(t)
+	p := e2e.Start(t, "coredns", launcher, nil,
+		append([]string{"-v"}, skew.Args(-1500*time.Millisecond, coredns, "-conf", path, "-dns.port", strconv.Itoa(port))...)...)
+	p.WaitFor(t, "a DNS answer", 30*time.Second, func() error {
+		m := new(dns.Msg)
+		m.SetQuestion("whoami.example.", dns.TypeA)
+		r, _, err := (&dns.Client{Timeout: time.Second}).Exchange(m, fmt.Sprintf("127.0.0.1:%d", port))
+		if err == nil && len(r.Extra) == 0 {
+			err = fmt.Errorf("answer without whoami's records: %v", r)
+		}
+		return err
+	})
+	if err := p.Stop(); err != nil {
+		t.Errorf("coredns under skewclock stopped with %v", err)
+	}
+	var reads int
+	for _, line := range strings.Split(p.Logs(), "\n") {
+		if i := strings.Index(line, " wall-clock reads answered"); i > 0 {
+			reads, _ = strconv.Atoi(line[strings.LastIndex(line[:i], " ")+1 : i])
+		}
+	}
+	if reads == 0 {
+		t.Errorf("the launcher answered no wall-clock read of coredns:\n%s", p.Logs())
+	}
+	t.Logf("%d wall-clock reads of coredns answered", reads)
 }
 
 // TestOverhead logs how many time.Now calls per second a program makes
