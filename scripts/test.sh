@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The project's test command (`make test`, and so .ci/run): installs the test
-# tools that are missing (Debian packages, as root), then go vet and every
-# test: unit, adapter and end-to-end through the real binaries.
+# tools that are missing (Debian packages, as root), builds the binaries the
+# end-to-end tests run, then go vet and every test (unit, adapter and end to
+# end through the real binaries), then the race detector over the engines
+# and the adapters.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/sbin:/sbin" # slapd and slapadd live there
@@ -32,16 +34,28 @@ fi
 stage "go mod download"
 go mod download
 
-stage "go vet"
-go vet ./...
+stage "build the binaries"
+# bin/test/<hash>/{caddy,coredns,testpeer}, which the end-to-end tests run:
+# built here, before go test, so that no test process builds them while go
+# test compiles the same packages beside it. This compiles nearly every
+# package the tests link.
+go run ./internal/e2e/buildbins >/dev/null
 
-stage "go test -race (engines)"
-# The engines hold the shared state (tables, trackers, limiters): run them
-# under the race detector too. internal/e2e runs the binaries; it is below.
-go test -race -count=1 $(go list ./internal/... | grep -v '/internal/e2e$')
+stage "go test (vet and every test)"
+# -vet=all: go test runs all of go vet's checks on every package, test files
+# included, while it builds it (packages without tests too), so one pass
+# does both (go vet ./... first analysed every dependency a second time).
+# -s -w: test binaries without symbol table and DWARF, which cuts link time;
+# stack traces keep their names.
+go test -vet=all -ldflags='-s -w' -count=1 -timeout 40m ${GOTEST_FLAGS:-} ./...
 
-stage "go test"
-go test -count=1 -timeout 40m ${GOTEST_FLAGS:-} ./...
+stage "go test -race"
+# The engines (internal/), with every test, and the adapters, with their
+# unit and in-process tests (-short skips only what starts a process or a
+# network namespace: see internal/e2e), under the race detector. vet ran
+# above.
+go test -race -vet=off -ldflags='-s -w' -count=1 $(go list ./internal/... | grep -v '/internal/e2e$')
+go test -race -vet=off -ldflags='-s -w' -count=1 -short ./internal/e2e ./caddymodules/... ./corednsplugins/...
 
 stage ""
 printf '== total %ds\n' "$SECONDS"

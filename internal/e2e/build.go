@@ -71,14 +71,19 @@ var (
 func Bin(t testing.TB, name string) string {
 	t.Helper()
 	SkipShort(t)
-	buildOnce.Do(func() { binDir, buildErr = build() })
+	buildOnce.Do(func() { binDir, buildErr = Build() })
 	if buildErr != nil {
 		t.Fatalf("building the binaries: %v", buildErr)
 	}
 	return filepath.Join(binDir, name)
 }
 
-func build() (string, error) {
+// Build builds the binaries Bin returns, unless the build for the current
+// sources is there already, and returns their directory. scripts/test.sh
+// calls it (through internal/e2e/buildbins) before `go test`, so the tests
+// find the binaries built and no test process builds them while go test
+// compiles the same packages in parallel.
+func Build() (string, error) {
 	root, err := findRoot()
 	if err != nil {
 		return "", err
@@ -114,7 +119,9 @@ func build() (string, error) {
 			}
 		}
 	}
-	ldflags := "-X github.com/edgesteer/edgesteer/internal/version.Version=test-" + sum[:12]
+	// -s -w: no symbol table or DWARF (stack traces and profiles keep their
+	// names); the link of these large binaries is a good part of a test run.
+	ldflags := "-s -w -X github.com/edgesteer/edgesteer/internal/version.Version=test-" + sum[:12]
 	cmd := exec.Command("go", "build", "-ldflags", ldflags, "-o", dir+string(filepath.Separator),
 		"./builds/caddy", "./builds/coredns", "./internal/e2e/testpeer")
 	cmd.Dir = root
