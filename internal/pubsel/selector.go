@@ -192,9 +192,13 @@ func (s *Selector[U]) sel(pool []U, user, app string, now int64, pinned bool) (u
 				// shared level (the adapter counts sticky decisions anyway).
 				if st := s.Tracker.StatusOf(id); st != nil && st.Active && s.Host.Available(m.u) {
 					if s.Shared != nil {
-						// Once per epoch (half the TTL) a pair in use here
-						// renews its store entry, off the request's path.
-						if e := s.Shared.epochAt(now); sticky.Tag(val) != e {
+						if s.Shared.reconcilable(key, now) {
+							// Pinned here without the store's word:
+							// settle it with the store, off the path.
+							s.Shared.reconcile(key, user, app, st.Addr, s.adopter(key, now))
+						} else if e := s.Shared.epochAt(now); sticky.Tag(val) != e {
+							// Once per epoch (half the TTL) a pair in use
+							// here renews its store entry, off the path.
 							s.Sticky.Put(key, sticky.Tagged(id, e), now)
 							s.Shared.refresh(user, app, st.Addr)
 						}
@@ -211,11 +215,12 @@ func (s *Selector[U]) sel(pool []U, user, app string, now int64, pinned bool) (u
 	shared := pinned && s.Shared != nil && !v.fallback
 	if shared {
 		skey = s.Shared.Key(user, app)
-		addr, found, bad := s.Shared.lookup(skey)
+		addr, found, bad, _ := s.Shared.lookup(skey)
 		overwrite = bad
 		if found {
 			if m, st, usable, member := s.fromStore(v, addr); usable {
 				s.Sticky.Put(key, sticky.Tagged(m.id, s.Shared.epochAt(now)), now)
+				s.Shared.stats.pending.done(key)
 				s.Shared.stats.SharedHits.Add(1)
 				return m.u, Decision{Status: st, Sticky: true, Shared: true}, true
 			} else if member {
@@ -238,14 +243,21 @@ func (s *Selector[U]) sel(pool []U, user, app string, now int64, pinned bool) (u
 			if pinned && !v.fallback && (d.Status.Measured || s.Tracker.cfg.Load().NoBuckets) {
 				if shared {
 					// Another replica may have pinned the pair since our
-					// lookup: its pin wins if it is usable here.
-					if winner, won := s.Shared.claim(skey, d.Status.Addr, overwrite); !won {
+					// lookup (or before it, if the lookup got no answer):
+					// its pin wins if it is usable here.
+					winner, won, synced := s.Shared.claim(skey, d.Status.Addr, overwrite)
+					if !won {
 						if wm, wst, usable, _ := s.fromStore(v, winner); usable {
 							s.Shared.stats.Adopted.Add(1)
 							m, d.Status = wm, wst
 						} else {
-							s.Shared.claim(skey, d.Status.Addr, true)
+							_, _, synced = s.Shared.claim(skey, d.Status.Addr, true)
 						}
+					}
+					if synced {
+						s.Shared.stats.pending.done(key)
+					} else if !s.Shared.stats.pending.add(key, now, s.Shared.ttl.Load()) {
+						s.Shared.stats.PendingDropped.Add(1)
 					}
 				}
 				val := m.id
@@ -258,6 +270,23 @@ func (s *Selector[U]) sel(pool []U, user, app string, now int64, pinned bool) (u
 		return m.u, d, true
 	}
 	return u, d, false
+}
+
+// adopter returns what a reconciliation calls when the store names
+// another publisher for the pair of table key: the pair follows it here if
+// it is usable.
+func (s *Selector[U]) adopter(key uint64, now int64) func(string) bool {
+	return func(winner string) bool {
+		v := s.view.Load()
+		if v == nil {
+			return false
+		}
+		m, _, usable, _ := s.fromStore(v, winner)
+		if usable {
+			s.Sticky.Put(key, sticky.Tagged(m.id, s.Shared.epochAt(now)), now)
+		}
+		return usable
+	}
 }
 
 // fromStore resolves a publisher address read from the shared store:
