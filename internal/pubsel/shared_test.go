@@ -271,7 +271,9 @@ func (s *slowStore) SetNX(ctx context.Context, key, value string, ttl time.Durat
 // One slow answer (or a few at once, a stalled host) is not a down store:
 // the store stays healthy, the request that met it goes on, and its pair,
 // picked here without the store's word, follows the pin another replica
-// made once a hit reconciles it: one switch, then never again.
+// made once a hit reconciles it: one switch, then never again. A pick
+// without the store's word is the pair's rendezvous choice, the one
+// another replica with the same view makes.
 func TestSharedSlowAnswerIsNotDown(t *testing.T) {
 	mem := NewMemStore()
 	pool := pubs(3)
@@ -283,7 +285,10 @@ func TestSharedSlowAnswerIsNotDown(t *testing.T) {
 	switched := 0
 	for i := range 60 {
 		user := fmt.Sprint("u", i)
-		want, _ := a.pick(t, pool, user, "app")
+		// Another replica's pin (picked while its bucket view differed
+		// from b's, so b's own pick may differ).
+		want := pool[i%3]
+		mem.Put(key(user), want.addr)
 		store.slow.Store(2) // b's read and its write both time out
 		first, _ := b.pick(t, pool, user, "app")
 		if !b.st.Shared().Health().Healthy {
@@ -326,6 +331,26 @@ func TestSharedSlowAnswerIsNotDown(t *testing.T) {
 		if u, _ := a.pick(t, pool, user, "app"); u != first {
 			t.Fatalf("%s: a follows %s, b pinned %s", user, u.addr, first.addr)
 		}
+	}
+	// Both replicas' own picks, each made without the store's word, agree;
+	// the pairs still spread over the bucket.
+	used := map[*up]int{}
+	defer func() {
+		if len(used) != 3 {
+			t.Fatalf("50 pairs over %d of 3 publishers", len(used))
+		}
+	}()
+	for i := range 50 {
+		user := fmt.Sprint("blind-", i)
+		store.slow.Store(2)
+		ub, _ := b.pick(t, pool, user, "app")
+		mem.SetDown(true)
+		ua, _ := a.pick(t, pool, user, "app")
+		mem.SetDown(false)
+		if ua != ub {
+			t.Fatalf("%s: picked %s on a and %s on b, both without the store", user, ua.addr, ub.addr)
+		}
+		used[ua]++
 	}
 }
 
