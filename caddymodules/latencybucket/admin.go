@@ -63,18 +63,37 @@ type StoreView struct {
 	TimeoutMS   float64   `json:"timeout_ms"`
 	Healthy     bool      `json:"healthy"`
 	DownSince   time.Time `json:"down_since,omitzero"`
+	Failing     int       `json:"failing"` // calls in a row without an answer
 	LastError   string    `json:"last_error,omitempty"`
+	LastReason  string    `json:"last_reason,omitempty"`
 	LastErrorAt time.Time `json:"last_error_at,omitzero"`
-	HitsLocal   uint64    `json:"hits_local"`
-	HitsRedis   uint64    `json:"hits_redis"`
-	Misses      uint64    `json:"misses"`
-	Stale       uint64    `json:"stale"`
-	Malformed   uint64    `json:"malformed"`
-	Errors      uint64    `json:"errors"`
-	Skipped     uint64    `json:"skipped"`
-	Writes      uint64    `json:"writes"`
-	Adopted     uint64    `json:"adopted"`
-	Refreshes   uint64    `json:"refreshes"`
+	// Refusing: Redis answered an error reply (NOPERM, READONLY, OOM…)
+	// for some key in the last 10 s; the last such key, and why.
+	Refusing      bool      `json:"refusing"`
+	RefusingSince time.Time `json:"refusing_since,omitzero"`
+	RefusedKey    string    `json:"refused_key,omitempty"`
+	RefusedReason string    `json:"refused_reason,omitempty"`
+	RefusedAt     time.Time `json:"refused_at,omitzero"`
+	HitsLocal     uint64    `json:"hits_local"`
+	HitsRedis     uint64    `json:"hits_redis"`
+	Misses        uint64    `json:"misses"`
+	Stale         uint64    `json:"stale"`
+	Malformed     uint64    `json:"malformed"`
+	Errors        uint64    `json:"errors"`
+	// ErrorsByReason splits Errors by redisconn.Reason's word.
+	ErrorsByReason map[string]uint64 `json:"errors_by_reason"`
+	Skipped        uint64            `json:"skipped"`
+	Writes         uint64            `json:"writes"`
+	Adopted        uint64            `json:"adopted"`
+	Refreshes      uint64            `json:"refreshes"`
+	// Pins made locally without Redis' word (a call failed or Redis was
+	// unreachable), awaiting reconciliation; and those reconciled: kept
+	// (written, or Redis already had them) or switched to another
+	// replica's pin.
+	Pending          int    `json:"pending"`
+	Reconciled       uint64 `json:"reconciled"`
+	ReconcileAdopted uint64 `json:"reconcile_adopted"`
+	PendingDropped   uint64 `json:"pending_dropped"`
 }
 
 // PublisherView is one publisher in the admin API's answer.
@@ -149,7 +168,10 @@ func policyViews() []PolicyView {
 func storeView(h pubsel.SharedHealth, s *pubsel.SharedStats, stickyPicks uint64) *StoreView {
 	return &StoreView{
 		Store: h.Name, KeyPrefix: h.Prefix, TimeoutMS: ms(h.Timeout), Healthy: h.Healthy, DownSince: h.DownSince,
-		LastError: h.LastError, LastErrorAt: h.ErrorAt,
+		Failing: h.Failing, LastError: h.LastError, LastReason: h.LastReason, LastErrorAt: h.ErrorAt,
+		Refusing: h.Refusing, RefusingSince: h.RefusingSince, RefusedKey: h.RefusedKey, RefusedReason: h.RefusedReason,
+		RefusedAt: h.RefusedAt, ErrorsByReason: s.ErrorsByReason(), Pending: s.Pending(), Reconciled: s.Reconciled.Load(),
+		ReconcileAdopted: s.ReconcileAdopted.Load(), PendingDropped: s.PendingDropped.Load(),
 		HitsLocal: localHits(stickyPicks, s), HitsRedis: s.SharedHits.Load(), Misses: s.Misses.Load(), Stale: s.Stale.Load(),
 		Malformed: s.Malformed.Load(), Errors: s.Errors.Load(), Skipped: s.Skipped.Load(), Writes: s.Writes.Load(),
 		Adopted: s.Adopted.Load(), Refreshes: s.Refreshes.Load(),

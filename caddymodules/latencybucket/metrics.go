@@ -84,7 +84,15 @@ var (
 	descStoreStale = prometheus.NewDesc(metricsPrefix+"store_stale_total",
 		"Store entries naming a publisher inactive or unavailable here: re-picked and rewritten.", []string{"policy"}, nil)
 	descStoreErrors = prometheus.NewDesc(metricsPrefix+"store_errors_total",
-		"Store calls that failed or timed out (the pick went on locally).", []string{"policy"}, nil)
+		"Store calls that failed or timed out (the pick went on locally), by reason (noperm, timeout, refused…).",
+		[]string{"policy", "reason"}, nil)
+	descStoreRefusing = prometheus.NewDesc(metricsPrefix+"store_refusing",
+		"1 while the shared sticky store refuses some keys (an error reply in the last 10 s), else 0.", []string{"policy"}, nil)
+	descStorePending = prometheus.NewDesc(metricsPrefix+"store_pending",
+		"Pins made locally without the store's word, awaiting reconciliation.", []string{"policy"}, nil)
+	descStoreReconciled = prometheus.NewDesc(metricsPrefix+"store_reconciled_total",
+		"Local pins reconciled with the store: kept (written, or already there) or adopted (another replica's pin followed).",
+		[]string{"policy", "outcome"}, nil)
 	descStoreMalformed = prometheus.NewDesc(metricsPrefix+"store_malformed_total",
 		"Store values ignored: not one of the policy's publishers, too long, not printable, or a key of another type.", []string{"policy"}, nil)
 	descStoreSkipped = prometheus.NewDesc(metricsPrefix+"store_skipped_total",
@@ -103,7 +111,8 @@ func (*stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descBucket
 	ch <- descSticky
 	for _, d := range []*prometheus.Desc{descStoreHits, descStoreMisses, descStoreStale, descStoreErrors,
-		descStoreMalformed, descStoreSkipped, descStoreWrites, descStoreRefreshes, descStoreHealthy} {
+		descStoreMalformed, descStoreSkipped, descStoreWrites, descStoreRefreshes, descStoreHealthy, descStoreRefusing,
+		descStorePending, descStoreReconciled} {
 		ch <- d
 	}
 }
@@ -134,12 +143,12 @@ func (*stateCollector) Collect(ch chan<- prometheus.Metric) {
 			if sticky == nil {
 				_, sticky = selectionTotals()
 			}
-			collectStore(ch, name, sh.Health().Healthy, p.SharedStats(), sticky[name])
+			collectStore(ch, name, sh.Health(), p.SharedStats(), sticky[name])
 		}
 	}
 }
 
-func collectStore(ch chan<- prometheus.Metric, name string, healthy bool, s *pubsel.SharedStats, stickyPicks uint64) {
+func collectStore(ch chan<- prometheus.Metric, name string, h pubsel.SharedHealth, s *pubsel.SharedStats, stickyPicks uint64) {
 	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), append([]string{name}, labels...)...)
 	}
@@ -147,14 +156,26 @@ func collectStore(ch chan<- prometheus.Metric, name string, healthy bool, s *pub
 	counter(descStoreHits, s.SharedHits.Load(), "redis")
 	counter(descStoreMisses, s.Misses.Load())
 	counter(descStoreStale, s.Stale.Load())
-	counter(descStoreErrors, s.Errors.Load())
+	for reason, n := range s.ErrorsByReason() {
+		counter(descStoreErrors, n, reason)
+	}
+	counter(descStoreReconciled, s.Reconciled.Load(), "kept")
+	counter(descStoreReconciled, s.ReconcileAdopted.Load(), "adopted")
 	counter(descStoreMalformed, s.Malformed.Load())
 	counter(descStoreSkipped, s.Skipped.Load())
 	counter(descStoreWrites, s.Writes.Load())
 	counter(descStoreRefreshes, s.Refreshes.Load())
-	up := 0.0
-	if healthy {
-		up = 1
+	gauge := func(d *prometheus.Desc, v float64) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, name)
 	}
-	ch <- prometheus.MustNewConstMetric(descStoreHealthy, prometheus.GaugeValue, up, name)
+	gauge(descStoreHealthy, b2f(h.Healthy))
+	gauge(descStoreRefusing, b2f(h.Refusing))
+	gauge(descStorePending, float64(s.Pending()))
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

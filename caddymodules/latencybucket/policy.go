@@ -69,6 +69,7 @@ func (p *policy) provision(ctx caddy.Context, c *Config, kind string, dials []st
 		}
 		if s.Shared != nil {
 			s.Shared.OnHealth = p.onStoreHealth
+			s.Shared.OnRefusal = p.onStoreRefusal
 		}
 	}
 	key := stateKey{kind, p.name}
@@ -153,8 +154,21 @@ func (p *policy) onStoreHealth(healthy bool, err error) {
 		p.logger.Info("sticky store is back: local misses read it again", zap.String("policy", p.name))
 		return
 	}
+	reason, _ := pubsel.Trouble(err)
 	p.logger.Warn("sticky store unreachable: picking locally until it answers again",
-		zap.String("policy", p.name), zap.Error(err))
+		zap.String("policy", p.name), zap.String("reason", reason), zap.Error(err))
+}
+
+// onStoreRefusal logs the shared sticky store starting to refuse keys
+// (error replies: those pairs are pinned locally) and, once it has refused
+// none for a while, the end of it.
+func (p *policy) onStoreRefusal(refusing bool, reason, key string, err error) {
+	if !refusing {
+		p.logger.Info("sticky store accepts keys again", zap.String("policy", p.name))
+		return
+	}
+	p.logger.Warn("sticky store refuses keys: their pairs are pinned locally",
+		zap.String("policy", p.name), zap.String("reason", reason), zap.String("key", key), zap.Error(err))
 }
 
 // selected records a decision in the metrics.

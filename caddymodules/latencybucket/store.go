@@ -2,8 +2,6 @@ package latencybucket
 
 import (
 	"context"
-	"errors"
-	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -11,6 +9,7 @@ import (
 
 	"github.com/edgesteer/edgesteer/caddymodules/redisstore"
 	"github.com/edgesteer/edgesteer/internal/pubsel"
+	"github.com/edgesteer/edgesteer/internal/redisconn"
 )
 
 // sharedConfig resolves sticky_store to the engine's shared level: the
@@ -51,19 +50,30 @@ func (r redisStore) Set(ctx context.Context, key, value string, ttl time.Duratio
 	return storeErr(r.c.Set(ctx, key, value, ttl).Err())
 }
 
-func (r redisStore) Ping(ctx context.Context) error { return r.c.Ping(ctx).Err() }
+func (r redisStore) Ping(ctx context.Context) error { return storeErr(r.c.Ping(ctx).Err()) }
 
-// storeErr maps Redis' answers that are no failure of the store.
+// storeErr says what a Redis error means to the engine, as redisconn
+// classifies it for every module: no key, a value of another type
+// (malformed), or store trouble with its reason; trouble that is an error
+// reply (the store answered: NOPERM, READONLY, OOM…) is told apart from
+// trouble without an answer (a timeout, a refused or reset connection),
+// which alone can mark the store unreachable.
 func storeErr(err error) error {
-	switch {
-	case err == nil:
+	switch redisconn.Classify(err) {
+	case redisconn.OK:
 		return nil
-	case errors.Is(err, redis.Nil):
+	case redisconn.NotFound:
 		return pubsel.ErrNotFound
-	case strings.HasPrefix(err.Error(), "WRONGTYPE"):
+	case redisconn.Malformed:
 		return pubsel.ErrWrongType
 	}
-	return err
+	reason := redisconn.Reason(err)
+	return &pubsel.StoreError{Reason: reason, Answered: replyReasons[reason], Err: err}
 }
+
+// replyReasons are the reasons of redisconn.Reason that come from an error
+// reply of the store (the others are failures to get an answer).
+var replyReasons = map[string]bool{"noperm": true, "noauth": true, "loading": true, "readonly": true, "oom": true,
+	"clusterdown": true, "tryagain": true, "moved": true, "busy": true, "error_reply": true}
 
 var _ pubsel.Store = redisStore{}

@@ -66,6 +66,7 @@ type member[U comparable] struct {
 	u      U
 	id     uint32
 	probed bool
+	score  uint64 // hash of the probe address, for pairScore (with a shared level)
 }
 
 func (s *Selector[U]) currentView(pool []U) *view[U] {
@@ -108,6 +109,9 @@ func (s *Selector[U]) build(pool []U) *view[U] {
 		bucket := latency.Unmeasured
 		if ids[i] >= 0 {
 			m.id, m.probed = uint32(ids[i]), true
+			if s.Shared != nil {
+				m.score = fnv64(s.Host.Addr(u))
+			}
 			maxID = max(maxID, int(ids[i]))
 			st := s.Tracker.StatusOf(m.id)
 			if st.Measured {
@@ -192,9 +196,13 @@ func (s *Selector[U]) sel(pool []U, user, app string, now int64, pinned bool) (u
 				// shared level (the adapter counts sticky decisions anyway).
 				if st := s.Tracker.StatusOf(id); st != nil && st.Active && s.Host.Available(m.u) {
 					if s.Shared != nil {
-						// Once per epoch (half the TTL) a pair in use here
-						// renews its store entry, off the request's path.
-						if e := s.Shared.epochAt(now); sticky.Tag(val) != e {
+						if s.Shared.reconcilable(key, now) {
+							// Pinned here without the store's word:
+							// settle it with the store, off the path.
+							s.Shared.reconcile(key, user, app, st.Addr, s.adopter(key, now))
+						} else if e := s.Shared.epochAt(now); sticky.Tag(val) != e {
+							// Once per epoch (half the TTL) a pair in use
+							// here renews its store entry, off the path.
 							s.Sticky.Put(key, sticky.Tagged(id, e), now)
 							s.Shared.refresh(user, app, st.Addr)
 						}
@@ -211,11 +219,12 @@ func (s *Selector[U]) sel(pool []U, user, app string, now int64, pinned bool) (u
 	shared := pinned && s.Shared != nil && !v.fallback
 	if shared {
 		skey = s.Shared.Key(user, app)
-		addr, found, bad := s.Shared.lookup(skey)
+		addr, found, bad, _ := s.Shared.lookup(skey)
 		overwrite = bad
 		if found {
 			if m, st, usable, member := s.fromStore(v, addr); usable {
 				s.Sticky.Put(key, sticky.Tagged(m.id, s.Shared.epochAt(now)), now)
+				s.Shared.stats.pending.done(key)
 				s.Shared.stats.SharedHits.Add(1)
 				return m.u, Decision{Status: st, Sticky: true, Shared: true}, true
 			} else if member {
@@ -227,7 +236,13 @@ func (s *Selector[U]) sel(pool []U, user, app string, now int64, pinned bool) (u
 		}
 	}
 	for _, g := range v.groups {
-		m, found := s.pick(g)
+		var m member[U]
+		var found bool
+		if shared && !s.LeastConn {
+			m, found = s.pickFor(g, skey)
+		} else {
+			m, found = s.pick(g)
+		}
 		if !found {
 			continue
 		}
@@ -238,14 +253,21 @@ func (s *Selector[U]) sel(pool []U, user, app string, now int64, pinned bool) (u
 			if pinned && !v.fallback && (d.Status.Measured || s.Tracker.cfg.Load().NoBuckets) {
 				if shared {
 					// Another replica may have pinned the pair since our
-					// lookup: its pin wins if it is usable here.
-					if winner, won := s.Shared.claim(skey, d.Status.Addr, overwrite); !won {
+					// lookup (or before it, if the lookup got no answer):
+					// its pin wins if it is usable here.
+					winner, won, synced := s.Shared.claim(skey, d.Status.Addr, overwrite)
+					if !won {
 						if wm, wst, usable, _ := s.fromStore(v, winner); usable {
 							s.Shared.stats.Adopted.Add(1)
 							m, d.Status = wm, wst
 						} else {
-							s.Shared.claim(skey, d.Status.Addr, true)
+							_, _, synced = s.Shared.claim(skey, d.Status.Addr, true)
 						}
+					}
+					if synced {
+						s.Shared.stats.pending.done(key)
+					} else if !s.Shared.stats.pending.add(key, now, s.Shared.ttl.Load()) {
+						s.Shared.stats.PendingDropped.Add(1)
 					}
 				}
 				val := m.id
@@ -258,6 +280,23 @@ func (s *Selector[U]) sel(pool []U, user, app string, now int64, pinned bool) (u
 		return m.u, d, true
 	}
 	return u, d, false
+}
+
+// adopter returns what a reconciliation calls when the store names
+// another publisher for the pair of table key: the pair follows it here if
+// it is usable.
+func (s *Selector[U]) adopter(key uint64, now int64) func(string) bool {
+	return func(winner string) bool {
+		v := s.view.Load()
+		if v == nil {
+			return false
+		}
+		m, _, usable, _ := s.fromStore(v, winner)
+		if usable {
+			s.Sticky.Put(key, sticky.Tagged(m.id, s.Shared.epochAt(now)), now)
+		}
+		return usable
+	}
 }
 
 // fromStore resolves a publisher address read from the shared store:
@@ -302,6 +341,52 @@ func (s *Selector[U]) pick(g []member[U]) (member[U], bool) {
 		return member[U]{}, false
 	}
 	return g[best], true
+}
+
+// pickFor is the pick of a pinned pair with a shared level (store key
+// skey): the available member of g with the highest rendezvous score for
+// the pair, a hash of the pair and the member's address. Pairs spread over
+// the bucket as evenly as at random, and every replica that sees the same
+// bucket makes the same pick, so a pick made when the store gave no
+// answer (a slow store on a busy host, or one down) agrees with the pin
+// another replica wrote for the pair all the same.
+func (s *Selector[U]) pickFor(g []member[U], skey string) (member[U], bool) {
+	h := fnv64(skey)
+	best, bestScore := -1, uint64(0)
+	for i, m := range g {
+		if !s.Host.Available(m.u) {
+			continue
+		}
+		if sc := mix64(h ^ m.score); best < 0 || sc > bestScore {
+			best, bestScore = i, sc
+		}
+	}
+	if best < 0 {
+		return member[U]{}, false
+	}
+	return g[best], true
+}
+
+// fnv64 is FNV-1a: stable across processes (unlike maphash), so replicas
+// agree on scores.
+func fnv64(s string) uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= 1099511628211
+	}
+	return h
+}
+
+// mix64 is SplitMix64's finalizer: every bit of the pair's and the
+// member's hashes moves the score.
+func mix64(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x
 }
 
 // StickyCounts returns how many live sticky entries point at each target id.

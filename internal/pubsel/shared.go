@@ -44,18 +44,38 @@ type SharedConfig struct {
 	// DefaultSharedTimeout).
 	Timeout time.Duration
 	// Recheck is how often a store known to be down is pinged (default
-	// DefaultRecheck); until a ping answers, no request calls it.
+	// DefaultRecheck); until a ping answers, no request calls it. It is
+	// also the least time between two reconciliation attempts of one pin.
 	Recheck time.Duration
-	// OnHealth, if set, is called when the store is marked down (with the
-	// error) and when it is back (nil error). It is not compared when a
-	// reload decides whether the store changed.
-	OnHealth func(healthy bool, err error)
+	// DownFailures and DownAfter are the evidence a store must give before
+	// it is marked unreachable: DownFailures calls in a row that got no
+	// answer (a timeout, a refused or reset connection; no call answered
+	// in between), the first of them at least DownAfter before the last
+	// (defaults DefaultDownFailures, DefaultDownAfter). One slow answer on
+	// a busy host is not a down store.
+	DownFailures int
+	DownAfter    time.Duration
+	// RefusalHold is how long after the last key the store refused (an
+	// error reply: NOPERM, READONLY, OOM…) it is still reported as
+	// refusing (default DefaultRefusalHold).
+	RefusalHold time.Duration
+	// OnHealth, if set, is called when the store is marked unreachable
+	// (with the error) and when it is back (nil error); OnRefusal when it
+	// starts refusing keys (with the reason, the key and the error) and
+	// when it has refused none for RefusalHold (refusing false). Calls are
+	// made one at a time, in the order of the transitions. They are not
+	// compared when a reload decides whether the store changed.
+	OnHealth  func(healthy bool, err error)
+	OnRefusal func(refusing bool, reason, key string, err error)
 }
 
 // Defaults of SharedConfig.
 const (
 	DefaultSharedTimeout = 50 * time.Millisecond
 	DefaultRecheck       = time.Second
+	DefaultDownFailures  = 3
+	DefaultDownAfter     = time.Second
+	DefaultRefusalHold   = 10 * time.Second
 )
 
 // Bounds on what is read from and written to the store.
@@ -71,6 +91,9 @@ const (
 func (c *SharedConfig) setDefaults() {
 	orDefault(&c.Timeout, DefaultSharedTimeout)
 	orDefault(&c.Recheck, DefaultRecheck)
+	orDefault(&c.DownFailures, DefaultDownFailures)
+	orDefault(&c.DownAfter, DefaultDownAfter)
+	orDefault(&c.RefusalHold, DefaultRefusalHold)
 }
 
 // SharedStats counts what the shared level did; a State keeps one across
@@ -85,24 +108,105 @@ type SharedStats struct {
 	Writes     atomic.Uint64 // pins written to the store
 	Adopted    atomic.Uint64 // a pin written by another replica in the instant of our own pick, taken instead
 	Refreshes  atomic.Uint64 // store entries renewed for pairs in use from the local table
+	// Reconciliation of pins made here without the store's word (a call
+	// failed, or the store was unreachable): written to the store (it had
+	// none, or ours), or replaced here by the pin another replica wrote.
+	Reconciled       atomic.Uint64
+	ReconcileAdopted atomic.Uint64
+	PendingDropped   atomic.Uint64 // pins not tracked for reconciliation: the list was full
+
+	reasonsMu sync.Mutex
+	reasons   map[string]uint64 // Errors by reason; at most maxReasons keys
+
+	// pending is kept with the counts: a reload that rebuilds the shared
+	// level (a new timeout) still reconciles the pins made before it.
+	pending pendingSet
 }
 
-// maxRefreshes bounds the renewals in flight; past it a renewal is skipped
-// (the pair's next epoch tries again).
+// ErrorsByReason returns Errors split by the reason of each failure (a
+// word of the Store's StoreError, "timeout" or "other").
+func (st *SharedStats) ErrorsByReason() map[string]uint64 {
+	st.reasonsMu.Lock()
+	defer st.reasonsMu.Unlock()
+	out := make(map[string]uint64, len(st.reasons))
+	for k, v := range st.reasons {
+		out[k] = v
+	}
+	return out
+}
+
+// maxReasons bounds the reasons counted apart; others count as "other".
+const maxReasons = 32
+
+func (st *SharedStats) countReason(reason string) {
+	st.reasonsMu.Lock()
+	defer st.reasonsMu.Unlock()
+	if st.reasons == nil {
+		st.reasons = map[string]uint64{}
+	}
+	if _, ok := st.reasons[reason]; !ok && len(st.reasons) >= maxReasons {
+		reason = "other"
+	}
+	st.reasons[reason]++
+}
+
+// Pending returns how many local pins await reconciliation with the store.
+func (st *SharedStats) Pending() int { return int(st.pending.n.Load()) }
+
+// StoreError is what a Store returns for a call the store could not do
+// (not ErrNotFound, not ErrWrongType): the adapter classifies its client's
+// error once and says what it means here.
+type StoreError struct {
+	// Reason is one bounded word naming the trouble ("noperm", "timeout",
+	// "refused"…), for metrics and the admin view.
+	Reason string
+	// Answered says the store answered with an error reply (refused by an
+	// ACL, read-only, out of memory, loading…): it is reachable and
+	// refused this key; such answers never mark it unreachable.
+	Answered bool
+	Err      error
+}
+
+func (e *StoreError) Error() string { return e.Err.Error() }
+func (e *StoreError) Unwrap() error { return e.Err }
+
+// Trouble reads a failed call's error: its reason word and whether the
+// store answered (StoreError; a context deadline is "timeout").
+func Trouble(err error) (reason string, answered bool) {
+	var se *StoreError
+	switch {
+	case errors.As(err, &se):
+		r := se.Reason
+		if r == "" || len(r) > 32 {
+			r = "other"
+		}
+		return r, se.Answered
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timeout", false
+	}
+	return "other", false
+}
+
+// maxRefreshes bounds the renewals and reconciliations in flight; past it
+// one is skipped (a renewal waits for the pair's next epoch, a
+// reconciliation for the pair's next hit).
 const maxRefreshes = 64
 
 // Shared is the store level of one State's sticky table, with the store's
-// health: a call that fails or times out marks the store down, requests
+// health. A call that fails or times out lets the request go on locally
+// and leaves its pin pending, to be reconciled with the store at a later
+// hit; the store is marked unreachable only on the evidence SharedConfig
+// describes (calls without an answer in a row, over DownAfter), requests
 // then skip it (picks stay local), and a ping every Recheck brings it back.
 type Shared struct {
 	cfg   SharedConfig
 	stats *SharedStats
 	ttl   atomic.Int64 // the sticky TTL, ns
 
-	healthy   atomic.Bool
-	rechecker atomic.Bool // a recheck loop is running
-	closed    atomic.Bool
-	inflight  atomic.Int32 // renewals under way
+	healthy  atomic.Bool
+	failing  atomic.Int32 // calls in a row without an answer (mirrors streak)
+	closed   atomic.Bool
+	inflight atomic.Int32 // renewals and reconciliations under way
 
 	// The epoch is now ÷ (TTL/2), mod 4, kept in the tag of each local
 	// pin when it is synced with the store. A hit on a pin tagged with
@@ -116,10 +220,24 @@ type Shared struct {
 	epochEnd atomic.Int64 // unix ns at which the current epoch ends
 	epochMu  sync.Mutex
 
-	mu        sync.Mutex
-	lastError string
-	errorAt   time.Time
-	downSince time.Time
+	// eventMu orders the health and refusal callbacks as the transitions
+	// (taken before mu wherever a transition may happen).
+	eventMu sync.Mutex
+
+	mu            sync.Mutex
+	streak        int       // calls in a row without an answer
+	streakSince   time.Time // the first of them
+	rechecking    bool      // a recheck loop runs
+	lastError     string
+	lastReason    string
+	errorAt       time.Time
+	downSince     time.Time
+	refusing      bool
+	watching      bool // a refusal watcher runs
+	refusingSince time.Time
+	refusedAt     time.Time
+	refusedKey    string
+	refusedReason string
 }
 
 func newShared(cfg SharedConfig, stats *SharedStats, ttl time.Duration) *Shared {
@@ -132,23 +250,36 @@ func newShared(cfg SharedConfig, stats *SharedStats, ttl time.Duration) *Shared 
 
 // SharedHealth is the store's state as the policy sees it.
 type SharedHealth struct {
-	Healthy   bool
-	LastError string
-	ErrorAt   time.Time // zero if never
-	DownSince time.Time // zero while healthy
-	Timeout   time.Duration
-	Name      string
-	Prefix    string
+	Healthy    bool // false while marked unreachable
+	Failing    int  // calls in a row that got no answer (0: the last call was answered)
+	LastError  string
+	LastReason string    // the last failure's reason word
+	ErrorAt    time.Time // zero if never
+	DownSince  time.Time // zero while healthy
+	// Refusing: the store answered an error reply for some key within
+	// RefusalHold; RefusedKey is the last key it refused, and why.
+	Refusing      bool
+	RefusingSince time.Time // zero while not refusing
+	RefusedKey    string
+	RefusedReason string
+	RefusedAt     time.Time
+	Timeout       time.Duration
+	Name          string
+	Prefix        string
 }
 
 // Health returns the store's state.
 func (s *Shared) Health() SharedHealth {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	h := SharedHealth{Healthy: s.healthy.Load(), LastError: s.lastError, ErrorAt: s.errorAt, Timeout: s.cfg.Timeout,
-		Name: s.cfg.Name, Prefix: s.cfg.Prefix}
+	h := SharedHealth{Healthy: s.healthy.Load(), Failing: s.streak, LastError: s.lastError, LastReason: s.lastReason,
+		ErrorAt: s.errorAt, Refusing: s.refusing, RefusedKey: s.refusedKey, RefusedReason: s.refusedReason,
+		RefusedAt: s.refusedAt, Timeout: s.cfg.Timeout, Name: s.cfg.Name, Prefix: s.cfg.Prefix}
 	if !h.Healthy {
 		h.DownSince = s.downSince
+	}
+	if h.Refusing {
+		h.RefusingSince = s.refusingSince
 	}
 	return h
 }
@@ -198,17 +329,89 @@ func (s *Shared) refresh(user, app, addr string) {
 		defer s.inflight.Add(-1)
 		key := s.Key(user, app)
 		ttl := time.Duration(s.ttl.Load())
-		ctx, cancel := context.WithTimeout(context.Background(), max(s.cfg.Timeout, 250*time.Millisecond))
+		ctx, cancel := context.WithTimeout(context.Background(), s.backgroundTimeout())
 		defer cancel()
 		_, err := s.cfg.Store.Get(ctx, key, ttl)
 		if errors.Is(err, ErrNotFound) {
 			_, err = s.cfg.Store.SetNX(ctx, key, addr, ttl)
 		}
 		if err != nil && !errors.Is(err, ErrWrongType) {
-			s.fail(err)
+			s.fail(key, err)
 			return
 		}
+		s.answered()
 		s.stats.Refreshes.Add(1)
+	}()
+}
+
+// backgroundTimeout bounds a call made off the request's path.
+func (s *Shared) backgroundTimeout() time.Duration { return max(s.cfg.Timeout, 250*time.Millisecond) }
+
+// reconcilable says whether a local hit on table key should start a
+// reconciliation: the pin was made without the store's word, the store is
+// not known to be down, and the pin's last attempt is older than Recheck.
+// Two atomic loads while nothing is pending.
+func (s *Shared) reconcilable(key uint64, now int64) bool {
+	return s.stats.pending.n.Load() > 0 && s.healthy.Load() &&
+		s.stats.pending.take(key, now, int64(s.cfg.Recheck), int64(s.ttl.Load()))
+}
+
+// reconcile settles, off the request's path, a pin of (user, app) to addr
+// made here while the store could not be asked (table key tkey): written
+// if the store has no entry (SET NX); kept if the store names addr; if it
+// names another publisher, adopt is called with it and, if that publisher
+// is usable here (adopt true), the pair follows the store from now on —
+// one switch, never back; else (a publisher unusable here, a malformed
+// value) addr overwrites it, as a new pick would. A call that fails leaves
+// the pin pending: the next hit at least Recheck later tries again.
+func (s *Shared) reconcile(tkey uint64, user, app, addr string, adopt func(winner string) bool) {
+	if s.inflight.Add(1) > maxRefreshes {
+		s.inflight.Add(-1)
+		s.stats.Skipped.Add(1)
+		return
+	}
+	go func() {
+		defer s.inflight.Add(-1)
+		key := s.Key(user, app)
+		ttl := time.Duration(s.ttl.Load())
+		ctx, cancel := context.WithTimeout(context.Background(), s.backgroundTimeout())
+		defer cancel()
+		v, err := s.cfg.Store.Get(ctx, key, ttl)
+		if errors.Is(err, ErrNotFound) {
+			var set bool
+			if set, err = s.cfg.Store.SetNX(ctx, key, addr, ttl); err == nil && set {
+				s.answered()
+				s.stats.Writes.Add(1)
+				s.stats.Reconciled.Add(1)
+				s.stats.pending.done(tkey)
+				return
+			}
+			if err == nil {
+				v, err = s.cfg.Store.Get(ctx, key, ttl) // written meanwhile: the winner
+			}
+		}
+		if errors.Is(err, ErrWrongType) {
+			v, err = "", nil
+		}
+		if err != nil && !errors.Is(err, ErrNotFound) {
+			s.fail(key, err)
+			return
+		}
+		s.answered()
+		switch {
+		case v == addr:
+			s.stats.Reconciled.Add(1)
+		case wellFormed(v) && adopt(v):
+			s.stats.ReconcileAdopted.Add(1)
+		default:
+			if err := s.cfg.Store.Set(ctx, key, addr, ttl); err != nil {
+				s.fail(key, err)
+				return
+			}
+			s.stats.Writes.Add(1)
+			s.stats.Reconciled.Add(1)
+		}
+		s.stats.pending.done(tkey)
 	}()
 }
 
@@ -253,11 +456,12 @@ func escape(s string) string {
 
 // lookup reads key's publisher address from the store. ok is false on no
 // entry, a malformed value, a failure, or a store known to be down (each
-// counted); bad says an entry is there but malformed (to be overwritten).
-func (s *Shared) lookup(key string) (addr string, ok, bad bool) {
+// counted); bad says an entry is there but malformed (to be overwritten);
+// unsure says the store was not asked or did not answer.
+func (s *Shared) lookup(key string) (addr string, ok, bad, unsure bool) {
 	if !s.healthy.Load() {
 		s.stats.Skipped.Add(1)
-		return "", false, false
+		return "", false, false, true
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Timeout)
 	defer cancel()
@@ -265,20 +469,23 @@ func (s *Shared) lookup(key string) (addr string, ok, bad bool) {
 	switch {
 	case err == nil:
 	case errors.Is(err, ErrNotFound):
+		s.answered()
 		s.stats.Misses.Add(1)
-		return "", false, false
+		return "", false, false, false
 	case errors.Is(err, ErrWrongType):
+		s.answered()
 		s.stats.Malformed.Add(1)
-		return "", false, true
+		return "", false, true, false
 	default:
-		s.fail(err)
-		return "", false, false
+		s.fail(key, err)
+		return "", false, false, true
 	}
+	s.answered()
 	if !wellFormed(v) {
 		s.stats.Malformed.Add(1)
-		return "", false, true
+		return "", false, true, false
 	}
-	return v, true, false
+	return v, true, false, false
 }
 
 // wellFormed says whether v can be a publisher address: not empty, not
@@ -299,61 +506,122 @@ func wellFormed(v string) bool {
 // one pair in the same instant the first write wins; the loser gets the
 // winner's address back (won false) and should use it. With overwrite (the
 // entry pointed at a publisher unusable here) it sets whatever was there.
-func (s *Shared) claim(key, addr string, overwrite bool) (winner string, won bool) {
+// synced is false when the store was not asked or did not answer: the
+// pin is local only, to be reconciled.
+func (s *Shared) claim(key, addr string, overwrite bool) (winner string, won, synced bool) {
 	if !s.healthy.Load() {
 		s.stats.Skipped.Add(1)
-		return "", true
+		return "", true, false
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Timeout)
 	defer cancel()
 	ttl := time.Duration(s.ttl.Load())
 	if overwrite {
 		if err := s.cfg.Store.Set(ctx, key, addr, ttl); err != nil {
-			s.fail(err)
-			return "", true
+			s.fail(key, err)
+			return "", true, false
 		}
+		s.answered()
 		s.stats.Writes.Add(1)
-		return "", true
+		return "", true, true
 	}
 	set, err := s.cfg.Store.SetNX(ctx, key, addr, ttl)
 	if err != nil {
-		s.fail(err)
-		return "", true
+		s.fail(key, err)
+		return "", true, false
 	}
+	s.answered()
 	if set {
 		s.stats.Writes.Add(1)
-		return "", true
+		return "", true, true
 	}
 	v, err := s.cfg.Store.Get(ctx, key, ttl)
-	if err != nil || !wellFormed(v) {
-		if err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrWrongType) {
-			s.fail(err)
-		}
-		return "", true
+	switch {
+	case err == nil && wellFormed(v):
+		return v, false, true
+	case err == nil || errors.Is(err, ErrNotFound) || errors.Is(err, ErrWrongType):
+		// Gone again, or not a publisher: ours stands locally, and the
+		// reconciliation writes it.
+		return "", true, false
 	}
-	return v, false
+	s.fail(key, err)
+	return "", true, false
 }
 
-// fail counts a failed call, records it, and marks the store down until a
-// ping answers.
-func (s *Shared) fail(err error) {
-	s.stats.Errors.Add(1)
-	now := time.Now()
+// answered notes that a call got an answer: the run of calls without one
+// ends. One atomic load while there is none.
+func (s *Shared) answered() {
+	if s.failing.Load() == 0 {
+		return
+	}
 	s.mu.Lock()
-	s.lastError, s.errorAt = err.Error(), now
-	wasHealthy := s.healthy.Load()
-	if wasHealthy {
-		s.downSince = now
+	s.streak = 0
+	s.failing.Store(0)
+	s.mu.Unlock()
+}
+
+// fail counts a failed call on key and records it. An error reply (the
+// store answered) marks the store refusing keys; a call without an answer
+// extends the run of such calls, and the store is marked unreachable once
+// the run is DownFailures long and spans DownAfter. Every transition is
+// decided under one lock, so it happens once, and reported in order.
+func (s *Shared) fail(key string, err error) {
+	s.stats.Errors.Add(1)
+	reason, answered := Trouble(err)
+	s.stats.countReason(reason)
+	now := time.Now()
+	s.eventMu.Lock()
+	defer s.eventMu.Unlock()
+	s.mu.Lock()
+	s.lastError, s.lastReason, s.errorAt = err.Error(), reason, now
+	down, refusing, recheck, watch := false, false, false, false
+	if answered {
+		s.streak = 0
+		s.failing.Store(0)
+		s.refusedAt, s.refusedKey, s.refusedReason = now, key, reason
+		if !s.refusing {
+			s.refusing, s.refusingSince, refusing = true, now, true
+			if !s.watching {
+				s.watching, watch = true, true
+			}
+		}
+	} else {
+		if s.streak == 0 {
+			s.streakSince = now
+		}
+		s.streak++
+		s.failing.Store(int32(min(s.streak, 1<<30)))
+		if s.streak >= s.cfg.DownFailures && now.Sub(s.streakSince) >= s.cfg.DownAfter &&
+			s.healthy.CompareAndSwap(true, false) {
+			s.downSince, down = now, true
+			if !s.rechecking {
+				s.rechecking, recheck = true, true
+			}
+		}
 	}
 	s.mu.Unlock()
-	s.healthy.Store(false)
-	if wasHealthy && s.cfg.OnHealth != nil {
+	if down && testHookFailDecided != nil {
+		testHookFailDecided()
+	}
+	if down && s.cfg.OnHealth != nil {
 		s.cfg.OnHealth(false, err)
 	}
-	if s.rechecker.CompareAndSwap(false, true) {
+	if refusing && s.cfg.OnRefusal != nil {
+		s.cfg.OnRefusal(true, reason, key, err)
+	}
+	if recheck {
 		go s.recheck()
 	}
+	if watch {
+		go s.watchRefusal()
+	}
 }
+
+// testHookFailDecided, if set (tests), runs in fail once its lock is
+// released, when it decided to mark the store down: a test widens there
+// the window in which a transition decided outside one lock would be
+// decided twice.
+var testHookFailDecided func()
 
 // recheck pings the store every Recheck until it answers (or the Shared is
 // replaced), then marks it healthy.
@@ -362,24 +630,131 @@ func (s *Shared) recheck() {
 	defer t.Stop()
 	for range t.C {
 		if s.closed.Load() {
-			s.rechecker.Store(false)
+			s.mu.Lock()
+			s.rechecking = false
+			s.mu.Unlock()
 			return
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), max(s.cfg.Timeout, 250*time.Millisecond))
+		ctx, cancel := context.WithTimeout(context.Background(), s.backgroundTimeout())
 		err := s.cfg.Store.Ping(ctx)
 		cancel()
 		if err == nil {
-			// In this order: a failure right after healthy is set starts
-			// a new recheck loop.
-			s.rechecker.Store(false)
+			s.eventMu.Lock()
+			s.mu.Lock()
+			s.rechecking = false
+			s.streak = 0
+			s.failing.Store(0)
 			s.healthy.Store(true)
+			s.mu.Unlock()
 			if s.cfg.OnHealth != nil {
 				s.cfg.OnHealth(true, nil)
 			}
+			s.eventMu.Unlock()
 			return
 		}
+		reason, _ := Trouble(err)
+		s.stats.countReason(reason)
 		s.mu.Lock()
-		s.lastError, s.errorAt = err.Error(), time.Now()
+		s.lastError, s.lastReason, s.errorAt = err.Error(), reason, time.Now()
 		s.mu.Unlock()
+	}
+}
+
+// watchRefusal ends the refusing state once no key was refused for
+// RefusalHold.
+func (s *Shared) watchRefusal() {
+	t := time.NewTicker(min(s.cfg.Recheck, s.cfg.RefusalHold))
+	defer t.Stop()
+	for range t.C {
+		s.eventMu.Lock()
+		s.mu.Lock()
+		closed := s.closed.Load()
+		ended := !closed && time.Since(s.refusedAt) >= s.cfg.RefusalHold
+		if closed || ended {
+			s.watching = false
+		}
+		if ended {
+			s.refusing = false
+		}
+		s.mu.Unlock()
+		if ended && s.cfg.OnRefusal != nil {
+			s.cfg.OnRefusal(false, "", "", nil)
+		}
+		s.eventMu.Unlock()
+		if closed || ended {
+			return
+		}
+	}
+}
+
+// pendingSet is the table keys of local pins made without the store's
+// word, awaiting reconciliation: bounded (maxPending), each forgotten
+// after a sticky TTL (its local pin has expired by then).
+type pendingSet struct {
+	n  atomic.Int32
+	mu sync.Mutex
+	m  map[uint64]pendingPin
+}
+
+type pendingPin struct{ since, next int64 } // unix ns: made; earliest next attempt
+
+// maxPending bounds the pins awaiting reconciliation (about 40 bytes
+// each); past it a pin is not tracked (counted in PendingDropped) and is
+// written back by the half-TTL renewal instead.
+const maxPending = 65536
+
+// add tracks key, made at now; false if the list is full.
+func (p *pendingSet) add(key uint64, now, ttl int64) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.m == nil {
+		p.m = map[uint64]pendingPin{}
+	}
+	if _, ok := p.m[key]; !ok && len(p.m) >= maxPending {
+		for k, e := range p.m {
+			if now-e.since >= ttl {
+				delete(p.m, k)
+			}
+		}
+		if len(p.m) >= maxPending {
+			return false
+		}
+	}
+	p.m[key] = pendingPin{since: now, next: now}
+	p.n.Store(int32(len(p.m)))
+	return true
+}
+
+// take says whether key is pending and due for an attempt at now; if so
+// the next attempt is put off by retry, so concurrent hits start one.
+func (p *pendingSet) take(key uint64, now, retry, ttl int64) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	e, ok := p.m[key]
+	switch {
+	case !ok:
+		return false
+	case now-e.since >= ttl:
+		delete(p.m, key)
+		p.n.Store(int32(len(p.m)))
+		return false
+	case now < e.next:
+		return false
+	}
+	e.next = now + retry
+	p.m[key] = e
+	return true
+}
+
+// done forgets key (reconciled, or the store answered for the pair).
+func (p *pendingSet) done(key uint64) {
+	if p.n.Load() == 0 {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if _, ok := p.m[key]; ok {
+		delete(p.m, key)
+		p.n.Store(int32(len(p.m)))
 	}
 }

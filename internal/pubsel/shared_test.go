@@ -20,7 +20,8 @@ type replica struct {
 func newReplica(t *testing.T, store Store, pool []*up, rtts ...time.Duration) *replica {
 	t.Helper()
 	s := settings(32 * ms)
-	s.Shared = &SharedConfig{Store: store, Prefix: "edgesteer:latency_bucket:apps", Recheck: 20 * ms, Timeout: 50 * ms}
+	s.Shared = &SharedConfig{Store: store, Prefix: "edgesteer:latency_bucket:apps", Recheck: 20 * ms, Timeout: 50 * ms,
+		DownAfter: 100 * ms}
 	st, err := NewState(s)
 	if err != nil {
 		t.Fatal(err)
@@ -149,13 +150,17 @@ func TestSharedStaleAndMalformed(t *testing.T) {
 	}
 }
 
-// A store that fails or hangs never fails a pick nor holds it past the
-// timeout; once known down it is not called per request; a ping brings it
-// back and new pairs are shared again.
+// A store that fails or hangs never fails a pick nor holds one past two
+// timeouts (the read and the write of a new pick; asserted ≤ 3×); it is
+// marked down only after DownFailures calls without an answer over
+// DownAfter, then not called per request; a ping brings it back, new
+// pairs are shared again, and the pins made meanwhile are reconciled.
 func TestSharedStoreDownAndBack(t *testing.T) {
 	store := NewMemStore()
 	pool := pubs(3)
 	a, b := newReplica(t, store, pool, 5*ms, 6*ms, 7*ms), newReplica(t, store, pool, 5*ms, 6*ms, 7*ms)
+	timeout := a.st.Shared().cfg.Timeout
+	downAfter := a.st.Shared().cfg.DownAfter
 	for _, mode := range []string{"down", "hang"} {
 		if mode == "down" {
 			store.SetDown(true)
@@ -163,14 +168,28 @@ func TestSharedStoreDownAndBack(t *testing.T) {
 			store.SetHang(true)
 		}
 		start := time.Now()
-		if _, d := a.pick(t, pool, mode+"-first", "app"); d.Sticky {
-			t.Fatalf("%s: %+v", mode, d)
+		picks := 0
+		for a.st.Shared().Health().Healthy {
+			if time.Since(start) > downAfter+5*time.Second {
+				t.Fatalf("%s: never marked down after %d picks", mode, picks)
+			}
+			t0 := time.Now()
+			if _, d := a.pick(t, pool, fmt.Sprint(mode, "-first-", picks), "app"); d.Sticky {
+				t.Fatalf("%s: %+v", mode, d)
+			}
+			if el := time.Since(t0); el > 3*timeout {
+				t.Fatalf("%s: a pick took %v, over 3× the %v timeout", mode, el, timeout)
+			}
+			picks++
+			if mode == "down" {
+				time.Sleep(10 * ms) // failing fast: let DownAfter pass
+			}
 		}
-		if mode == "hang" && time.Since(start) > 5*time.Second {
-			t.Fatalf("a hanging store held a pick for %v", time.Since(start))
+		if el := time.Since(start); el < downAfter || picks < 2 {
+			t.Fatalf("%s: marked down after %v and %d picks, on less evidence than %v and 3 calls", mode, el, picks, downAfter)
 		}
 		h := a.st.Shared().Health()
-		if h.Healthy || h.LastError == "" || h.DownSince.IsZero() {
+		if h.Healthy || h.LastError == "" || h.DownSince.IsZero() || h.LastReason == "" {
 			t.Fatalf("%s: health %+v", mode, h)
 		}
 		calls := store.Calls()
@@ -184,8 +203,8 @@ func TestSharedStoreDownAndBack(t *testing.T) {
 		if extra := store.Calls() - calls; extra > 20 {
 			t.Fatalf("%s: %d store calls for 200 requests while known down", mode, extra)
 		}
-		if a.st.SharedStats().Skipped.Load() == 0 {
-			t.Fatalf("%s: nothing counted as skipped", mode)
+		if a.st.SharedStats().Skipped.Load() == 0 || a.st.SharedStats().Pending() < 100 {
+			t.Fatalf("%s: skipped %d, pending %d", mode, a.st.SharedStats().Skipped.Load(), a.st.SharedStats().Pending())
 		}
 		store.SetDown(false)
 		store.SetHang(false)
@@ -201,9 +220,184 @@ func TestSharedStoreDownAndBack(t *testing.T) {
 		if u, d := b.pick(t, pool, user, "app"); u != first || !d.Shared {
 			t.Fatalf("%s: a new pair is not shared after the store came back: %s %+v", mode, u.addr, d)
 		}
+		// The pins made while it was down: a hit writes them back.
+		for i := range 100 {
+			want, _ := a.pick(t, pool, fmt.Sprint(mode, i), "app")
+			waitInflight(a)
+			if u, _ := b.pick(t, pool, fmt.Sprint(mode, i), "app"); u != want {
+				t.Fatalf("%s: pair %d made while down: %s on b, %s on a", mode, i, u.addr, want.addr)
+			}
+		}
 	}
 	if a.st.SharedStats().Errors.Load() < 2 {
 		t.Fatalf("errors %d", a.st.SharedStats().Errors.Load())
+	}
+}
+
+func waitInflight(r *replica) {
+	for r.st.Shared().inflight.Load() != 0 {
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// slowStore answers every call, each one slow past the timeout.
+type slowStore struct {
+	*MemStore
+	slow atomic.Int32 // calls left to answer late
+}
+
+func (s *slowStore) late(ctx context.Context) error {
+	if s.slow.Add(-1) >= 0 {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	return nil
+}
+
+func (s *slowStore) Get(ctx context.Context, key string, ttl time.Duration) (string, error) {
+	if err := s.late(ctx); err != nil {
+		return "", err
+	}
+	return s.MemStore.Get(ctx, key, ttl)
+}
+
+func (s *slowStore) SetNX(ctx context.Context, key, value string, ttl time.Duration) (bool, error) {
+	if err := s.late(ctx); err != nil {
+		return false, err
+	}
+	return s.MemStore.SetNX(ctx, key, value, ttl)
+}
+
+// One slow answer (or a few at once, a stalled host) is not a down store:
+// the store stays healthy, the request that met it goes on, and its pair,
+// picked here without the store's word, follows the pin another replica
+// made once a hit reconciles it: one switch, then never again. A pick
+// without the store's word is the pair's rendezvous choice, the one
+// another replica with the same view makes.
+func TestSharedSlowAnswerIsNotDown(t *testing.T) {
+	mem := NewMemStore()
+	pool := pubs(3)
+	store := &slowStore{MemStore: mem}
+	a, b := newReplica(t, mem, pool, 5*ms, 6*ms, 7*ms), newReplica(t, store, pool, 5*ms, 6*ms, 7*ms)
+	b.st.Shared().cfg.DownAfter = time.Hour // however many at once: no run of failures lasts that long
+	b.st.Shared().cfg.Timeout = 10 * ms
+	key := func(u string) string { return SharedKey("edgesteer:latency_bucket:apps", u, "app") }
+	switched := 0
+	for i := range 60 {
+		user := fmt.Sprint("u", i)
+		// Another replica's pin (picked while its bucket view differed
+		// from b's, so b's own pick may differ).
+		want := pool[i%3]
+		mem.Put(key(user), want.addr)
+		store.slow.Store(2) // b's read and its write both time out
+		first, _ := b.pick(t, pool, user, "app")
+		if !b.st.Shared().Health().Healthy {
+			t.Fatal("two slow answers marked the store down")
+		}
+		if first != want {
+			switched++
+		}
+		var seq []string
+		for range 4 {
+			u, _ := b.pick(t, pool, user, "app")
+			waitInflight(b)
+			seq = append(seq, u.addr)
+		}
+		// The hit after the first reconciles; from the next one on the
+		// pair is on the store's pin, for good.
+		for _, p := range seq[1:] {
+			if p != want.addr {
+				t.Fatalf("%s on b after reconciliation: %v, the store has %s", user, seq, want.addr)
+			}
+		}
+		if v, _ := mem.Value(key(user)); v != want.addr {
+			t.Fatalf("%s: the store's pin changed to %q", user, v)
+		}
+	}
+	st := b.st.SharedStats()
+	if switched == 0 || st.ReconcileAdopted.Load() != uint64(switched) || st.Pending() != 0 {
+		t.Fatalf("switched %d, adopted %d, pending %d", switched, st.ReconcileAdopted.Load(), st.Pending())
+	}
+	// Pins of b alone (no other replica's pin) are written, not changed.
+	for i := range 20 {
+		user := fmt.Sprint("only-b-", i)
+		store.slow.Store(2)
+		first, _ := b.pick(t, pool, user, "app")
+		b.pick(t, pool, user, "app")
+		waitInflight(b)
+		if v, _ := mem.Value(key(user)); v != first.addr {
+			t.Fatalf("%s: local pin %s written back as %q", user, first.addr, v)
+		}
+		if u, _ := a.pick(t, pool, user, "app"); u != first {
+			t.Fatalf("%s: a follows %s, b pinned %s", user, u.addr, first.addr)
+		}
+	}
+	// Both replicas' own picks, each made without the store's word, agree;
+	// the pairs still spread over the bucket.
+	used := map[*up]int{}
+	defer func() {
+		if len(used) != 3 {
+			t.Fatalf("50 pairs over %d of 3 publishers", len(used))
+		}
+	}()
+	for i := range 50 {
+		user := fmt.Sprint("blind-", i)
+		store.slow.Store(2)
+		ub, _ := b.pick(t, pool, user, "app")
+		mem.SetDown(true)
+		ua, _ := a.pick(t, pool, user, "app")
+		mem.SetDown(false)
+		if ua != ub {
+			t.Fatalf("%s: picked %s on a and %s on b, both without the store", user, ua.addr, ub.addr)
+		}
+		used[ua]++
+	}
+}
+
+// Failures racing each other and a recheck's success: every transition is
+// reported once, down and back alternate, and the health the last report
+// gave is the health in force (a failure is never lost behind a success).
+func TestSharedHealthTransitionsRace(t *testing.T) {
+	testHookFailDecided = func() { time.Sleep(200 * time.Microsecond) }
+	defer func() { testHookFailDecided = nil }()
+	for round := range 10 {
+		store := NewMemStore()
+		var mu sync.Mutex
+		var events []bool
+		cfg := SharedConfig{Store: store, Recheck: time.Millisecond, DownAfter: time.Nanosecond, DownFailures: 1,
+			OnHealth: func(healthy bool, err error) { mu.Lock(); events = append(events, healthy); mu.Unlock() }}
+		s := newShared(cfg, &SharedStats{}, time.Hour)
+		var wg sync.WaitGroup
+		for g := range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range 200 {
+					s.fail("k", ErrMemDown)
+					if (g+i)%50 == 0 {
+						time.Sleep(time.Millisecond) // let rechecks succeed in between
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		// The store answers pings all along: the last recheck brings it back.
+		deadline := time.Now().Add(5 * time.Second)
+		for !s.healthy.Load() && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		time.Sleep(5 * time.Millisecond)
+		s.close()
+		mu.Lock()
+		for i, h := range events {
+			if h != (i%2 == 1) {
+				t.Fatalf("round %d: transitions %v: not down, back, down… (a doubled report)", round, events)
+			}
+		}
+		if len(events) == 0 || !events[len(events)-1] || !s.healthy.Load() {
+			t.Fatalf("round %d: transitions %v, healthy %v", round, events, s.healthy.Load())
+		}
+		mu.Unlock()
 	}
 }
 

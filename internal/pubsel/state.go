@@ -36,7 +36,8 @@ func sameShared(a, b *SharedConfig) bool {
 	x, y := *a, *b
 	x.setDefaults()
 	y.setDefaults()
-	return x.Store == y.Store && x.Name == y.Name && x.Prefix == y.Prefix && x.Timeout == y.Timeout && x.Recheck == y.Recheck
+	return x.Store == y.Store && x.Name == y.Name && x.Prefix == y.Prefix && x.Timeout == y.Timeout && x.Recheck == y.Recheck &&
+		x.DownFailures == y.DownFailures && x.DownAfter == y.DownAfter && x.RefusalHold == y.RefusalHold
 }
 
 // State is the process-lifetime state of one named policy: the tracker
