@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -184,15 +185,20 @@ func TestStartBytesAlreadyWaiting(t *testing.T) {
 // Every relay ends, once, whatever its peers do and when: half-closes,
 // resets and closes on either side, in the middle of traffic both ways,
 // 100 relays at once. done is called exactly once for each, and no
-// goroutine nor epoll set entry is left behind. Run as configured, and
-// with directions parked after a millisecond of silence (so that many end
-// while parked, or while joining the set).
+// goroutine nor epoll set entry is left behind. Run as configured, with
+// directions parked after a millisecond of silence (so that many end
+// while parked), and so again with each park held a millisecond between
+// joining the set and turning idle (so that many end while joining it:
+// TestStartEndsWhenTheOtherDirectionFailsWhileParking forces that case).
 func TestStartEndsWhateverThePeersDo(t *testing.T) {
 	t.Run("default", startEndsWhateverThePeersDo)
 	prime, linger := Prime, Linger
 	Prime, Linger = time.Millisecond, time.Millisecond
 	defer func() { Prime, Linger = prime, linger }()
 	t.Run("parking often", startEndsWhateverThePeersDo)
+	parkHook = func(*flow) { time.Sleep(time.Millisecond) }
+	defer func() { parkHook = nil }() // the subtest waits until no flow goroutine is left
+	t.Run("joining slowly", startEndsWhateverThePeersDo)
 }
 
 func startEndsWhateverThePeersDo(t *testing.T) {
@@ -272,6 +278,47 @@ func startEndsWhateverThePeersDo(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	t.Errorf("flow goroutines left after every relay ended (%d goroutines before, %d now)", before, runtime.NumGoroutine())
+}
+
+// A relay ends when its other direction fails while a direction is
+// joining the epoll set: the socket is in the set, the flow not yet idle,
+// and the failure takes the sockets out of the set and closes them, so no
+// event will ever wake the flow again. The hook holds the client's
+// direction in that window until the node's reset has failed the pipe;
+// only park's check of the failure afterwards can end the flow (and the
+// relay: without it done is never called).
+func TestStartEndsWhenTheOtherDirectionFailsWhileParking(t *testing.T) {
+	_, client := tcpPair(t)
+	upstream, nodePeer := tcpPair(t)
+	var held atomic.Pointer[flow]
+	var failedInWindow atomic.Bool
+	parkHook = func(f *flow) {
+		if f.src.Conn != client || !held.CompareAndSwap(nil, f) {
+			return
+		}
+		nodePeer.SetLinger(0)
+		nodePeer.Close() // RST: the node's direction fails the pipe
+		for deadline := time.Now().Add(10 * time.Second); !f.ap.failed.Load() && time.Now().Before(deadline); {
+			time.Sleep(time.Millisecond)
+		}
+		failedInWindow.Store(f.ap.failed.Load() && f.state.Load() == running)
+	}
+	t.Cleanup(func() { parkHook = nil })                       // after done: every flow of the relay has passed the hook
+	done := started(t, End{Conn: client}, End{Conn: upstream}) // silent: both directions park after Prime
+	select {
+	case err := <-done:
+		if !errors.Is(err, syscall.ECONNRESET) {
+			t.Errorf("relay: %v, want the node's reset", err)
+		}
+	case <-time.After(10*time.Second + 2*Prime):
+		t.Fatal("the relay never ended: its client direction was failed while joining the epoll set and stays idle")
+	}
+	if !failedInWindow.Load() {
+		t.Fatal("the pipe did not fail while the client's direction was between joining the set and turning idle")
+	}
+	if f := held.Load(); f.state.Load() != ended {
+		t.Errorf("the client's direction is in state %d, want ended", f.state.Load())
+	}
 }
 
 // watched counts the flows in the epoll sets' tables.
