@@ -14,13 +14,15 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/edgesteer/edgesteer/internal/e2e"
 )
 
 // Start takes only bare sockets: a wrapper, read-ahead bytes or a
 // connection without a socket are left to Pipe, and nothing is done.
 func TestStartRefusesWhatItCannotWatch(t *testing.T) {
-	_, client := tcpPair(t)
-	upstream, _ := tcpPair(t)
+	_, client := e2e.TCPPair(t)
+	upstream, _ := e2e.TCPPair(t)
 	pipeEnd, _ := net.Pipe()
 	called := false
 	done := func(error) { called = true }
@@ -93,8 +95,8 @@ func TestStartConcurrentBurst(t *testing.T) {
 	var wg sync.WaitGroup
 	errs := make(chan error, 4*conns)
 	for c := range conns {
-		clientPeer, client := tcpPair(t)
-		upstream, nodePeer := tcpPair(t)
+		clientPeer, client := e2e.TCPPair(t)
+		upstream, nodePeer := e2e.TCPPair(t)
 		var stream [2][]byte
 		rng := rand.New(rand.NewPCG(uint64(c), 1))
 		for dir := range stream {
@@ -163,8 +165,8 @@ func TestStartConcurrentBurst(t *testing.T) {
 // Bytes already waiting on both sockets when Start is called are relayed:
 // the events that came while Start was adding the sockets are served.
 func TestStartBytesAlreadyWaiting(t *testing.T) {
-	clientPeer, client := tcpPair(t)
-	upstream, nodePeer := tcpPair(t)
+	clientPeer, client := e2e.TCPPair(t)
+	upstream, nodePeer := e2e.TCPPair(t)
 	clientPeer.Write([]byte("question"))
 	nodePeer.Write([]byte("greeting"))
 	// Loopback TCP queues the bytes at the receiver before Write returns.
@@ -208,8 +210,8 @@ func startEndsWhateverThePeersDo(t *testing.T) {
 	calls := make([]int32, relays)
 	var mu sync.Mutex
 	for i := range relays {
-		clientPeer, client := tcpPair(t)
-		upstream, nodePeer := tcpPair(t)
+		clientPeer, client := e2e.TCPPair(t)
+		upstream, nodePeer := e2e.TCPPair(t)
 		wg.Add(1)
 		if !Start(End{Conn: client, Filter: &lengthFramed{}}, End{Conn: upstream}, func(error) {
 			mu.Lock()
@@ -288,8 +290,8 @@ func startEndsWhateverThePeersDo(t *testing.T) {
 // only park's check of the failure afterwards can end the flow (and the
 // relay: without it done is never called).
 func TestStartEndsWhenTheOtherDirectionFailsWhileParking(t *testing.T) {
-	_, client := tcpPair(t)
-	upstream, nodePeer := tcpPair(t)
+	_, client := e2e.TCPPair(t)
+	upstream, nodePeer := e2e.TCPPair(t)
 	var held atomic.Pointer[flow]
 	var failedInWindow atomic.Bool
 	parkHook = func(f *flow) {
@@ -374,8 +376,8 @@ func TestOwnOutlivesTheOriginal(t *testing.T) {
 // socket (the original closed) and a connection to a node; it returns
 // the client's and the node's ends.
 func ownedAndStarted(t *testing.T) (clientPeer, nodePeer *net.TCPConn, done <-chan error) {
-	clientPeer, client := tcpPair(t)
-	upstream, nodePeer := tcpPair(t)
+	clientPeer, client := e2e.TCPPair(t)
+	upstream, nodePeer := e2e.TCPPair(t)
 	own, err := Own(client)
 	if err != nil {
 		t.Fatal(err)
@@ -388,7 +390,7 @@ func ownedAndStarted(t *testing.T) (clientPeer, nodePeer *net.TCPConn, done <-ch
 // What Own costs against the standard library's way to a second
 // connection on a socket (File, then FileConn).
 func BenchmarkOwn(b *testing.B) {
-	_, c := tcpPair(b)
+	_, c := e2e.TCPPair(b)
 	b.Run("anchor_file_fileconn", func(b *testing.B) {
 		for b.Loop() {
 			f, err := c.File()

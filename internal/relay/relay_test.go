@@ -14,27 +14,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
-)
 
-// tcpPair returns the two ends of a loopback TCP connection.
-func tcpPair(t testing.TB) (*net.TCPConn, *net.TCPConn) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	dialed, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	accepted, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { dialed.Close(); accepted.Close() })
-	return dialed.(*net.TCPConn), accepted.(*net.TCPConn)
-}
+	"github.com/edgesteer/edgesteer/internal/e2e"
+)
 
 // relayed starts Pipe between a client and an upstream connection; the
 // channel gives its result.
@@ -86,8 +68,8 @@ func result(t testing.TB, done <-chan error) error {
 // still flows back, and its close ends the relay without an error.
 func TestHalfClose(t *testing.T) {
 	bothWays(t, func(t *testing.T, relay func(t testing.TB, client, upstream End) <-chan error) {
-		clientPeer, client := tcpPair(t)
-		upstream, nodePeer := tcpPair(t)
+		clientPeer, client := e2e.TCPPair(t)
+		upstream, nodePeer := e2e.TCPPair(t)
 		done := relay(t, End{Conn: client}, End{Conn: upstream})
 
 		clientPeer.Write([]byte("question"))
@@ -110,8 +92,8 @@ func TestHalfClose(t *testing.T) {
 // connection, which was idle.
 func TestResetClosesBoth(t *testing.T) {
 	bothWays(t, func(t *testing.T, relay func(t testing.TB, client, upstream End) <-chan error) {
-		clientPeer, client := tcpPair(t)
-		upstream, nodePeer := tcpPair(t)
+		clientPeer, client := e2e.TCPPair(t)
+		upstream, nodePeer := e2e.TCPPair(t)
 		done := relay(t, End{Conn: client}, End{Conn: upstream})
 
 		nodePeer.SetLinger(0)
@@ -156,16 +138,16 @@ func frame(body string) []byte {
 // and the error comes back from Pipe.
 func TestFilterHoldsSplitMessages(t *testing.T) {
 	bothWays(t, func(t *testing.T, relay func(t testing.TB, client, upstream End) <-chan error) {
-		clientPeer, client := tcpPair(t)
-		upstream, nodePeer := tcpPair(t)
+		clientPeer, client := e2e.TCPPair(t)
+		upstream, nodePeer := e2e.TCPPair(t)
 		filterHoldsSplitMessages(t, relay, clientPeer, nodePeer, End{Conn: client}, End{Conn: upstream})
 	})
 }
 
 // The same through a wrapper read after a peek (End.Socket without Direct).
 func TestFilterHoldsSplitMessagesPeeking(t *testing.T) {
-	clientPeer, client := tcpPair(t)
-	upstream, nodePeer := tcpPair(t)
+	clientPeer, client := e2e.TCPPair(t)
+	upstream, nodePeer := e2e.TCPPair(t)
 	filterHoldsSplitMessages(t, relayed, clientPeer, nodePeer, End{Conn: &prefetched{Conn: client}, Socket: client}, End{Conn: upstream})
 }
 
@@ -202,8 +184,8 @@ func filterHoldsSplitMessages(t *testing.T, relay func(t testing.TB, client, ups
 // partial message is not passed on.
 func TestEOFInsideHeldMessage(t *testing.T) {
 	bothWays(t, func(t *testing.T, relay func(t testing.TB, client, upstream End) <-chan error) {
-		clientPeer, client := tcpPair(t)
-		upstream, nodePeer := tcpPair(t)
+		clientPeer, client := e2e.TCPPair(t)
+		upstream, nodePeer := e2e.TCPPair(t)
 		done := relay(t, End{Conn: client, Filter: &lengthFramed{}}, End{Conn: upstream})
 		clientPeer.Write(frame("whole"))
 		clientPeer.Write(frame("partial")[:6])
@@ -236,8 +218,8 @@ func (p *prefetched) Read(b []byte) (int, error) {
 // Bytes a wrapper holds are read without waiting for the socket, which has
 // nothing more to say; then the socket is waited on and half-closed.
 func TestBufferedBytesFirst(t *testing.T) {
-	clientPeer, client := tcpPair(t)
-	upstream, nodePeer := tcpPair(t)
+	clientPeer, client := e2e.TCPPair(t)
+	upstream, nodePeer := e2e.TCPPair(t)
 	wrapped := &prefetched{Conn: client, ahead: []byte("read ahead;")}
 	done := relayed(t, End{Conn: wrapped, Socket: client, Buffered: func() int { return len(wrapped.ahead) }},
 		End{Conn: upstream})
@@ -262,8 +244,8 @@ func TestBufferedBytesFirst(t *testing.T) {
 // With Direct, a wrapper's read-ahead bytes are read through it; the rest
 // straight from the socket, not through the wrapper.
 func TestDirectReadsBufferedFirst(t *testing.T) {
-	clientPeer, client := tcpPair(t)
-	upstream, nodePeer := tcpPair(t)
+	clientPeer, client := e2e.TCPPair(t)
+	upstream, nodePeer := e2e.TCPPair(t)
 	wrapped := &countingPrefetched{prefetched: prefetched{Conn: client, ahead: []byte("read ahead;")}}
 	done := relayed(t, End{Conn: wrapped, Socket: client, Direct: true, Buffered: func() int { return len(wrapped.ahead) }},
 		End{Conn: upstream})
@@ -323,7 +305,7 @@ func TestWithoutSocket(t *testing.T) {
 // single run is the exact total, where over as many runs as operations
 // it would round anything under one allocation per operation down to 0.
 func TestWaitAllocatesNothing(t *testing.T) {
-	peer, c := tcpPair(t)
+	peer, c := e2e.TCPPair(t)
 	peer.Write([]byte("x"))
 	w := newWaiter(End{Conn: c})
 	if w.raw == nil {
@@ -344,7 +326,7 @@ func TestWaitAllocatesNothing(t *testing.T) {
 // A direct read, waiting included, allocates nothing: the buffer comes
 // from the pool and goes back to it.
 func TestDirectReadAllocatesNothing(t *testing.T) {
-	peer, c := tcpPair(t)
+	peer, c := e2e.TCPPair(t)
 	w := newWaiter(End{Conn: c})
 	if !w.direct {
 		t.Skip("no direct reads on this platform")
@@ -378,8 +360,8 @@ func TestRelayAllocatesNothing(t *testing.T) {
 }
 
 func relayAllocatesNothing(t *testing.T, relay func(t testing.TB, client, upstream End) <-chan error) {
-	clientPeer, client := tcpPair(t)
-	upstream, nodePeer := tcpPair(t)
+	clientPeer, client := e2e.TCPPair(t)
+	upstream, nodePeer := e2e.TCPPair(t)
 	done := relay(t, End{Conn: client}, End{Conn: upstream})
 	q, a, buf := []byte("question"), []byte("answer"), make([]byte, 16)
 	once := func() {
@@ -460,8 +442,8 @@ func idlePairs(t *testing.T, n int) ([]peerPair, [][2]End) {
 	var pairs []peerPair
 	var ends [][2]End
 	for range n {
-		clientPeer, client := tcpPair(t)
-		upstream, nodePeer := tcpPair(t)
+		clientPeer, client := e2e.TCPPair(t)
+		upstream, nodePeer := e2e.TCPPair(t)
 		pairs = append(pairs, peerPair{clientPeer, nodePeer})
 		ends = append(ends, [2]End{{Conn: client}, {Conn: upstream}})
 	}
