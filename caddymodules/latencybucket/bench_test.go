@@ -80,10 +80,14 @@ func BenchmarkSelect(b *testing.B) {
 			}
 		})
 		hs, pool2 := benchPool(b, n, "on")
-		hs.Select(pool2, req, nil) // pins the one user
+		pinned := hs.Select(pool2, req, nil) // pins the one user
 		b.Run(fmt.Sprintf("latency_bucket_sticky_hit/upstreams=%d", n), func(b *testing.B) {
+			// Every pick must be the pinned publisher (a pointer compare):
+			// a miss picks at random among n equally fast ones.
 			for b.Loop() {
-				hs.Select(pool2, req, nil)
+				if hs.Select(pool2, req, nil) != pinned {
+					b.Fatal("not the pinned publisher")
+				}
 			}
 		})
 	}
@@ -94,10 +98,11 @@ func BenchmarkSelect(b *testing.B) {
 func BenchmarkStickyHitAtOneMillion(b *testing.B) {
 	h, pool := benchPool(b, 4, "on")
 	reqs := make([]*http.Request, 4096)
+	pinned := make([]*reverseproxy.Upstream, len(reqs))
 	for i := range reqs {
 		r, _ := http.NewRequest("GET", "http://app.example/", nil)
 		r.RemoteAddr = fmt.Sprintf("192.0.2.%d:%d", i&255, 1024+i)
-		h.Select(pool, r, nil) // a real pick pins each of them
+		pinned[i] = h.Select(pool, r, nil) // a real pick pins each of them
 		reqs[i] = r
 	}
 	table, now := h.policy.table, h.policy.now()
@@ -111,7 +116,11 @@ func BenchmarkStickyHitAtOneMillion(b *testing.B) {
 	b.ResetTimer()
 	i := 0
 	for b.Loop() {
-		h.Select(pool, reqs[i%len(reqs)], nil)
+		// Every pick must be the user's pinned publisher: a miss picks at
+		// random among 4 equally fast ones.
+		if h.Select(pool, reqs[i%len(reqs)], nil) != pinned[i%len(reqs)] {
+			b.Fatalf("user %d: not the pinned publisher", i%len(reqs))
+		}
 		i++
 	}
 }
@@ -140,7 +149,8 @@ func BenchmarkStickyStore(b *testing.B) {
 	withStore := *h
 	withStore.selector = &pubsel.Selector[*reverseproxy.Upstream]{Tracker: h.policy.state.Tracker(),
 		Holder: h.policy.lease.Holder(), Host: httpHost{}, Sticky: h.policy.table, Shared: shared}
-	if withStore.Select(pool, req, nil) == nil { // pins the user, locally and in Redis
+	pinned := withStore.Select(pool, req, nil) // pins the user, locally and in Redis
+	if pinned == nil {
 		b.Fatal("no upstream")
 	}
 	calls := func() int64 {
@@ -155,13 +165,17 @@ func BenchmarkStickyStore(b *testing.B) {
 	}
 	b.Run("sticky_hit/anchor_local_only", func(b *testing.B) {
 		for b.Loop() {
-			h.Select(pool, req, nil)
+			if h.Select(pool, req, nil) != pinned {
+				b.Fatal("not the pinned publisher")
+			}
 		}
 	})
 	b.Run("sticky_hit/store_configured", func(b *testing.B) {
 		before, renewals := calls(), h.policy.state.SharedStats().Refreshes.Load()
 		for b.Loop() {
-			withStore.Select(pool, req, nil)
+			if withStore.Select(pool, req, nil) != pinned {
+				b.Fatal("not the pinned publisher")
+			}
 		}
 		time.Sleep(10 * time.Millisecond) // a background renewal, if the run crossed a half-TTL epoch
 		// INFO itself is one command; a renewal (at most one per half
@@ -178,9 +192,12 @@ func BenchmarkStickyStore(b *testing.B) {
 		for b.Loop() {
 			table.Delete(key) // a local miss: another replica pinned the pair
 			start := time.Now()
-			withStore.Select(pool, req, nil)
+			u := withStore.Select(pool, req, nil)
 			if len(lat) < cap(lat) {
 				lat = append(lat, time.Since(start))
+			}
+			if u != pinned {
+				b.Fatal("not the publisher pinned in Redis")
 			}
 		}
 		if got := h.policy.state.SharedStats().SharedHits.Load() - hits; got != uint64(b.N) {

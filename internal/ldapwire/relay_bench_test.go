@@ -9,6 +9,7 @@ import (
 	ber "github.com/go-asn1-ber/asn1-ber"
 	"github.com/go-ldap/ldap/v3"
 
+	"github.com/edgesteer/edgesteer/internal/e2e"
 	"github.com/edgesteer/edgesteer/internal/relay"
 )
 
@@ -76,8 +77,8 @@ func BenchmarkRelayLDAP(b *testing.B) {
 	}
 	for _, impl := range impls {
 		b.Run(impl.name, func(b *testing.B) {
-			clientPeer, client := tcpPair(b)
-			upstream, nodePeer := tcpPair(b)
+			clientPeer, client := e2e.TCPPair(b)
+			upstream, nodePeer := e2e.TCPPair(b)
 			relayed := make(chan struct{})
 			go func() { defer close(relayed); impl.run(client, upstream) }()
 			node := make(chan error, 1)
@@ -130,24 +131,4 @@ func searchDone(id int64) []byte {
 	d.AppendChild(ber.NewString(ber.ClassUniversal, ber.TypePrimitive, ber.TagOctetString, "", "matchedDN"))
 	d.AppendChild(ber.NewString(ber.ClassUniversal, ber.TypePrimitive, ber.TagOctetString, "", "diagnosticMessage"))
 	return envelope(id, d)
-}
-
-// tcpPair returns the two ends of a loopback TCP connection.
-func tcpPair(t testing.TB) (*net.TCPConn, *net.TCPConn) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	dialed, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	accepted, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { dialed.Close(); accepted.Close() })
-	return dialed.(*net.TCPConn), accepted.(*net.TCPConn)
 }

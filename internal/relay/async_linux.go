@@ -208,6 +208,9 @@ func (f *flow) park() bool {
 		f.conclude(err)
 		return true
 	}
+	if parkHook != nil {
+		parkHook(f)
+	}
 	if f.state.CompareAndSwap(running, idle) {
 		if f.ap.failed.Load() && f.state.CompareAndSwap(idle, ended) {
 			f.set.release(f) // added after fail took the flows out
@@ -218,6 +221,13 @@ func (f *flow) park() bool {
 	f.state.CompareAndSwap(again, running)
 	return false
 }
+
+// parkHook, set only by tests (nil in production: one load and a
+// branch), runs in park after the socket is back in the epoll set and
+// before the flow turns idle: the window in which the other direction's
+// failure takes the sockets out of the set and finds this flow still
+// running, so that only park's own check can end it.
+var parkHook func(*flow)
 
 // conclude ends the flow: nil for an EOF passed on, else a failure that
 // ends the pipe.

@@ -10,16 +10,19 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/edgesteer/edgesteer/internal/e2e"
 )
 
 // Start takes only bare sockets: a wrapper, read-ahead bytes or a
 // connection without a socket are left to Pipe, and nothing is done.
 func TestStartRefusesWhatItCannotWatch(t *testing.T) {
-	_, client := tcpPair(t)
-	upstream, _ := tcpPair(t)
+	_, client := e2e.TCPPair(t)
+	upstream, _ := e2e.TCPPair(t)
 	pipeEnd, _ := net.Pipe()
 	called := false
 	done := func(error) { called = true }
@@ -92,8 +95,8 @@ func TestStartConcurrentBurst(t *testing.T) {
 	var wg sync.WaitGroup
 	errs := make(chan error, 4*conns)
 	for c := range conns {
-		clientPeer, client := tcpPair(t)
-		upstream, nodePeer := tcpPair(t)
+		clientPeer, client := e2e.TCPPair(t)
+		upstream, nodePeer := e2e.TCPPair(t)
 		var stream [2][]byte
 		rng := rand.New(rand.NewPCG(uint64(c), 1))
 		for dir := range stream {
@@ -162,8 +165,8 @@ func TestStartConcurrentBurst(t *testing.T) {
 // Bytes already waiting on both sockets when Start is called are relayed:
 // the events that came while Start was adding the sockets are served.
 func TestStartBytesAlreadyWaiting(t *testing.T) {
-	clientPeer, client := tcpPair(t)
-	upstream, nodePeer := tcpPair(t)
+	clientPeer, client := e2e.TCPPair(t)
+	upstream, nodePeer := e2e.TCPPair(t)
 	clientPeer.Write([]byte("question"))
 	nodePeer.Write([]byte("greeting"))
 	// Loopback TCP queues the bytes at the receiver before Write returns.
@@ -184,15 +187,20 @@ func TestStartBytesAlreadyWaiting(t *testing.T) {
 // Every relay ends, once, whatever its peers do and when: half-closes,
 // resets and closes on either side, in the middle of traffic both ways,
 // 100 relays at once. done is called exactly once for each, and no
-// goroutine nor epoll set entry is left behind. Run as configured, and
-// with directions parked after a millisecond of silence (so that many end
-// while parked, or while joining the set).
+// goroutine nor epoll set entry is left behind. Run as configured, with
+// directions parked after a millisecond of silence (so that many end
+// while parked), and so again with each park held a millisecond between
+// joining the set and turning idle (so that many end while joining it:
+// TestStartEndsWhenTheOtherDirectionFailsWhileParking forces that case).
 func TestStartEndsWhateverThePeersDo(t *testing.T) {
 	t.Run("default", startEndsWhateverThePeersDo)
 	prime, linger := Prime, Linger
 	Prime, Linger = time.Millisecond, time.Millisecond
 	defer func() { Prime, Linger = prime, linger }()
 	t.Run("parking often", startEndsWhateverThePeersDo)
+	parkHook = func(*flow) { time.Sleep(time.Millisecond) }
+	defer func() { parkHook = nil }() // the subtest waits until no flow goroutine is left
+	t.Run("joining slowly", startEndsWhateverThePeersDo)
 }
 
 func startEndsWhateverThePeersDo(t *testing.T) {
@@ -202,8 +210,8 @@ func startEndsWhateverThePeersDo(t *testing.T) {
 	calls := make([]int32, relays)
 	var mu sync.Mutex
 	for i := range relays {
-		clientPeer, client := tcpPair(t)
-		upstream, nodePeer := tcpPair(t)
+		clientPeer, client := e2e.TCPPair(t)
+		upstream, nodePeer := e2e.TCPPair(t)
 		wg.Add(1)
 		if !Start(End{Conn: client, Filter: &lengthFramed{}}, End{Conn: upstream}, func(error) {
 			mu.Lock()
@@ -274,6 +282,47 @@ func startEndsWhateverThePeersDo(t *testing.T) {
 	t.Errorf("flow goroutines left after every relay ended (%d goroutines before, %d now)", before, runtime.NumGoroutine())
 }
 
+// A relay ends when its other direction fails while a direction is
+// joining the epoll set: the socket is in the set, the flow not yet idle,
+// and the failure takes the sockets out of the set and closes them, so no
+// event will ever wake the flow again. The hook holds the client's
+// direction in that window until the node's reset has failed the pipe;
+// only park's check of the failure afterwards can end the flow (and the
+// relay: without it done is never called).
+func TestStartEndsWhenTheOtherDirectionFailsWhileParking(t *testing.T) {
+	_, client := e2e.TCPPair(t)
+	upstream, nodePeer := e2e.TCPPair(t)
+	var held atomic.Pointer[flow]
+	var failedInWindow atomic.Bool
+	parkHook = func(f *flow) {
+		if f.src.Conn != client || !held.CompareAndSwap(nil, f) {
+			return
+		}
+		nodePeer.SetLinger(0)
+		nodePeer.Close() // RST: the node's direction fails the pipe
+		for deadline := time.Now().Add(10 * time.Second); !f.ap.failed.Load() && time.Now().Before(deadline); {
+			time.Sleep(time.Millisecond)
+		}
+		failedInWindow.Store(f.ap.failed.Load() && f.state.Load() == running)
+	}
+	t.Cleanup(func() { parkHook = nil })                       // after done: every flow of the relay has passed the hook
+	done := started(t, End{Conn: client}, End{Conn: upstream}) // silent: both directions park after Prime
+	select {
+	case err := <-done:
+		if !errors.Is(err, syscall.ECONNRESET) {
+			t.Errorf("relay: %v, want the node's reset", err)
+		}
+	case <-time.After(10*time.Second + 2*Prime):
+		t.Fatal("the relay never ended: its client direction was failed while joining the epoll set and stays idle")
+	}
+	if !failedInWindow.Load() {
+		t.Fatal("the pipe did not fail while the client's direction was between joining the set and turning idle")
+	}
+	if f := held.Load(); f.state.Load() != ended {
+		t.Errorf("the client's direction is in state %d, want ended", f.state.Load())
+	}
+}
+
 // watched counts the flows in the epoll sets' tables.
 func watched() int {
 	n := 0
@@ -327,8 +376,8 @@ func TestOwnOutlivesTheOriginal(t *testing.T) {
 // socket (the original closed) and a connection to a node; it returns
 // the client's and the node's ends.
 func ownedAndStarted(t *testing.T) (clientPeer, nodePeer *net.TCPConn, done <-chan error) {
-	clientPeer, client := tcpPair(t)
-	upstream, nodePeer := tcpPair(t)
+	clientPeer, client := e2e.TCPPair(t)
+	upstream, nodePeer := e2e.TCPPair(t)
 	own, err := Own(client)
 	if err != nil {
 		t.Fatal(err)
@@ -341,7 +390,7 @@ func ownedAndStarted(t *testing.T) (clientPeer, nodePeer *net.TCPConn, done <-ch
 // What Own costs against the standard library's way to a second
 // connection on a socket (File, then FileConn).
 func BenchmarkOwn(b *testing.B) {
-	_, c := tcpPair(b)
+	_, c := e2e.TCPPair(b)
 	b.Run("anchor_file_fileconn", func(b *testing.B) {
 		for b.Loop() {
 			f, err := c.File()

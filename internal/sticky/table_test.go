@@ -225,7 +225,8 @@ func TestConcurrentUse(t *testing.T) {
 }
 
 // BenchmarkStickyHit is a hit in a table of 1M entries; it reports the
-// table's heap bytes per entry.
+// table's heap bytes per entry. Every Get must find its key with the value
+// put for it (the sampled keys' values cycle through all four).
 func BenchmarkStickyHit(b *testing.B) {
 	const n = 1 << 20
 	var before, after runtime.MemStats
@@ -233,22 +234,25 @@ func BenchmarkStickyHit(b *testing.B) {
 	runtime.ReadMemStats(&before)
 	tb := New(n+n/4, time.Hour) // room to spare: nothing is evicted while filling
 	keys := make([]uint64, 0, 4096)
+	vals := make([]uint32, 0, cap(keys))
 	for i := range n {
 		k := tb.Key("10.0."+strconv.Itoa(i>>8)+"."+strconv.Itoa(i&255), "app"+strconv.Itoa(i%7))
 		tb.Put(k, uint32(i%4), 0)
-		if i%256 == 0 {
+		if i%257 == 0 { // 257 ≡ 1 (mod 4): the sampled values differ
 			keys = append(keys, k)
+			vals = append(vals, uint32(i%4))
 		}
 	}
 	runtime.GC()
 	runtime.ReadMemStats(&after)
-	bytesPerEntry := float64(after.HeapAlloc-before.HeapAlloc-uint64(cap(keys)*8)) / float64(tb.Len())
+	bytesPerEntry := float64(after.HeapAlloc-before.HeapAlloc-uint64(cap(keys)*8+cap(vals)*4)) / float64(tb.Len())
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		i := 0
 		for pb.Next() {
-			if _, ok := tb.Get(keys[i%len(keys)], 1); !ok {
-				b.Fatal("miss")
+			if v, ok := tb.Get(keys[i%len(keys)], 1); !ok || v != vals[i%len(keys)] {
+				b.Errorf("key %d: %d, %v; want a hit with %d", i%len(keys), v, ok, vals[i%len(keys)])
+				return // Fatal is only for the benchmark's own goroutine
 			}
 			i++
 		}
