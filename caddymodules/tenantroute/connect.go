@@ -3,6 +3,7 @@ package tenantroute
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"time"
 
@@ -17,7 +18,8 @@ import (
 type upstream struct {
 	net.Conn
 	// head is what was read of the answer while waiting for it: the whole
-	// BindResponse to a first bind, else the answer's first byte.
+	// BindResponse to a first bind, else the header of the answer's first
+	// message.
 	head []byte
 	// bindResult is that BindResponse's resultCode (-1: not a bind).
 	bindResult int64
@@ -105,14 +107,22 @@ func (up *upstream) forwardFirst(first *ldapwire.Message, timeout time.Duration,
 		}
 		return nil
 	}
+	// The answer's header, read a byte at a time until it frames (a
+	// dozen bytes at most, once a connection): the relay's watcher of the
+	// node's messages starts with it (README "Idle connections").
 	var b [1]byte
-	n, err := up.Read(b[:])
-	if n == 1 {
-		up.head = []byte{b[0]}
-		return nil
+	for {
+		n, err := up.Read(b[:])
+		if n == 1 {
+			up.head = append(up.head, b[0])
+			if _, _, ferr := ldapwire.Frame(up.head, math.MaxUint32); !errors.Is(ferr, ldapwire.ErrShort) {
+				return nil // framed, or garbled: the watcher says which
+			}
+			continue
+		}
+		if ne, ok := err.(net.Error); ok && ne.Timeout() && len(up.head) == 0 {
+			return noRetry(fmt.Errorf("%w within %v", errNoAnswer, timeout))
+		}
+		return nil // closed (or a silence after the answer began): the relay passes what follows on
 	}
-	if ne, ok := err.(net.Error); ok && ne.Timeout() {
-		return noRetry(fmt.Errorf("%w within %v", errNoAnswer, timeout))
-	}
-	return nil
 }

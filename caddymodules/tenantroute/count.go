@@ -11,13 +11,19 @@ import (
 // partitions' target_requests_per_node), one Lease.Requests call per
 // read: no lock, no allocation, no second pass over the bytes.
 type countingGuard struct {
-	guard ldapwire.TenantGuard
-	lease *placement.Lease
+	guard   ldapwire.TenantGuard
+	lease   *placement.Lease
+	counted uint64 // guard.Messages already counted
 }
 
 func (c *countingGuard) Feed(b []byte) (int, error) {
-	before := c.guard.Messages
 	n, err := c.guard.Feed(b)
-	c.lease.Requests(int(c.guard.Messages - before))
+	c.flush()
 	return n, err
+}
+
+// flush counts the messages passed since the last count.
+func (c *countingGuard) flush() {
+	c.lease.Requests(int(c.guard.Messages - c.counted))
+	c.counted = c.guard.Messages
 }

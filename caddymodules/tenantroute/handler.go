@@ -245,6 +245,9 @@ func (t *TenantRoute) tenant(cx *layer4.Connection, first *ldapwire.Message) (st
 	return tenant, t.rule, nil
 }
 
+// busyMessage is the diagnostic of a refusal at max_per_node.
+const busyMessage = "every directory node of this tenant is at its connection limit; try again later"
+
 // Handle reads the first message, finds the tenant, connects to its node
 // and relays.
 func (t *TenantRoute) Handle(cx *layer4.Connection, _ layer4.Handler) error {
@@ -269,9 +272,9 @@ func (t *TenantRoute) Handle(cx *layer4.Connection, _ layer4.Handler) error {
 		}
 		// LDAP busy (51): the client may try again later.
 		if first.Op == "bind" {
-			cx.Write(ldapwire.BindResponse(first.ID, ldapwire.ResultBusy, "every directory node of this tenant is at its connection limit; try again later"))
+			cx.Write(ldapwire.BindResponse(first.ID, ldapwire.ResultBusy, busyMessage))
 		} else {
-			cx.Write(ldapwire.NoticeOfDisconnection(ldapwire.ResultBusy, "every directory node of this tenant is at its connection limit; try again later"))
+			cx.Write(ldapwire.NoticeOfDisconnection(ldapwire.ResultBusy, busyMessage))
 		}
 		return nil
 	}
@@ -302,29 +305,29 @@ func (t *TenantRoute) Handle(cx *layer4.Connection, _ layer4.Handler) error {
 				zap.String("tenant", tenant), zap.String("bind_dn", rebind.BindDN))
 			return fmt.Errorf("tenant_route: %w", err)
 		}
-		if errors.Is(err, net.ErrClosed) || errors.Is(err, ldapwire.ErrLastAnswer) {
+		if errors.Is(err, net.ErrClosed) || errors.Is(err, ldapwire.ErrLastAnswer) || errors.Is(err, errNoHalfClose) {
 			return nil
 		}
 		return err
 	}
 
 	// Only authenticated connections count as load: each BindResponse the
-	// node sends says whether this one is (internal/placement.Lease). A
-	// successful bind after a successful bind changes nothing, and costs
-	// nothing: the relay calls onBind in the path of every BindResponse,
-	// and a rebind as the same user is common (pooled connections).
-	failures, bound := 0, false
+	// node sends says whether this one is (internal/placement.Lease), and
+	// each later bind the client sends on a connection that stopped
+	// counting must first be admitted on its node as a new connection is
+	// (countingGuard). A successful bind after a successful bind changes
+	// nothing and takes no lock: the relay calls onBind in the path of
+	// every BindResponse, and a rebind as the same user is common (pooled
+	// connections).
+	failures := 0
 	onBind := func(code int64) error {
 		switch code {
 		case ldapwire.ResultSuccess:
-			if !bound {
-				lease.Bound(true, time.Now())
-				bound = true
-			}
+			lease.Bound(true, time.Now())
 		case ldapwire.ResultSASLBindInProgress:
+			lease.BindInProgress()
 		default:
 			lease.Bound(false, time.Now())
-			bound = false
 			failedBinds.WithLabelValues(t.Name).Inc()
 			st.failed.Add(tenant)
 			if failures++; failures >= t.MaxFailedBinds {
@@ -344,7 +347,6 @@ func (t *TenantRoute) Handle(cx *layer4.Connection, _ layer4.Handler) error {
 		}
 	} else if first.Op != "bind" {
 		lease.Bound(true, time.Now()) // no bind to judge (tenant from a placeholder): counted
-		bound = true
 	}
 
 	if len(up.head) > 0 { // the node's answer has begun
@@ -353,18 +355,42 @@ func (t *TenantRoute) Handle(cx *layer4.Connection, _ layer4.Handler) error {
 		}
 	}
 	// Later messages are framed, and only BindRequests decoded, by the
-	// guard; an idle connection holds no buffer (internal/relay).
-	client := relay.End{
-		Conn:   cx,
-		Filter: &countingGuard{guard: ldapwire.TenantGuard{Rule: guard, Tenant: tenant, MaxLen: max}, lease: lease},
+	// guard; an idle connection holds no buffer (internal/relay). The ends
+	// the relay writes to are wrapped (refuse.go): a bind refused at
+	// admission goes to no node, and its answer to the client goes between
+	// two of the node's messages.
+	watcher := &ldapwire.BindWatcher{OnBind: onBind, MaxLen: max}
+	if up.bindResult < 0 && len(up.head) > 0 {
+		// The header of the answer to a first message that is not a
+		// bind: the watcher frames the node's stream from its start.
+		if n, err := watcher.Feed(up.head); err != nil || n != len(up.head) {
+			return end(fmt.Errorf("tenant_route: the node's first answer: %d of %d bytes framed: %v", n, len(up.head), err))
+		}
 	}
-	node2client := relay.End{Conn: up.Conn, Filter: &ldapwire.BindWatcher{OnBind: onBind, MaxLen: max}}
+	toClient := &clientConn{wrapped: wrapped{Conn: cx}, watcher: watcher, inside: !watcher.Between()}
+	fromClient := &countingGuard{guard: ldapwire.TenantGuard{Rule: guard, Tenant: tenant, MaxLen: max}, lease: lease}
+	fromClient.guard.Admit = func(id int64) error {
+		fromClient.flush() // the messages before the bind count as the connection counted when they passed
+		if lease.Admit(time.Now()) == nil {
+			return nil
+		}
+		busyRefusals.WithLabelValues(t.Name).Inc()
+		if ce := t.logger.Check(zap.DebugLevel, "the connection's node is at max_per_node: bind refused busy"); ce != nil {
+			ce.Write(zap.String("tenant", tenant), zap.String("node", node), zap.String("remote", remote.String()))
+		}
+		if err := toClient.answer(ldapwire.BindResponse(id, ldapwire.ResultBusy, busyMessage)); err != nil {
+			return err
+		}
+		return ldapwire.ErrRefused
+	}
+	client := relay.End{Conn: toClient, Filter: fromClient}
+	node2client := relay.End{Conn: &nodeConn{wrapped: wrapped{Conn: up.Conn}, guard: &fromClient.guard}, Filter: watcher}
 	if sock, ok := cx.Conn.(*net.TCPConn); ok && len(cx.MatchingBytes()) == 0 {
 		// The bare socket, nothing read ahead: the relay takes it over
 		// and this handler returns, so an idle connection holds no
 		// goroutine, nor caddy-l4's buffers (README "Idle connections").
 		if own, err := relay.Own(sock); err == nil {
-			client.Conn = own
+			toClient.Conn = own
 			if relay.Start(client, node2client, func(err error) {
 				own.Close()
 				if err := end(err); err != nil {
@@ -375,7 +401,7 @@ func (t *TenantRoute) Handle(cx *layer4.Connection, _ layer4.Handler) error {
 				return nil // caddy-l4 closes its descriptor; the socket stays open through own
 			}
 			own.Close()
-			client.Conn = cx
+			toClient.Conn = cx
 		}
 	}
 	client.Buffered = func() int { return len(cx.MatchingBytes()) } // bytes a matcher read ahead come first
@@ -384,10 +410,12 @@ func (t *TenantRoute) Handle(cx *layer4.Connection, _ layer4.Handler) error {
 		// The bare socket: cx adds only its read-ahead (Buffered), so
 		// the relay reads the socket itself, one syscall per read.
 		client.Socket, client.Direct = sc, true
+		toClient.socket = sc
 	case syscall.Conn:
 		// A wrapper (proxy protocol, say) may hold bytes of its own:
 		// wait on the socket, read through the wrapper.
 		client.Socket = sc
+		toClient.socket = sc
 	}
 	relays.WithLabelValues(t.Name, "in_place").Inc()
 	return end(relay.Pipe(client, node2client))

@@ -73,6 +73,11 @@ type BindWatcher struct {
 	rest int // bytes of the current message still to pass
 }
 
+// Between reports whether the bytes Feed has passed so far end between
+// two messages (a router may then write a message of its own to the
+// client).
+func (w *BindWatcher) Between() bool { return w.rest == 0 }
+
 // Feed takes the next bytes from the node and returns how many of them
 // may be passed on now (see relay.Filter).
 func (w *BindWatcher) Feed(b []byte) (int, error) {

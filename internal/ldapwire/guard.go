@@ -17,13 +17,32 @@ type TenantGuard struct {
 	Tenant string
 	MaxLen int64
 
+	// Admit, if set, is asked about each BindRequest, held whole (and,
+	// with Rule, found to name Tenant), with its message ID, before any
+	// byte of it is passed: nil lets it through; ErrRefused refuses it:
+	// its bytes count as passed by Feed but are listed in Refused, to be
+	// left out of what goes to the node (the caller answers the client);
+	// any other error stops Feed as a malformed message does.
+	Admit func(id int64) error
+	// Refused lists, after each Feed, the spans of the bytes it passed
+	// that hold refused binds (offsets into the b Feed was given).
+	Refused []Span
+
 	// Messages counts the messages begun in the bytes Feed has passed
-	// (a message's header is passed only once it is whole and valid).
+	// (a message's header is passed only once it is whole and valid),
+	// refused binds not included.
 	Messages uint64
 
 	rest     int    // bytes of the current message still to pass
 	accepted []byte // the last bind DN found to name Tenant: a rebind with it is not parsed again
 }
+
+// A Span is the bytes [Start, End) of a Feed's input.
+type Span struct{ Start, End int }
+
+// ErrRefused, from a TenantGuard's Admit, refuses a bind without ending the
+// connection.
+var ErrRefused = errors.New("ldapwire: bind refused")
 
 // RebindError is a BindRequest on a routed connection that does not name
 // its tenant.
@@ -40,6 +59,7 @@ func (e *RebindError) Error() string {
 // a *RebindError; nothing more may be passed after either.
 func (g *TenantGuard) Feed(b []byte) (int, error) {
 	i := 0
+	g.Refused = g.Refused[:0]
 	for i < len(b) {
 		if g.rest > 0 {
 			k := min(g.rest, len(b)-i)
@@ -54,12 +74,27 @@ func (g *TenantGuard) Feed(b []byte) (int, error) {
 		if err != nil {
 			return i, err
 		}
-		if bind && g.Rule != nil {
+		if bind && (g.Rule != nil || g.Admit != nil) {
 			if len(b)-i < size {
 				return i, nil
 			}
-			if err := g.checkBind(b[i : i+size]); err != nil {
-				return i, err
+			if g.Rule != nil {
+				if err := g.checkBind(b[i : i+size]); err != nil {
+					return i, err
+				}
+			}
+			if g.Admit != nil {
+				id, _, _, err := splitMessage(b[i : i+size])
+				if err != nil {
+					return i, err
+				}
+				if err := g.Admit(integer(id)); errors.Is(err, ErrRefused) {
+					g.Refused = append(g.Refused, Span{i, i + size})
+					i += size
+					continue
+				} else if err != nil {
+					return i, err
+				}
 			}
 		}
 		g.rest = size

@@ -237,10 +237,32 @@ func TestFailedBindsDoNotCount(t *testing.T) {
 			t.Fatalf("real client on %s: acme's nodes %v had no room left", l.Node, own)
 		}
 	}
-	// A connection whose bind failed binds again with success: counted.
-	flood[0].Bound(true, now)
-	if p.Loads()["acme"].Authenticated != 8+16+1 {
-		t.Fatalf("rebind with success not counted: %+v", p.Loads()["acme"])
+	// A connection whose bind failed binds again: its node is full, so the
+	// bind is refused (and acme, all of whose nodes are full, grows a step
+	// for new connections); once a slot frees on its node, the bind is
+	// admitted and, answered with success, counted.
+	again := flood[0]
+	full := p.Conns()
+	if err := again.Admit(now); !errors.Is(err, ErrBusy) || !maps2Equal(p.Conns(), full) {
+		t.Fatalf("rebind on a full node: %v, counts %v (were %v)", err, p.Conns(), full)
+	}
+	if k := p.Explain("acme", now).Partitions; k != 3 {
+		t.Fatalf("acme's nodes all full at a rebind: k %d, want a step to 3", k)
+	}
+	var gone *Lease
+	for i, l := range real {
+		if l.Node == again.Node {
+			gone, real = l, slices.Delete(real, i, i+1)
+			break
+		}
+	}
+	gone.Release(now)
+	if err := again.Admit(now); err != nil {
+		t.Fatalf("rebind with room on its node: %v", err)
+	}
+	again.Bound(true, now)
+	if p.Loads()["acme"].Authenticated != 8+16 || p.Conns()[again.Node] != 12 {
+		t.Fatalf("rebind with success not counted: %+v, %v", p.Loads()["acme"], p.Conns())
 	}
 	for _, l := range append(real, flood...) {
 		if l != nil {
@@ -314,7 +336,7 @@ func TestTrackedTenantsBounded(t *testing.T) {
 		p.loads[fmt.Sprint("t", i)] = &load{auth: 1}
 	}
 	l, err := p.Acquire("late", now)
-	if err != nil || l.state != leaseUntracked || len(p.loads) != MaxTrackedTenants {
+	if err != nil || l.state() != leaseUntracked || len(p.loads) != MaxTrackedTenants {
 		t.Fatalf("past the bound: %+v %v, %d tracked", l, err, len(p.loads))
 	}
 	l.Release(now)
