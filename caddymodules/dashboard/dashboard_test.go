@@ -1,21 +1,23 @@
 package dashboard
 
 import (
+	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
-	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
 	"github.com/edgesteer/edgesteer/caddymodules/internal/views"
+	"github.com/edgesteer/edgesteer/internal/e2e"
 )
 
 func TestSeriesRingIsBoundedAndRates(t *testing.T) {
@@ -150,6 +152,10 @@ func TestCaddyfileAndValidation(t *testing.T) {
 		{Handler{OGS: []string{"http:///x"}}, `ogs "http:///x"`},
 		{Handler{Replicas: []string{"http://u:p@h:1"}}, "credentials"},
 		{Handler{Replicas: []string{"http://h:1", "http://h:1"}}, "twice"},
+		{Handler{Replicas: []string{"http://h:1", "http://h:1/"}}, "twice"},
+		{Handler{Replicas: []string{"http://h:1/config/"}}, "admin API address"},
+		{Handler{Replicas: []string{"http://h:1?x=1"}}, "admin API address"},
+		{Handler{OGS: []string{"http://h:1/ogs#x"}}, "fragment"},
 		{Handler{SampleInterval: caddy.Duration(time.Second), History: caddy.Duration(500 * time.Millisecond)}, "history"},
 		{Handler{SampleInterval: caddy.Duration(100 * time.Millisecond), History: caddy.Duration(time.Hour)}, "at most 10000 samples"},
 	} {
@@ -195,7 +201,7 @@ func TestServeStateAssetsAndRemotes(t *testing.T) {
 	var st State
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		w, err := get("/dash/api/state")
+		w, err := get("/api/state")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -228,24 +234,34 @@ func TestServeStateAssetsAndRemotes(t *testing.T) {
 		t.Errorf("a non-object answer: %+v", st.OGS[1])
 	}
 
-	for target, code := range map[string]int{
-		"/dash/api/state?window=0s": 200, "/dash/api/state?window=1m": 200,
-		"/dash/api/state?window=-1s": 400, "/dash/api/state?window=16m": 400, "/dash/api/state?window=x": 400,
-		"/dash/api/state?since=1": 400, "/dash/api/state?window=1s&window=2s": 400, "/dash/api/state?%zz": 400,
-		"/dash/": 200, "/dash/assets/app.js": 200, "/dash/assets/uPlot.iife.min.js": 200, "/dash/assets/uPlot.LICENSE": 200,
-		"/dash/assets/nope.js": 404, "/dash/assets/../handler.go": 404, "/dash/assets/": 404, "/dash/x": 404,
+	for target, want := range map[string]struct {
+		code int
+		body string
+	}{
+		"/api/state?window=0s": {200, ""}, "/api/state?window=1m": {200, ""},
+		"/api/state?window=-1s":          {400, `parameter window "-1s": want window=<duration> from 0s to the history (15m0s)`},
+		"/api/state?window=16m":          {400, `parameter window "16m"`},
+		"/api/state?window=x":            {400, `parameter window "x"`},
+		"/api/state?since=1":             {400, `unknown parameter "since"; the one parameter accepted is window=<duration>`},
+		"/api/state?url=http://evil/":    {400, `unknown parameter "url"`},
+		"/api/state?window=1s&window=2s": {400, "parameter window given 2 times"},
+		"/api/state?%zz":                 {400, `query "%zz"`},
+		"/":                              {200, ""}, "/assets/app.js": {200, ""}, "/assets/uPlot.iife.min.js": {200, ""}, "/assets/uPlot.LICENSE": {200, ""},
+		"/assets/nope.js": {404, `no asset "nope.js"`}, "/assets/../handler.go": {404, ""}, "/assets/": {404, ""},
+		"/x": {404, "the dashboard answers /, /assets/<name> and /api/state"},
+		// Exactly these paths: not under another prefix (handle_path strips it).
+		"/dash/": {404, ""}, "/dash/api/state": {404, ""}, "/x/assets/app.js": {404, ""}, "/index.html": {404, ""},
 	} {
 		w, err := get(target)
-		got := w.Code
-		var he caddyhttp.HandlerError
-		if errors.As(err, &he) {
-			got = he.StatusCode
+		if err != nil {
+			t.Errorf("%s: %v", target, err)
+			continue
 		}
-		if got != code {
-			t.Errorf("%s: %d (%v), want %d", target, got, err, code)
+		if w.Code != want.code || !strings.Contains(w.Body.String(), want.body) {
+			t.Errorf("%s: %d %q, want %d with %q", target, w.Code, w.Body.String(), want.code, want.body)
 		}
 	}
-	w, _ := get("/dash/")
+	w, _ := get("/")
 	if csp := w.Header().Get("Content-Security-Policy"); !strings.Contains(csp, "connect-src 'self'") ||
 		!strings.Contains(w.Body.String(), "assets/app.js") {
 		t.Errorf("page: CSP %q, body %.200s", csp, w.Body.String())
@@ -298,5 +314,108 @@ func TestReloadAdoptsSampler(t *testing.T) {
 	case <-s.done:
 	case <-time.After(10 * time.Second):
 		t.Fatal("the sampler still runs after its last user was cleaned up")
+	}
+}
+
+// Every fetch goes to the configured URL only: a 3xx is the answer (shown
+// as unreachable with the redirect named; the target gets no connection),
+// an answer over maxFetchBytes is an error after at most that much is
+// read, a hanging URL costs at most the fetch timeout, an answer that is
+// not the view it should be is refused, and the last good answer stays
+// (stale) when a later fetch fails.
+func TestFetchRules(t *testing.T) {
+	target, accepted := e2e.HangingListener(t, "127.0.0.1:0")
+	var redirects []string
+	for _, code := range []int{301, 302, 307, 308} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			http.Redirect(w, r, "http://"+target+"/config/", code)
+		}))
+		t.Cleanup(srv.Close)
+		redirects = append(redirects, srv.URL)
+	}
+	var sent atomic.Int64
+	huge := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, `{"servers":[`)
+		chunk := []byte(strings.Repeat(`{"zone":"z."},`, 1000))
+		for range (50 << 20) / len(chunk) {
+			n, err := w.Write(chunk)
+			sent.Add(int64(n))
+			if err != nil {
+				return
+			}
+		}
+	}))
+	t.Cleanup(huge.Close)
+	declared := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", fmt.Sprint(50<<20))
+		w.WriteHeader(200)
+	}))
+	t.Cleanup(declared.Close)
+	config := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, `{"apps":{"edgesteer_redis":{"stores":{"main":{"password":"s3cret"}}}}}`)
+	}))
+	t.Cleanup(config.Close)
+	var fail atomic.Bool
+	flaky := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if fail.Load() {
+			http.Error(w, "down", 503)
+			return
+		}
+		io.WriteString(w, `{"servers":[{"zone":"z."}],"extra":"dropped"}`)
+	}))
+	t.Cleanup(flaky.Close)
+	hanging, _ := e2e.HangingListener(t, "127.0.0.1:0")
+
+	ogs := append(slices.Clone(redirects), huge.URL, declared.URL, config.URL, flaky.URL, "http://"+hanging+"/ogs")
+	const timeout = 300 * time.Millisecond
+	s := newSampler(timeout, time.Minute, 100, ogs, redirects)
+	defer s.Destruct()
+	start := time.Now()
+	s.sampleOnce(context.Background())
+	if el := time.Since(start); el > 3*timeout {
+		t.Errorf("a sample with a hanging URL took %v, more than 3× the fetch timeout %v", el, timeout)
+	}
+	got := map[string]remote{}
+	for _, r := range s.remoteList("ogs", ogs) {
+		got[r.URL] = r
+	}
+	for i, u := range redirects {
+		code := []int{301, 302, 307, 308}[i]
+		for _, r := range []remote{got[u], s.remoteList("replica", redirects)[i]} {
+			want := fmt.Sprintf("HTTP %d → http://%s/config/", code, target)
+			if r.Reachable || !strings.HasPrefix(r.Error, want) || r.Body != nil {
+				t.Errorf("%s: %+v, want unreachable %q", u, r, want)
+			}
+		}
+	}
+	if n := accepted.Load(); n != 0 {
+		t.Errorf("the redirect target got %d connections", n)
+	}
+	if r := got[huge.URL]; r.Reachable || !strings.Contains(r.Error, "larger than the 4194304-byte limit") {
+		t.Errorf("50 MB answer: %+v", r)
+	}
+	if n := sent.Load(); n > 8<<20 {
+		t.Errorf("the 50 MB answer: %d bytes written before the dashboard stopped reading", n)
+	}
+	if r := got[declared.URL]; r.Reachable || !strings.Contains(r.Error, "answer of 52428800 bytes, more than the 4194304-byte limit") {
+		t.Errorf("declared 50 MB: %+v", r)
+	}
+	if r := got[config.URL]; r.Reachable || !strings.Contains(r.Error, "not an ogs view") || strings.Contains(string(r.Body), "s3cret") {
+		t.Errorf("a Caddy config as ogs answer: %+v", r)
+	}
+	if r := got["http://"+hanging+"/ogs"]; r.Reachable || !strings.Contains(r.Error, "Timeout") {
+		t.Errorf("hanging: %+v", r)
+	}
+	first := got[flaky.URL]
+	if !first.Reachable || string(first.Body) != `{"servers":[{"zone":"z."}]}` {
+		t.Fatalf("flaky, first: %+v", first)
+	}
+	fail.Store(true)
+	time.Sleep(10 * time.Millisecond)
+	s.sampleOnce(context.Background())
+	r := s.remoteList("ogs", []string{flaky.URL})[0]
+	if r.Reachable || !strings.Contains(r.Error, "HTTP 503") || string(r.Body) != string(first.Body) ||
+		!r.BodyFetchedAt.Equal(first.FetchedAt) || !r.FetchedAt.After(r.BodyFetchedAt) {
+		t.Errorf("flaky, after a failure: %+v, want the last good body kept from %v", r, first.FetchedAt)
 	}
 }

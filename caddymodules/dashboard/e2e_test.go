@@ -1,27 +1,19 @@
 package dashboard_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/chromedp/cdproto/cdp"
-	"github.com/chromedp/cdproto/network"
-	"github.com/chromedp/cdproto/page"
-	"github.com/chromedp/cdproto/runtime"
-	"github.com/chromedp/chromedp"
 	"github.com/go-ldap/ldap/v3"
 
 	"github.com/edgesteer/edgesteer/internal/e2e"
@@ -102,18 +94,37 @@ func bindAs(t *testing.T, addr, dn string) {
 // headless Chromium: every panel names the config's publishers, limits,
 // tenants and gateways; a chart gets data points; the markup tenant shows
 // as text and no script runs; the page requests nothing outside its Caddy.
+// Hostile remotes: replica and ogs URLs that redirect (301, 302, 307, 308)
+// to a listener that must get no connection, a replica answering 50 MB,
+// and a replica whose tenant, user and peer values carry bidi controls and
+// zero-width characters (its cards must read like a clean twin's). Layout:
+// no card's content is wider than the card at 1280 px. An ogs URL that
+// goes down keeps its card's order and chart, marked stale.
 func TestDashboardInChromium(t *testing.T) {
 	e2e.SkipShort(t)
-	chromium, err := exec.LookPath("chromium")
-	if err != nil {
-		t.Fatal("chromium is needed (scripts/test-deps.txt installs it):", err)
-	}
+	var ogsDown atomic.Bool
 	ogs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if ogsDown.Load() {
+			http.Error(w, "down", http.StatusServiceUnavailable)
+			return
+		}
 		w.Header().Set("Content-Type", "application/json")
 		io.WriteString(w, ogsJSON)
 	}))
 	t.Cleanup(ogs.Close)
 	downOGS := "http://" + e2e.Addr(t) + "/ogs"
+	// The redirect target: it must never be connected to.
+	target, targetConns := e2e.HangingListener(t, "127.0.0.1:0")
+	redirectTo := "http://" + target + "/config/"
+	codes := []int{301, 302, 307, 308}
+	var redirects, redirectOGS []string
+	for _, code := range codes {
+		u := redirector(t, code, redirectTo)
+		redirects, redirectOGS = append(redirects, u), append(redirectOGS, u+"/ogs")
+	}
+	huge, hugeWritten := hugeReplica(t, 50<<20)
+	clean, evil := viewsReplica(t, fakeViews(plain)), viewsReplica(t, fakeViews(hostile))
+	replicas := append(append([]string(nil), redirects...), huge, clean, evil) // clean is replica 5, evil 6
 	node1, node2 := fakeLDAPNode(t), fakeLDAPNode(t)
 	dash, front, pub1, pub2, limited, ldapAddr := e2e.Addr(t), e2e.Addr(t), e2e.Addr(t), e2e.Addr(t), e2e.Addr(t), e2e.Addr(t)
 
@@ -142,7 +153,8 @@ func TestDashboardInChromium(t *testing.T) {
 http://%[1]s {
 	encode gzip
 	edgesteer_dashboard {
-		ogs %[9]s %[10]s
+		ogs %[9]s %[10]s %[11]s
+		replicas %[12]s
 		sample_interval 500ms
 		history 5m
 	}
@@ -175,7 +187,8 @@ http://%[5]s {
 	}
 	respond "ok"
 }
-`, dash, front, pub1, pub2, limited, ldapAddr, node1, node2, ogs.URL+"/ogs", downOGS)
+`, dash, front, pub1, pub2, limited, ldapAddr, node1, node2, ogs.URL+"/ogs", downOGS,
+		strings.Join(redirectOGS, " "), strings.Join(replicas, " "))
 	caddy := e2e.StartCaddy(t, "caddyfile", config)
 	for _, a := range []string{dash, front, limited, ldapAddr} {
 		caddy.WaitTCP(t, a)
@@ -208,89 +221,16 @@ http://%[5]s {
 	bindAs(t, ldapAddr, "uid=alice,o=acme,dc=example")
 	bindAs(t, ldapAddr, "uid=bob,o=acme,dc=example")
 	bindAs(t, ldapAddr, `uid=eve,o=\3cimg src\3dx onerror\3dalert(1)\3e,dc=example`)
+	bindAs(t, ldapAddr, "uid=mallory,o="+hostile("evil")+",dc=example")
 
 	// Chromium, headless, recording requests, dialogs, console and
-	// exceptions.
-	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
-		append(chromedp.DefaultExecAllocatorOptions[:],
-			chromedp.ExecPath(chromium), chromedp.NoSandbox, chromedp.Headless, chromedp.DisableGPU,
-			chromedp.WindowSize(1280, 900), chromedp.UserDataDir(t.TempDir()))...)
-	defer cancelAlloc()
-	ctx, cancel := chromedp.NewContext(alloc)
-	defer cancel()
-	ctx, cancelTimeout := context.WithTimeout(ctx, 3*time.Minute)
-	defer cancelTimeout()
-
-	// Open the tab first, so the listener misses none of its events.
-	if err := chromedp.Do(ctx); err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var requests, dialogs, console []string
-	dialogOpened := make(chan struct{}, 16)
-	if err := chromedp.Listen(ctx, func(ev any) {
-		mu.Lock()
-		defer mu.Unlock()
-		switch e := ev.(type) {
-		case *network.EventRequestWillBeSent:
-			requests = append(requests, e.Request.URL)
-		case *page.EventJavascriptDialogOpening:
-			dialogs = append(dialogs, e.Message)
-			select {
-			case dialogOpened <- struct{}{}:
-			default:
-			}
-		case *runtime.EventConsoleAPICalled:
-			for _, a := range e.Args {
-				console = append(console, string(e.Type)+": "+string(a.Value))
-			}
-		case *runtime.EventExceptionThrown:
-			console = append(console, "exception: "+e.ExceptionDetails.Text)
-		}
-	}); err != nil {
-		t.Fatal(err)
-	}
-	go func() { // a dialog would block the page: close it (and fail below)
-		for range dialogOpened {
-			chromedp.Call(ctx, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{Accept: true})
-		}
-	}()
-	eval := func(expr string, into any) {
-		t.Helper()
-		res, err := chromedp.Run(ctx, chromedp.Evaluate[json.RawMessage](expr))
-		if err == nil {
-			err = json.Unmarshal(res, into)
-		}
-		if err != nil {
-			t.Fatalf("evaluating %s: %v", expr, err)
-		}
-	}
-
-	// moreRenders waits for n more refreshes of the page.
-	moreRenders := func(n int) {
-		t.Helper()
-		var r int
-		eval(`Number(document.body.dataset.renders || 0)`, &r)
-		want, deadline := r+n, time.Now().Add(time.Duration(n)*15*time.Second)
-		for r < want {
-			if time.Now().After(deadline) {
-				t.Fatalf("the page stopped refreshing at %d renders", r)
-			}
-			time.Sleep(200 * time.Millisecond)
-			eval(`Number(document.body.dataset.renders || 0)`, &r)
-		}
-	}
+	// exceptions; 1280 × 800 px.
+	b := newBrowser(t, 1280, 800)
+	eval, moreRenders := b.eval, b.moreRenders
 
 	base := "http://" + dash + "/"
-	if _, err := chromedp.Call(ctx, network.Enable, network.EnableParams{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := chromedp.Call(ctx, runtime.Enable, cdp.Empty{}); err != nil {
-		t.Fatal(err)
-	}
-	if err := chromedp.Do(ctx, chromedp.Navigate(base)); err != nil {
-		t.Fatal(err)
-	}
+	b.navigate(base)
+	b.viewport(1280, 800)
 	// A few refreshes (every 2 s): the latency chart has points after the
 	// first, and more after later ones (each brings only the new samples).
 	deadline := time.Now().Add(90 * time.Second)
@@ -305,7 +245,8 @@ http://%[5]s {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("after 90 s: %d renders, %d points in the latency chart (%d after render %d)", renders, points, firstPoints, firstRenders)
+			_, _, console := b.recorded()
+			t.Fatalf("after 90 s: %d renders, %d points in the latency chart (%d after render %d); console %q", renders, points, firstPoints, firstRenders, console)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -371,34 +312,54 @@ http://%[5]s {
 		t.Errorf("the markup tenant: %d img elements, %d tenant cells with its text (tenants %q)", imgs, xssSpans, xssText)
 	}
 
-	dir := t.TempDir()
-	if d := os.Getenv("EDGESTEER_SCREENSHOTS"); d != "" { // to keep them after the test
-		dir = d
+	checkHostileRemotes(t, b, text, redirectTo, codes, targetConns)
+	if n := hugeWritten.Load(); n > 16<<20 {
+		t.Errorf("the 50 MB replica wrote %d bytes in one answer before the dashboard stopped reading (limit 4 MiB)", n)
 	}
-	shoot := func(name string) {
-		t.Helper()
-		shot, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
-		if err != nil {
-			t.Fatal(err)
-		}
-		path := filepath.Join(dir, name)
-		if err := os.WriteFile(path, shot, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		t.Log("screenshot:", path)
-	}
-	shoot("dashboard-1280.png")
 
-	// A phone: nothing wider than the screen, after a refresh at that width.
-	if err := chromedp.Do(ctx, chromedp.EmulateViewport(390, 844)); err != nil {
-		t.Fatal(err)
+	// At 1280 px no card's content is wider than the card.
+	var overflowing []string
+	eval(overflowJS, &overflowing)
+	for _, o := range overflowing {
+		t.Errorf("at 1280 px: %s", o)
 	}
+	b.screenshot("dashboard-1280.png")
+
+	// A phone: nothing wider than the screen, after a refresh at that width
+	// (tables may scroll inside their card).
+	b.viewport(390, 844)
 	moreRenders(2)
 	var overflow bool
 	eval(`document.documentElement.scrollWidth > window.innerWidth + 1`, &overflow)
-	shoot("dashboard-390.png")
+	b.screenshot("dashboard-390.png")
 	if overflow {
 		t.Error("the page is wider than a 390 px screen")
+	}
+	b.viewport(1280, 800)
+
+	// The ogs URL goes down: its card keeps the last order and chart,
+	// marked stale with the answer's age.
+	ogsDown.Store(true)
+	var ogsCard struct {
+		Text   string
+		Stale  bool
+		Charts int
+	}
+	for deadline := time.Now().Add(60 * time.Second); ; {
+		moreRenders(1)
+		eval(`(function(){var c=Array.from(document.querySelectorAll('.card')).find(c=>c.dataset.id==="ogs\u001f0");
+			return {text:c.innerText, stale:c.classList.contains('stale'), charts:c.querySelectorAll('[data-chart] canvas').length}})()`, &ogsCard)
+		if ogsCard.Stale || time.Now().After(deadline) {
+			break
+		}
+	}
+	for _, want := range []string{"unreachable: HTTP 503", "stale: the last answer,", " s old", "1. gw2.example.org. (12.0)", "192.0.2.0/24"} {
+		if !ogsCard.Stale || !strings.Contains(ogsCard.Text, want) {
+			t.Errorf("the ogs card after its URL went down (stale %v) does not show %q: %q", ogsCard.Stale, want, ogsCard.Text)
+		}
+	}
+	if ogsCard.Charts == 0 {
+		t.Error("the ogs card lost its chart when its URL went down")
 	}
 
 	// caddy reload with the dashboard's settings unchanged (another site
@@ -427,8 +388,7 @@ http://%[5]s {
 	}
 	moreRenders(2)
 
-	mu.Lock()
-	defer mu.Unlock()
+	requests, dialogs, console := b.recorded()
 	if len(dialogs) != 0 {
 		t.Errorf("dialogs opened: %q", dialogs)
 	}

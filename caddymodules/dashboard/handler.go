@@ -10,10 +10,13 @@ import (
 	"embed"
 	"encoding/json"
 	"fmt"
+	"io"
 	"io/fs"
+	"maps"
 	"net/http"
 	"net/url"
 	"path"
+	"slices"
 	"strings"
 	"time"
 
@@ -97,18 +100,23 @@ func (h *Handler) Validate() error {
 		return fmt.Errorf("edgesteer_dashboard: max_series %d: want 1 to %d", h.MaxSeries, maxMaxSeries)
 	}
 	for _, list := range []struct {
-		name string
-		urls []string
-	}{{"ogs", h.OGS}, {"replicas", h.Replicas}} {
+		name  string
+		urls  []string
+		check func(string) error
+	}{{"ogs", h.OGS, checkURL}, {"replicas", h.Replicas, checkReplica}} {
 		seen := map[string]bool{}
 		for _, u := range list.urls {
-			if err := checkURL(u); err != nil {
+			if err := list.check(u); err != nil {
 				return fmt.Errorf("edgesteer_dashboard: %s %q: %v", list.name, u, err)
 			}
-			if seen[u] {
+			k := u
+			if list.name == "replicas" {
+				k = strings.TrimSuffix(u, "/")
+			}
+			if seen[k] {
 				return fmt.Errorf("edgesteer_dashboard: %s %q: given twice", list.name, u)
 			}
-			seen[u] = true
+			seen[k] = true
 		}
 	}
 	return nil
@@ -125,6 +133,20 @@ func checkURL(s string) error {
 		return fmt.Errorf("want a host")
 	case u.User != nil:
 		return fmt.Errorf("credentials in the URL are not supported")
+	case u.Fragment != "":
+		return fmt.Errorf("want no fragment")
+	}
+	return nil
+}
+
+// checkReplica: a replica is an admin API address, its path is fixed.
+func checkReplica(s string) error {
+	if err := checkURL(s); err != nil {
+		return err
+	}
+	u, _ := url.Parse(s)
+	if (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.ForceQuery {
+		return fmt.Errorf("want an admin API address (scheme://host:port): /edgesteer/views is read from it")
 	}
 	return nil
 }
@@ -167,34 +189,44 @@ func securityHeaders(w http.ResponseWriter) {
 	hd.Set("Cache-Control", "no-cache")
 }
 
-// ServeHTTP serves the page, an asset or the state, by the request path's
-// ending, so the handler works at any path (handle_path /dashboard/*).
+// ServeHTTP answers exactly three kinds of path, as the handler sees them
+// (after handle_path stripped its prefix): "/" (the page),
+// "/assets/<name>" and "/api/state"; anything else is 404.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.Handler) error {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
-		return caddyhttp.Error(http.StatusMethodNotAllowed, fmt.Errorf("method %s", r.Method))
+		return answerError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s: want GET or HEAD", r.Method))
 	}
 	securityHeaders(w)
 	p := r.URL.Path
 	switch {
-	case strings.HasSuffix(p, "/api/state") || p == "api/state":
+	case p == "/api/state":
 		return h.serveState(w, r)
-	case strings.Contains(p, "/assets/"):
-		name := p[strings.LastIndex(p, "/assets/")+len("/assets/"):]
-		return serveAsset(w, r, name)
-	case p == "" || strings.HasSuffix(p, "/"):
+	case strings.HasPrefix(p, "/assets/"):
+		return serveAsset(w, r, strings.TrimPrefix(p, "/assets/"))
+	case p == "/":
 		return serveAsset(w, r, "index.html")
 	}
-	return caddyhttp.Error(http.StatusNotFound, fmt.Errorf("no dashboard resource at %q", p))
+	return answerError(w, http.StatusNotFound, fmt.Sprintf("no dashboard resource at %q: the dashboard answers /, /assets/<name> and /api/state", p))
+}
+
+// answerError writes an error answer with a body that says what was wrong
+// (as text: it is for whoever typed the URL).
+func answerError(w http.ResponseWriter, code int, msg string) error {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(code)
+	_, err := io.WriteString(w, msg+"\n")
+	return err
 }
 
 func serveAsset(w http.ResponseWriter, r *http.Request, name string) error {
 	if name == "" || strings.Contains(name, "/") || !fs.ValidPath(name) {
-		return caddyhttp.Error(http.StatusNotFound, fmt.Errorf("no asset %q", name))
+		return answerError(w, http.StatusNotFound, fmt.Sprintf("no asset %q", name))
 	}
 	f, err := assetFS.Open(path.Join("assets", name))
 	if err != nil {
-		return caddyhttp.Error(http.StatusNotFound, fmt.Errorf("no asset %q", name))
+		return answerError(w, http.StatusNotFound, fmt.Sprintf("no asset %q", name))
 	}
 	defer f.Close()
 	rs, ok := f.(interface {
@@ -226,22 +258,24 @@ type State struct {
 // now, the last answers of the ogs and replica URLs, and the series of the
 // last window (default: the whole history; 0s: none).
 func (h *Handler) serveState(w http.ResponseWriter, r *http.Request) error {
+	bad := func(msg string) error { return answerError(w, http.StatusBadRequest, "api/state: "+msg) }
+	want := fmt.Sprintf("window=<duration> from 0s to the history (%v), e.g. window=30s", time.Duration(h.History))
 	q, err := url.ParseQuery(r.URL.RawQuery)
 	if err != nil {
-		return caddyhttp.Error(http.StatusBadRequest, fmt.Errorf("query: %v", err))
+		return bad(fmt.Sprintf("query %q: %v; the one parameter accepted is %s", r.URL.RawQuery, err, want))
 	}
 	window := time.Duration(h.History)
-	for k, v := range q {
+	for _, k := range slices.Sorted(maps.Keys(q)) {
+		v := q[k]
 		if k != "window" {
-			return caddyhttp.Error(http.StatusBadRequest, fmt.Errorf("unknown query parameter %q (want window)", k))
+			return bad(fmt.Sprintf("unknown parameter %q; the one parameter accepted is %s", k, want))
 		}
 		if len(v) != 1 {
-			return caddyhttp.Error(http.StatusBadRequest, fmt.Errorf("window given %d times", len(v)))
+			return bad(fmt.Sprintf("parameter window given %d times; want it once: %s", len(v), want))
 		}
 		d, err := time.ParseDuration(v[0])
 		if err != nil || d < 0 || d > time.Duration(h.History) {
-			return caddyhttp.Error(http.StatusBadRequest,
-				fmt.Errorf("window %q: want a duration from 0s to the history (%v)", v[0], time.Duration(h.History)))
+			return bad(fmt.Sprintf("parameter window %q: want %s", v[0], want))
 		}
 		window = d
 	}

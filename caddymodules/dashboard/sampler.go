@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -18,8 +19,16 @@ import (
 // character no Caddyfile name or address holds.
 const sep = "\x1f"
 
-// maxFetchBytes bounds one answer of an ogs or replica URL.
+// maxFetchBytes bounds one answer of an ogs or replica URL: a longer
+// answer is an error, and at most this much (plus one byte) is read.
 const maxFetchBytes = 4 << 20
+
+// maxFetchTimeout bounds one fetch (connection, TLS, headers and body),
+// below sample_interval when that is shorter.
+const maxFetchTimeout = 5 * time.Second
+
+// maxLocation bounds the Location of a refused redirect as the error shows it.
+const maxLocation = 200
 
 // gaugeFields are the numeric view fields charted as they are; every
 // numeric field whose name ends in _total is a counter, charted as a rate
@@ -42,11 +51,14 @@ var idFields = []string{"name", "address", "node", "zone", "location", "path"}
 
 // remote is the last answer of one ogs or replica URL.
 type remote struct {
-	URL       string          `json:"url"`
-	Reachable bool            `json:"reachable"`
-	Error     string          `json:"error,omitempty"`
-	FetchedAt time.Time       `json:"fetched_at,omitzero"`
-	Body      json.RawMessage `json:"body,omitempty"`
+	URL       string    `json:"url"`
+	Reachable bool      `json:"reachable"`
+	Error     string    `json:"error,omitempty"`
+	FetchedAt time.Time `json:"fetched_at,omitzero"`
+	// Body is the last good answer: the last fetch's when Reachable, else
+	// the one before (stale; BodyFetchedAt says how old).
+	Body          json.RawMessage `json:"body,omitempty"`
+	BodyFetchedAt time.Time       `json:"body_fetched_at,omitzero"`
 }
 
 // sampler reads every registered module view (in process) and fetches the
@@ -71,7 +83,7 @@ func newSampler(interval, history time.Duration, maxSeries int, ogs, replicas []
 	capacity := int(history / interval)
 	s := &sampler{
 		interval: interval, series: newSeries(capacity, maxSeries), ogs: ogs, replicas: replicas,
-		client:  &http.Client{Timeout: min(interval, 5*time.Second)},
+		client:  fetchClient(min(interval, maxFetchTimeout)),
 		remotes: map[string]*remote{}, done: make(chan struct{}),
 	}
 	for _, u := range ogs {
@@ -108,7 +120,25 @@ func (s *sampler) Destruct() error {
 		s.cancel()
 		<-s.done
 	}
+	s.client.CloseIdleConnections()
 	return nil
+}
+
+// fetchClient is the client of every fetch: it goes only to the URL it is
+// given (no redirect is followed: a 3xx is the answer, shown as an error;
+// no proxy from the environment), and timeout bounds the whole exchange.
+func fetchClient(timeout time.Duration) *http.Client {
+	tr := &http.Transport{
+		Proxy:                 nil,
+		DialContext:           (&net.Dialer{Timeout: timeout}).DialContext,
+		TLSHandshakeTimeout:   timeout,
+		ResponseHeaderTimeout: timeout,
+		MaxIdleConnsPerHost:   1,
+		IdleConnTimeout:       time.Minute,
+		ForceAttemptHTTP2:     true,
+	}
+	return &http.Client{Transport: tr, Timeout: timeout,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 }
 
 func (s *sampler) sampleOnce(ctx context.Context) {
@@ -129,7 +159,7 @@ func (s *sampler) sampleOnce(ctx context.Context) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if tree := s.fetch(ctx, "ogs"+sep+u, u); tree != nil {
+			if tree := s.fetch(ctx, "ogs"+sep+u, u, ogsView); tree != nil {
 				walk(shared, []string{"ogs", fmt.Sprint(i)}, tree, false)
 			}
 		}()
@@ -138,8 +168,8 @@ func (s *sampler) sampleOnce(ctx context.Context) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if tree := s.fetch(ctx, "replica"+sep+strings.TrimSuffix(u, "/"), strings.TrimSuffix(u, "/")+"/edgesteer/views"); tree != nil {
-				for name, v := range tree.(map[string]any) {
+			if tree := s.fetch(ctx, "replica"+sep+strings.TrimSuffix(u, "/"), strings.TrimSuffix(u, "/")+"/edgesteer/views", replicaViews); tree != nil {
+				for name, v := range tree {
 					walk(shared, []string{"replica", fmt.Sprint(i), name}, v, false)
 				}
 			}
@@ -149,15 +179,19 @@ func (s *sampler) sampleOnce(ctx context.Context) {
 	s.series.add(smp)
 }
 
-// fetch GETs one URL and keeps its answer; it returns the decoded JSON, or
-// nil (and keeps the error) when it could not be had.
-func (s *sampler) fetch(ctx context.Context, key, url string) any {
+// fetch GETs one URL and keeps its answer, reduced by shape to what the
+// page shows; it returns the decoded JSON, or nil (and keeps the error,
+// and the last good answer as stale) when it could not be had.
+func (s *sampler) fetch(ctx context.Context, key, url string, shape func(map[string]any) (map[string]any, error)) map[string]any {
 	body, err := s.get(ctx, url)
-	var tree any
+	var tree map[string]any
 	if err == nil {
-		if err = json.Unmarshal(body, &tree); err == nil {
-			if _, ok := tree.(map[string]any); !ok {
-				err, tree = errors.New("answer is not a JSON object"), nil
+		var v any
+		if err = json.Unmarshal(body, &v); err == nil {
+			if obj, ok := v.(map[string]any); !ok {
+				err = errors.New("answer is not a JSON object")
+			} else if tree, err = shape(obj); err == nil {
+				body, err = json.Marshal(tree)
 			}
 		}
 	}
@@ -166,11 +200,33 @@ func (s *sampler) fetch(ctx context.Context, key, url string) any {
 	r := s.remotes[key]
 	r.FetchedAt = time.Now()
 	if err != nil {
-		r.Reachable, r.Error, r.Body = false, err.Error(), nil
+		r.Reachable, r.Error = false, err.Error()
 		return nil
 	}
-	r.Reachable, r.Error, r.Body = true, "", body
+	r.Reachable, r.Error, r.Body, r.BodyFetchedAt = true, "", body, r.FetchedAt
 	return tree
+}
+
+// ogsView keeps the servers array of an ogs plugin's JSON view (all it
+// has); an object without one is not an ogs view.
+func ogsView(v map[string]any) (map[string]any, error) {
+	servers, ok := v["servers"].([]any)
+	if !ok {
+		return nil, errors.New("answer is not an ogs view (no servers array)")
+	}
+	return map[string]any{"servers": servers}, nil
+}
+
+// replicaViews keeps the module views of a replica's /edgesteer/views
+// answer: each is an array; an object with anything else is not that
+// answer.
+func replicaViews(v map[string]any) (map[string]any, error) {
+	for name, view := range v {
+		if _, ok := view.([]any); !ok {
+			return nil, fmt.Errorf("answer is not an /edgesteer/views answer (%.40q is not an array)", name)
+		}
+	}
+	return v, nil
 }
 
 func (s *sampler) get(ctx context.Context, url string) ([]byte, error) {
@@ -184,15 +240,26 @@ func (s *sampler) get(ctx context.Context, url string) ([]byte, error) {
 		return nil, err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
+	switch {
+	case resp.StatusCode >= 300 && resp.StatusCode < 400:
+		loc := resp.Header.Get("Location")
+		if loc == "" {
+			loc = "(no Location)"
+		} else if len(loc) > maxLocation {
+			loc = strings.ToValidUTF8(loc[:maxLocation], "") + "…"
+		}
+		return nil, fmt.Errorf("HTTP %d → %s (redirects are not followed)", resp.StatusCode, loc)
+	case resp.StatusCode != http.StatusOK:
 		return nil, fmt.Errorf("HTTP %s", resp.Status)
+	case resp.ContentLength > maxFetchBytes:
+		return nil, fmt.Errorf("answer of %d bytes, more than the %d-byte limit", resp.ContentLength, maxFetchBytes)
 	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxFetchBytes+1))
 	if err != nil {
 		return nil, err
 	}
 	if len(body) > maxFetchBytes {
-		return nil, fmt.Errorf("answer larger than %d bytes", maxFetchBytes)
+		return nil, fmt.Errorf("answer larger than the %d-byte limit", maxFetchBytes)
 	}
 	return body, nil
 }

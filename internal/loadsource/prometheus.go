@@ -21,8 +21,11 @@ import (
 const maxBodySize = 4 << 20
 
 // defaultClient has a timeout so that a hung exporter cannot stall the
-// limiter's refresh loop when the caller's context has no deadline.
-var defaultClient = &http.Client{Timeout: 5 * time.Second}
+// limiter's refresh loop when the caller's context has no deadline, and
+// follows no redirect: the configured URL is the only one fetched (a 3xx
+// is an error naming its Location).
+var defaultClient = &http.Client{Timeout: 5 * time.Second,
+	CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 
 // Prometheus reads one sample of a metric from a Prometheus text-format
 // endpoint, so any existing exporter can feed the limiter.
@@ -61,8 +64,14 @@ func NewPrometheus(rawURL, metric string, labels map[string]string) (*Prometheus
 	return &Prometheus{URL: rawURL, Metric: metric, Labels: ls}, nil
 }
 
+// String names the source for views and logs, with any password in the
+// URL replaced by "xxxxx".
 func (p *Prometheus) String() string {
-	return "prometheus " + p.URL + " " + p.Metric + formatLabels(p.Labels)
+	shown := p.URL
+	if u, err := url.Parse(p.URL); err == nil {
+		shown = u.Redacted()
+	}
+	return "prometheus " + shown + " " + p.Metric + formatLabels(p.Labels)
 }
 
 // formatLabels renders labels in sorted order so that log lines are stable.
@@ -113,6 +122,9 @@ func (p *Prometheus) read(ctx context.Context) (float64, error) {
 		return 0, err
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode >= 300 && resp.StatusCode < 400 {
+		return 0, fmt.Errorf("status %s → %.200s (redirects are not followed)", resp.Status, resp.Header.Get("Location"))
+	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		return 0, fmt.Errorf("status %s", resp.Status)
 	}

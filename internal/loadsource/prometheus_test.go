@@ -193,3 +193,36 @@ func TestPrometheusReadHungSource(t *testing.T) {
 		t.Fatal("the hung request was left open on the server")
 	}
 }
+
+// The configured URL is the only one fetched: a redirect is an error that
+// names it, and its target gets no request. A password in the URL is not
+// shown in the source's name (views, logs) or in a read error.
+func TestPrometheusNoRedirectNoPassword(t *testing.T) {
+	var hit atomic.Int64
+	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hit.Add(1)
+		fmt.Fprint(w, "# TYPE cpu gauge\ncpu 99\n")
+	}))
+	defer target.Close()
+	for _, code := range []int{301, 302, 307, 308} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			http.Redirect(w, r, target.URL+"/metrics", code)
+		}))
+		p, err := NewPrometheus(strings.Replace(srv.URL, "http://", "http://u:pw-marker@", 1), "cpu", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = p.Read(context.Background())
+		want := fmt.Sprintf("status %d %s → %s/metrics", code, http.StatusText(code), target.URL)
+		if err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "pw-marker") {
+			t.Errorf("%d: %v, want %q and no password", code, err, want)
+		}
+		if s := p.String(); strings.Contains(s, "pw-marker") || !strings.Contains(s, "u:xxxxx@") {
+			t.Errorf("String() = %q", s)
+		}
+		srv.Close()
+	}
+	if n := hit.Load(); n != 0 {
+		t.Errorf("the redirect target got %d requests", n)
+	}
+}

@@ -1,6 +1,8 @@
 // edgesteer dashboard: polls api/state every 2 s and renders each module's
 // panel. Every string from the network goes into the page as text
-// (textContent / text nodes), never as markup.
+// (textContent / text nodes), never as markup, each value in its own
+// <bdi> (v below), with control, bidi and invisible characters shown as
+// \uXXXX, so no value can reorder or hide the text around it.
 "use strict";
 (function () {
   var SEP = "\u001f";
@@ -24,11 +26,34 @@
     if (Array.isArray(c)) { c.forEach(function (x) { add(e, x); }); return; }
     e.appendChild(typeof c === "object" ? c : document.createTextNode(String(c)));
   }
+  // INVISIBLE: C0/C1 controls, soft hyphen, Arabic letter mark, Mongolian
+  // vowel separator, zero-width and directional marks, line/paragraph
+  // separators, embeddings and overrides, word joiner, invisible
+  // operators, isolates, deprecated format chars, BOM, annotation chars.
+  var INVISIBLE = /[\u0000-\u001f\u007f-\u009f\u00ad\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff\ufff9-\ufffb]/g;
+  function visible(s) {
+    return String(s).replace(INVISIBLE, function (ch) {
+      return "\\u" + ("000" + ch.charCodeAt(0).toString(16).toUpperCase()).slice(-4);
+    });
+  }
+  // v is one value from the network (or a figure) on the page: its own
+  // isolated element, its invisible characters shown.
+  function v(x, cls) {
+    var e = document.createElement("bdi");
+    e.className = cls ? "v " + cls : "v";
+    e.textContent = visible(x === null || x === undefined ? "" : x);
+    return e;
+  }
   function fmt(n, d) {
     if (n === null || n === undefined || typeof n !== "number" || !isFinite(n)) return "—";
     return n.toFixed(d === undefined ? 1 : d);
   }
+  function vfmt(n, d) { return v(fmt(n, d)); }
   function yesno(b, yes, no) { return el("span", {"class": b ? "yes" : "no"}, b ? (yes || "yes") : (no || "no")); }
+  // list shows values separated by commas, each isolated.
+  function vlist(xs) { return xs.map(function (x, k) { return [k ? ", " : null, v(x)]; }); }
+  // abbr is a short column heading with its full meaning as a tooltip.
+  function abbr(short, full) { return el("abbr", {"title": full}, short); }
   function arr(x) { return Array.isArray(x) ? x : []; }
   function obj(x) { return x && typeof x === "object" && !Array.isArray(x) ? x : {}; }
   function str(x) { return x === null || x === undefined ? "" : String(x); }
@@ -37,14 +62,16 @@
     return el("div", {"class": "tablewrap"}, el("table", null,
       el("thead", null, el("tr", null, head.map(function (h) { return el("th", null, h); }))),
       el("tbody", null, rows.map(function (r) {
-        return el("tr", null, r.map(function (c, i) { return el("td", numCols.indexOf(i) >= 0 ? {"class": "num"} : null, c); }));
+        return el("tr", null, r.map(function (c, i) {
+          return el("td", numCols.indexOf(i) >= 0 ? {"class": "num"} : null, typeof c === "string" || typeof c === "number" ? v(c) : c);
+        }));
       }))));
   }
-  function bar(v, max) {
-    var w = max > 0 ? Math.round(100 * v / max) : 0;
+  function bar(n, max) {
+    var w = max > 0 ? Math.round(100 * n / max) : 0;
     var f = el("span", {"class": "fill"});
-    f.style.width = Math.max(w, v > 0 ? 2 : 0) + "px";
-    return el("div", {"class": "bar"}, f, String(v));
+    f.style.width = Math.max(w, n > 0 ? 2 : 0) + "px";
+    return el("div", {"class": "bar"}, f, v(String(n)));
   }
 
   // extras shows the fields of a view object the page has no place for
@@ -54,15 +81,15 @@
     var parts = [];
     Object.keys(obj(o)).sort().forEach(function (k) {
       if (known.indexOf(k) >= 0) return;
-      var v = o[k], t;
-      if (v === null || v === undefined) return;
-      if (typeof v === "object") {
-        t = JSON.stringify(v);
+      var x = o[k], t;
+      if (x === null || x === undefined) return;
+      if (typeof x === "object") {
+        t = JSON.stringify(x);
         if (t.length > 200) t = t.slice(0, 200) + "…";
-      } else t = String(v);
-      parts.push(k + ": " + t);
+      } else t = String(x);
+      parts.push(parts.length ? " · " : null, v(k), ": ", v(t));
     });
-    if (parts.length) add(c.info, el("div", {"class": "meta extras"}, parts.join(" · ")));
+    if (parts.length) add(c.info, el("div", {"class": "meta extras"}, parts));
   }
 
   // card returns the persistent card for id in panel, its info part emptied.
@@ -77,7 +104,8 @@
       cards[id] = c;
     }
     document.querySelector("#panel-" + panel + " .cards").appendChild(c);
-    c.h.textContent = title;
+    c.h.replaceChildren();
+    add(c.h, title);
     c.info.replaceChildren();
     return c;
   }
@@ -98,7 +126,9 @@
     list = list.filter(function (s) { return S.values[s.key]; }).slice(0, PALETTE.length);
     if (!list.length) return;
     touched[id] = true;
-    var sig = list.map(function (s) { return s.key + "=" + s.label; }).join("\n");
+    // A label is a value or a list of parts (literal text and values).
+    var labels = list.map(function (s) { return typeof s.label === "string" ? v(s.label) : el("span", null, s.label); });
+    var sig = list.map(function (s, i) { return s.key + "=" + labels[i].textContent; }).join("\n");
     var data = [S.times.map(function (t) { return t / 1000; })];
     list.forEach(function (s) { data.push(S.values[s.key]); });
     var points = 0;
@@ -114,13 +144,14 @@
     }
     if (ch) { ch.u.destroy(); ch.el.remove(); }
     var box = el("div", {"class": "chart", "data-chart": id}, el("div", {"class": "title"}, title));
+    box.dataset.keys = JSON.stringify(list.map(function (s) { return s.key; }));
     c.charts.appendChild(box);
     var opts = {
       width: width, height: 170,
       scales: {x: {time: true}},
       legend: {live: false},
       series: [{}].concat(list.map(function (s, i) {
-        return {label: s.label, stroke: PALETTE[i], width: 1.5, spanGaps: false,
+        return {label: labels[i], stroke: PALETTE[i], width: 1.5, spanGaps: false,
           value: function (u, v) { return v === null ? "—" : fmt(v, 1) + (unit ? " " + unit : ""); }};
       })),
       axes: [{}, {size: 50}]
@@ -132,10 +163,12 @@
 
   // sources: this Caddy's modules, then each reachable replica's.
   function sources(st) {
-    var out = [{label: "", prefix: [], modules: obj(st.modules)}];
+    // label makes a card title's suffix (a new element each call: an
+    // element is in one place only).
+    var out = [{label: function () { return null; }, prefix: [], modules: obj(st.modules)}];
     arr(st.replicas).forEach(function (r, i) {
       if (!r.reachable || !r.body) return;
-      out.push({label: " @ " + str(r.url), prefix: ["replica", String(i)], modules: obj(r.body)});
+      out.push({label: function () { return [" @ ", v(r.url)]; }, prefix: ["replica", String(i)], modules: obj(r.body)});
     });
     return out;
   }
@@ -150,10 +183,10 @@
     arr(src.modules.latency_bucket).forEach(function (p) {
       seen.latency_bucket = true;
       var name = str(p.name), id = "lb" + SEP + src.prefix.join(SEP) + SEP + name + SEP + str(p.kind);
-      var c = card("latency_bucket", id, "policy " + name + " (" + str(p.kind) + ")" + src.label);
+      var c = card("latency_bucket", id, ["policy ", v(name), " (", v(p.kind), ")", src.label()]);
       add(c.info, el("div", {"class": "meta"},
-        "bucket width " + fmt(p.bucket_width_ms, 0) + " ms · latency " + str(p.latency) + " · probe window " + str(p.probe_window) +
-        " · sticky " + (p.sticky ? "on, " + str(p.sticky_entries) + " / " + str(p.sticky_max_entries) + " entries" : "off")));
+        "bucket width ", vfmt(p.bucket_width_ms, 0), " ms · latency ", v(p.latency), " · probe window ", v(p.probe_window),
+        " · sticky ", p.sticky ? ["on, ", v(p.sticky_entries), " / ", v(p.sticky_max_entries), " entries"] : "off"));
       extras(c, p, ["name", "kind", "state_since", "generations", "bucket_width_ms", "latency", "probe_window", "sticky",
         "sticky_entries", "sticky_max_entries", "publishers"]);
       var pubs = arr(p.publishers);
@@ -161,7 +194,7 @@
         pubs.map(function (u) {
           var picks = last(pkey(src, "latency_bucket", name, str(u.address), "picks_total"));
           return [str(u.address), u.measured ? fmt(u.latency_ms, 1) : "—", str(u.bucket) || "—", yesno(!!u.active, "active", "inactive"),
-            str(u.sticky_entries === undefined ? "—" : u.sticky_entries), fmt(picks, 1), el("span", {"class": "err"}, str(u.last_error))];
+            str(u.sticky_entries === undefined ? "—" : u.sticky_entries), fmt(picks, 1), v(u.last_error, "err")];
         }), [1, 4, 5]));
       chart(c, id + SEP + "lat", "latency ms per publisher (probes)", pubs.map(function (u) {
         return {key: pkey(src, "latency_bucket", name, str(u.address), "latency_ms"), label: str(u.address)};
@@ -176,32 +209,34 @@
     arr(src.modules.peer_rate_limit).forEach(function (h) {
       seen.peer_rate_limit = true;
       var name = str(h.name), id = "prl" + SEP + src.prefix.join(SEP) + SEP + name + SEP + str(h.kind);
-      var c = card("peer_rate_limit", id, "limiter " + name + " (" + str(h.kind) + ")" + src.label);
+      var c = card("peer_rate_limit", id, ["limiter ", v(name), " (", v(h.kind), ")", src.label()]);
       var d = h.dynamic;
-      if (d) add(c.info, el("div", {"class": "meta"}, "dynamic: load " + fmt(d.load_percent, 1) + " % · throttle " + str(d.throttle_percent) +
-        " % · source " + str(d.source), d.last_error ? el("span", {"class": "err"}, " · " + str(d.last_error)) : null));
+      if (d) add(c.info, el("div", {"class": "meta"}, "dynamic: load ", vfmt(d.load_percent, 1), " % · throttle ", v(d.throttle_percent),
+        " % · source ", v(d.source), d.last_error ? [" · ", v(d.last_error, "err")] : null));
       extras(c, h, ["name", "kind", "profiles", "dynamic"]);
       var rows = [], rateSeries = [], throttleSeries = [], flowSeries = [];
       arr(h.profiles).forEach(function (p) {
         var pn = str(p.name);
         ["admitted_total", "rejected_total"].forEach(function (f) {
-          flowSeries.push({key: pkey(src, "peer_rate_limit", name, pn, f), label: pn + " " + f.replace("_total", "")});
+          flowSeries.push({key: pkey(src, "peer_rate_limit", name, pn, f), label: [v(pn), " " + f.replace("_total", "")]});
         });
         arr(p.limits).forEach(function (l) {
           var ln = str(l.name);
           var adm = last(pkey(src, "peer_rate_limit", name, pn, ln, "admitted_total"));
           var rej = last(pkey(src, "peer_rate_limit", name, pn, ln, "rejected_total"));
-          rows.push([pn, ln, fmt(l.rate_per_second, 1) + " / " + str(l.burst), str(l.throttle_percent) + " %", fmt(l.effective_rate_per_second, 1) + " / " + str(l.effective_burst),
+          rows.push([pn, ln, [vfmt(l.rate_per_second, 1), " / ", v(l.burst)], [v(l.throttle_percent), " %"], [vfmt(l.effective_rate_per_second, 1), " / ", v(l.effective_burst)],
             str(p.keys), fmt(adm === null ? last(pkey(src, "peer_rate_limit", name, pn, "admitted_total")) : adm, 1),
             fmt(rej === null ? last(pkey(src, "peer_rate_limit", name, pn, "rejected_total")) : rej, 1)]);
-          rateSeries.push({key: pkey(src, "peer_rate_limit", name, pn, ln, "effective_rate_per_second"), label: pn + " " + ln});
-          throttleSeries.push({key: pkey(src, "peer_rate_limit", name, pn, ln, "throttle_percent"), label: pn + " " + ln + " throttle %"});
+          rateSeries.push({key: pkey(src, "peer_rate_limit", name, pn, ln, "effective_rate_per_second"), label: [v(pn), " ", v(ln)]});
+          throttleSeries.push({key: pkey(src, "peer_rate_limit", name, pn, ln, "throttle_percent"), label: [v(pn), " ", v(ln), " throttle %"]});
           ["admitted_total", "rejected_total"].forEach(function (f) {
-            flowSeries.push({key: pkey(src, "peer_rate_limit", name, pn, ln, f), label: pn + " " + ln + " " + f.replace("_total", "")});
+            flowSeries.push({key: pkey(src, "peer_rate_limit", name, pn, ln, f), label: [v(pn), " ", v(ln), " " + f.replace("_total", "")]});
           });
         });
       });
-      add(c.info, table(["profile", "limit", "configured rate/burst", "throttle", "effective rate/burst", "keys", "admitted/s", "rejected/s"], rows, [2, 3, 4, 5, 6, 7]));
+      add(c.info, table(["profile", "limit", abbr("rate/burst", "configured rate (per second) / burst"), "throttle",
+        abbr("eff. rate/burst", "effective rate (per second) / burst, after throttling"), abbr("keys", "peers tracked"),
+        abbr("adm./s", "admitted per second"), abbr("rej./s", "rejected per second")], rows, [2, 3, 4, 5, 6, 7]));
       var dyn = [{key: pkey(src, "peer_rate_limit", name, "dynamic", "load_percent"), label: "load %"},
         {key: pkey(src, "peer_rate_limit", name, "dynamic", "throttle_percent"), label: "throttle %"}];
       chart(c, id + SEP + "thr", "throttle % and load % over time", dyn.concat(throttleSeries), "%");
@@ -214,10 +249,11 @@
     arr(src.modules.tenant_route).forEach(function (h) {
       seen.tenant_route = true;
       var name = str(h.name), id = "tr" + SEP + src.prefix.join(SEP) + SEP + name;
-      var c = card("tenant_route", id, "router " + name + src.label);
-      add(c.info, el("div", {"class": "meta"}, "membership " + str(h.membership) + (typeof h.membership_age_ms === "number" ? " (updated " + (h.membership_age_ms / 1000).toFixed(1) + " s ago)" : "") +
-        " · " + str(h.partitions) + " partitions per tenant",
-        h.membership_error ? el("span", {"class": "err"}, " · " + str(h.membership_error)) : null));
+      var c = card("tenant_route", id, ["router ", v(name), src.label()]);
+      add(c.info, el("div", {"class": "meta"}, "membership ", v(h.membership),
+        typeof h.membership_age_ms === "number" ? [" (updated ", v((h.membership_age_ms / 1000).toFixed(1)), " s ago)"] : null,
+        " · ", v(h.partitions), " partitions per tenant",
+        h.membership_error ? [" · ", v(h.membership_error, "err")] : null));
       extras(c, h, ["name", "membership", "membership_age_ms", "membership_updated", "membership_error", "nodes", "open_connections", "partitions",
         "tenant_partitions", "runtime_partitions", "tenants", "partition_history"]);
       var conns = obj(h.open_connections), nodes = arr(h.nodes).map(str);
@@ -228,19 +264,21 @@
       var tenants = obj(h.tenants), names = Object.keys(tenants);
       names.sort(function (a, b) { return (Number(obj(tenants[b]).connections) || 0) - (Number(obj(tenants[a]).connections) || 0) || (a < b ? -1 : 1); });
       var rows = names.slice(0, MAX_ROWS).map(function (t) {
-        var v = obj(tenants[t]);
-        return [el("span", {"class": "tenant"}, t), arr(v.nodes).map(str).join(", "), str(v.connections)];
+        var tv = obj(tenants[t]);
+        return [v(t, "tenant"), vlist(arr(tv.nodes)), str(tv.connections)];
       });
-      add(c.info, el("div", {"class": "meta"}, names.length + " tenants connected" + (names.length > MAX_ROWS ? " (top " + MAX_ROWS + " shown)" : "")));
+      add(c.info, el("div", {"class": "meta"}, v(names.length), " tenants connected", names.length > MAX_ROWS ? [" (top ", v(MAX_ROWS), " shown)"] : null));
       if (rows.length) add(c.info, table(["tenant", "nodes", "connections"], rows, [2]));
       // Placement changes (auto partitions), newest first.
       var hist = arr(h.partition_history).slice(-MAX_ROWS).reverse();
       if (hist.length) add(c.info, table(["changed", "tenant", "k", "why"], hist.map(function (e) {
         e = obj(e);
-        return [str(e.time), el("span", {"class": "tenant"}, str(e.tenant)), str(e.from) + " → " + str(e.to), str(e.reason)];
+        return [str(e.time), v(e.tenant, "tenant"), [v(e.from), " → ", v(e.to)], str(e.reason)];
       })));
       var tp = obj(h.tenant_partitions), tpn = Object.keys(tp).sort();
-      if (tpn.length) add(c.info, el("div", {"class": "meta"}, "own partition counts: " + tpn.slice(0, MAX_ROWS).map(function (t) { return t + "=" + str(tp[t]); }).join(", ")));
+      if (tpn.length) add(c.info, el("div", {"class": "meta"}, "own partition counts: ", tpn.slice(0, MAX_ROWS).map(function (t, k) {
+        return [k ? ", " : null, v(t, "tenant"), "=", v(tp[t])];
+      })));
       chart(c, id + SEP + "conns", "open connections per node", nodes.map(function (n) {
         return {key: pkey(src, "tenant_route", name, "open_connections", n), label: n};
       }), "");
@@ -248,30 +286,40 @@
   }
 
   function renderOGS(st) {
-    var list = arr(st.ogs);
+    var list = arr(st.ogs), now = Date.parse(str(st.generated_at));
     show("ogs", list.length > 0);
     list.forEach(function (r, i) {
       var id = "ogs" + SEP + i;
-      var c = card("ogs", id, "ogs " + str(r.url));
-      add(c.info, el("div", {"class": "meta"}, r.reachable ? yesno(true, "reachable") : el("span", {"class": "err"}, "unreachable: " + str(r.error)),
-        r.fetched_at ? " · fetched " + str(r.fetched_at) : ""));
+      var c = card("ogs", id, ["ogs ", v(r.url)]);
+      // An unreachable URL keeps its last good answer (body), shown stale.
+      var stale = !r.reachable && r.body;
+      c.classList.toggle("stale", !!stale);
+      add(c.info, el("div", {"class": "meta"}, r.reachable ? yesno(true, "reachable") : el("span", {"class": "err"}, "unreachable: ", v(r.error)),
+        r.fetched_at ? [" · fetched ", v(r.fetched_at)] : null));
+      if (stale) {
+        var age = (now - Date.parse(str(r.body_fetched_at))) / 1000;
+        add(c.info, el("div", {"class": "meta stale-note"}, "stale: the last answer, ", v(isFinite(age) ? fmt(age, 0) : "—"), " s old (",
+          v(r.body_fetched_at), ")"));
+      }
       arr(obj(r.body).servers).forEach(function (s) {
         var zone = str(s.zone);
-        add(c.info, el("div", {"class": "meta"}, "zone " + zone + " · store " + str(s.store) +
-          (s.redis_healthy === undefined ? "" : " · redis " + (s.redis_healthy ? "healthy" : "unhealthy")) +
-          " · last run " + str(s.last_run) + " · runs " + str(s.runs_total)));
+        add(c.info, el("div", {"class": "meta"}, "zone ", v(zone), " · store ", v(s.store),
+          s.redis_healthy === undefined ? null : [" · redis ", s.redis_healthy ? "healthy" : "unhealthy"],
+          " · last run ", v(s.last_run), " · runs ", v(s.runs_total)));
         var gws = arr(s.gateways);
-        if (gws.length) add(c.info, el("div", {"class": "meta"}, "gateways: " + gws.map(function (g) { return str(obj(g).name) + " " + str(obj(g).address); }).join(", ")));
+        if (gws.length) add(c.info, el("div", {"class": "meta"}, "gateways: ", gws.map(function (g, k) {
+          return [k ? ", " : null, v(obj(g).name), " ", v(obj(g).address)];
+        })));
         var series = [];
         add(c.info, table(["location", "order (RTT ms)", "probed at", "cache age s"], arr(s.locations).slice(0, MAX_ROWS).map(function (l) {
           var rtts = obj(l.rtts_ms);
-          var order = arr(l.order).map(function (g, k) { return (k + 1) + ". " + str(g) + " (" + fmt(rtts[g], 1) + ")"; });
+          var order = arr(l.order).map(function (g, k) { return el("div", null, v(k + 1), ". ", v(g), " (", vfmt(rtts[g], 1), ")"); });
           Object.keys(rtts).forEach(function (g) {
-            series.push({key: key("ogs", String(i), zone, str(l.location), "rtts_ms", g), label: str(l.location) + " " + g});
+            series.push({key: key("ogs", String(i), zone, str(l.location), "rtts_ms", g), label: [v(l.location), " ", v(g)]});
           });
-          return [str(l.location), el("div", null, order.map(function (o) { return el("div", null, o); })), str(l.probed_at), fmt(l.age_seconds, 1)];
+          return [str(l.location), el("div", null, order), str(l.probed_at), fmt(l.age_seconds, 1)];
         }), [3]));
-        chart(c, id + SEP + zone, "RTT ms per gateway (" + zone + ")", series, "ms");
+        chart(c, id + SEP + zone, ["RTT ms per gateway (", v(zone), ")"], series, "ms");
       });
     });
   }
@@ -280,26 +328,26 @@
     arr(src.modules.cache_redirect).forEach(function (h) {
       seen.ntier = true;
       var node = str(h.node), id = "cr" + SEP + src.prefix.join(SEP) + SEP + node;
-      var c = card("ntier", id, "cache_redirect node " + node + src.label);
+      var c = card("ntier", id, ["cache_redirect node ", v(node), src.label()]);
       extras(c, h, ["node", "client_ip_header", "caches", "origin", "requests_total", "forged_client_ip_total"]);
       var paths = obj(h.requests_total), pn = Object.keys(paths).sort();
       add(c.info, table(["path", "requests", "per second"], pn.map(function (p) {
         return [p, str(paths[p]), fmt(last(pkey(src, "cache_redirect", node, "requests_total", p)), 1)];
       }), [1, 2]));
-      add(c.info, el("div", {"class": "meta"}, "forged Client-IP replaced: " + str(h.forged_client_ip_total) +
-        " · caches " + arr(h.caches).map(function (x) { return str(obj(x).address) + (obj(x).up === false ? " (down)" : ""); }).join(", ")));
+      add(c.info, el("div", {"class": "meta"}, "forged Client-IP replaced: ", v(h.forged_client_ip_total),
+        " · caches ", arr(h.caches).map(function (x, k) { return [k ? ", " : null, v(obj(x).address), obj(x).up === false ? " (down)" : null]; })));
       chart(c, id + SEP + "rate", "requests per second by path", pn.map(function (p) {
         return {key: pkey(src, "cache_redirect", node, "requests_total", p), label: p};
       }), "/s");
     });
     arr(src.modules.port_range).forEach(function (t, k) {
       seen.ntier = true;
-      var node = str(t.node) || "ports " + str(t.ports), id = "pr" + SEP + src.prefix.join(SEP) + SEP + k;
-      var c = card("ntier", id, "source ports " + node + src.label);
+      var id = "pr" + SEP + src.prefix.join(SEP) + SEP + k;
+      var c = card("ntier", id, ["source ports ", str(t.node) ? v(t.node) : ["ports ", v(t.ports)], src.label()]);
       var size = Number(t.size) || 0, used = Number(t.ports_in_use) || 0;
       add(c.info, table(["range", "size", "in use", "TIME_WAIT", "exhausted dials"],
         [[str(t.ports), str(size), bar(used, size), str(t.time_wait), str(t.exhausted_total)]], [1, 3, 4]));
-      chart(c, id + SEP + "use", "source ports in use", [{key: pkey(src, "port_range", str(t.node), "ports_in_use"), label: "in use of " + size}], "");
+      chart(c, id + SEP + "use", "source ports in use", [{key: pkey(src, "port_range", str(t.node), "ports_in_use"), label: ["in use of ", v(size)]}], "");
     });
   }
 
@@ -307,11 +355,11 @@
   function renderOther(src, seen) {
     Object.keys(src.modules).sort().forEach(function (m) {
       if (KNOWN.indexOf(m) >= 0) return;
-      var v = src.modules[m];
-      if (Array.isArray(v) && !v.length) return;
+      var mv = src.modules[m];
+      if (Array.isArray(mv) && !mv.length) return;
       seen.other = true;
-      var c = card("other", "other" + SEP + src.prefix.join(SEP) + SEP + m, m + src.label);
-      add(c.info, el("pre", null, JSON.stringify(v, null, 1).slice(0, 20000)));
+      var c = card("other", "other" + SEP + src.prefix.join(SEP) + SEP + m, [v(m), src.label()]);
+      add(c.info, el("pre", {"class": "v"}, visible(JSON.stringify(mv, null, 1).slice(0, 20000))));
     });
   }
 
@@ -321,8 +369,8 @@
     if (!list.length) return;
     var c = card("replicas", "replicas", "other Caddy processes");
     add(c.info, table(["admin address", "state", "modules"], list.map(function (r) {
-      return [str(r.url), r.reachable ? yesno(true, "reachable") : el("span", {"class": "err"}, "unreachable: " + str(r.error)),
-        Object.keys(obj(r.body)).filter(function (m) { return arr(obj(r.body)[m]).length; }).join(", ")];
+      return [str(r.url), r.reachable ? yesno(true, "reachable") : el("span", {"class": "err"}, "unreachable: ", v(r.error)),
+        vlist(Object.keys(obj(r.body)).filter(function (m) { return arr(obj(r.body)[m]).length; }))];
     })));
   }
 
