@@ -14,18 +14,25 @@ import (
 )
 
 // fakeStore has Redis' semantics for what the Selector uses: values and
-// locks expire after their TTL, a lock is taken only when free (SET NX PX)
-// and released only by its token. down makes every call fail; hang makes
-// every call block until its context ends.
+// locks expire after their TTL, GetOrLock and Publish are atomic (as the
+// plugin's scripts are), a lock is released only by its token. down makes
+// every call fail; hang makes every call block until its context ends;
+// refuse fails the calls that touch the keys it names, as an ACL does.
+// afterEmptyRead, if set, runs once after the first GetOrLock that found no
+// value: another replica acting between this step and the next.
 type fakeStore struct {
 	mu     sync.Mutex
 	values map[string]stored
 	locks  map[string]stored
 	down   atomic.Bool
 	hang   atomic.Bool
-	wrong  atomic.Bool // Get finds a key of another type
+	wrong  atomic.Bool   // the value key is of another type
+	refuse atomic.Uint32 // StoreKeys refused
 	calls  atomic.Int64
 	sets   atomic.Int64
+	// afterEmptyRead runs once, after the first GetOrLock that found no value.
+	afterEmptyRead func(loc string)
+	once           sync.Once
 }
 
 type stored struct {
@@ -39,7 +46,7 @@ func newFakeStore() *fakeStore {
 
 var errDown = errors.New("connection refused")
 
-func (f *fakeStore) enter(ctx context.Context) error {
+func (f *fakeStore) enter(ctx context.Context, op string, keys StoreKeys) error {
 	f.calls.Add(1)
 	if f.hang.Load() {
 		<-ctx.Done()
@@ -48,31 +55,107 @@ func (f *fakeStore) enter(ctx context.Context) error {
 	if f.down.Load() {
 		return errDown
 	}
+	if r := StoreKeys(f.refuse.Load()) & keys; r != 0 {
+		return &StoreTrouble{Op: op, Keys: r, Reason: "noperm", Err: errors.New("NOPERM no permissions to access a key")}
+	}
 	return nil
 }
 
-func (f *fakeStore) Get(ctx context.Context, loc string) ([]byte, error) {
-	if err := f.enter(ctx); err != nil {
-		return nil, err
+// current is loc's live value and lock holder; called with f.mu held.
+func (f *fakeStore) current(loc string) (value, lock string) {
+	if v, ok := f.values[loc]; ok && time.Now().Before(v.exp) {
+		value = v.v
 	}
-	if f.wrong.Load() {
-		return nil, fmt.Errorf("%w: WRONGTYPE", ErrMalformed)
+	if l, ok := f.locks[loc]; ok && time.Now().Before(l.exp) {
+		lock = l.v
+	}
+	return value, lock
+}
+
+func (f *fakeStore) GetOrLock(ctx context.Context, loc, token string, ttl time.Duration, skip []byte) (Claim, error) {
+	if err := f.enter(ctx, "get_or_lock", KeysBoth); err != nil {
+		return Claim{}, err
+	}
+	f.mu.Lock()
+	var c Claim
+	v, lock := f.current(loc)
+	switch {
+	case f.wrong.Load():
+		c.Malformed = fmt.Errorf("%w: WRONGTYPE", ErrMalformed)
+		v = ""
+	}
+	if v != "" && v != string(skip) {
+		c.Value = []byte(v)
+	} else if lock == "" {
+		f.locks[loc] = stored{token, time.Now().Add(ttl)}
+		c.Locked = true
+	}
+	f.mu.Unlock()
+	if c.Value == nil && f.afterEmptyRead != nil {
+		f.once.Do(func() { f.afterEmptyRead(loc) })
+	}
+	return c, nil
+}
+
+func (f *fakeStore) Extend(ctx context.Context, loc, token string, ttl time.Duration) (bool, error) {
+	if err := f.enter(ctx, "extend", KeysLock); err != nil {
+		return false, err
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if v, ok := f.values[loc]; ok && time.Now().Before(v.exp) {
-		return []byte(v.v), nil
+	if _, lock := f.current(loc); lock != token {
+		return false, nil
 	}
-	return nil, nil
+	f.locks[loc] = stored{token, time.Now().Add(ttl)}
+	return true, nil
 }
 
-func (f *fakeStore) Set(ctx context.Context, loc string, value []byte, ttl time.Duration) error {
-	if err := f.enter(ctx); err != nil {
+func (f *fakeStore) Publish(ctx context.Context, loc, token string, value []byte, ttl time.Duration, skip []byte) ([]byte, bool, error) {
+	if err := f.enter(ctx, "publish", KeysBoth); err != nil {
+		return nil, false, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	v, lock := f.current(loc)
+	if f.wrong.Load() {
+		v = ""
+	}
+	if (token != "" && lock == token) || (lock == "" && (v == "" || v == string(skip))) {
+		f.sets.Add(1)
+		f.values[loc] = stored{string(value), time.Now().Add(ttl)}
+		if lock == token {
+			delete(f.locks, loc)
+		}
+		f.wrong.Store(false)
+		return nil, true, nil
+	}
+	if v == "" {
+		return nil, false, nil
+	}
+	return []byte(v), false, nil
+}
+
+func (f *fakeStore) Unlock(ctx context.Context, loc, token string) error {
+	if err := f.enter(ctx, "unlock", KeysLock); err != nil {
 		return err
 	}
-	f.sets.Add(1)
-	f.put(loc, string(value), ttl)
+	f.unlock(loc, token)
 	return nil
+}
+
+func (f *fakeStore) unlock(loc, token string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.locks[loc].v == token {
+		delete(f.locks, loc)
+	}
+}
+
+// lock takes loc's lock for another replica, as GetOrLock would.
+func (f *fakeStore) lock(loc, token string, ttl time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.locks[loc] = stored{token, time.Now().Add(ttl)}
 }
 
 func (f *fakeStore) put(loc, value string, ttl time.Duration) {
@@ -90,33 +173,8 @@ func (f *fakeStore) value(loc string) string {
 func (f *fakeStore) locked(loc string) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	l, ok := f.locks[loc]
-	return ok && time.Now().Before(l.exp)
-}
-
-func (f *fakeStore) Lock(ctx context.Context, loc, token string, ttl time.Duration) (bool, error) {
-	if err := f.enter(ctx); err != nil {
-		return false, err
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if l, ok := f.locks[loc]; ok && time.Now().Before(l.exp) {
-		return false, nil
-	}
-	f.locks[loc] = stored{token, time.Now().Add(ttl)}
-	return true, nil
-}
-
-func (f *fakeStore) Unlock(ctx context.Context, loc, token string) error {
-	if err := f.enter(ctx); err != nil {
-		return err
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.locks[loc].v == token {
-		delete(f.locks, loc)
-	}
-	return nil
+	_, lock := f.current(loc)
+	return lock != ""
 }
 
 // events counts store events by kind.
@@ -352,7 +410,7 @@ func TestStoreWrongTypeIsMalformed(t *testing.T) {
 // starts here once the lock expires.
 func TestDeadLockHolderFallsBackThenProbes(t *testing.T) {
 	store, ev := newFakeStore(), &events{}
-	store.Lock(context.Background(), "loc", "dead replica", 300*ms)
+	store.lock("loc", "dead replica", 300*ms)
 	p := seedProber()
 	s := replica(t, store, p, ev, func(c *Config) { c.AnswerDeadline = 50 * ms; c.Deadline = 300 * ms; c.StorePoll = 10 * ms })
 	sel := s.Select(context.Background(), "loc")
