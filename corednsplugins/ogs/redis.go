@@ -25,6 +25,7 @@ type redisStore struct {
 }
 
 func (r *redisStore) valueKey(location string) string { return r.ns + location }
+
 // lockKey is NS:lock:{NS:LOCATION}: the braces make Redis Cluster hash only
 // the value's key, so a location's value and lock share a slot and one
 // script may touch both (a key with braces of its own keeps its own slot).
