@@ -321,17 +321,66 @@ func TestStoreDownProbesLocally(t *testing.T) {
 }
 
 // A store that hangs costs at most StoreTimeout per call; queries are
-// answered from a local run.
+// answered from a local run. Each call is timed inside the store, from its
+// start to its return, and must end within 3× StoreTimeout (a bound on the
+// timeout's cost, not a performance claim: a call that waits for anything
+// but its own bounded context takes far longer).
 func TestStoreHangingIsBounded(t *testing.T) {
-	store, ev := newFakeStore(), &events{}
+	const timeout = 100 * ms
+	store, ev := &timedStore{fakeStore: newFakeStore()}, &events{}
 	store.hang.Store(true)
-	s := replica(t, store, seedProber(), ev, func(c *Config) { c.StoreTimeout = 20 * ms })
-	if sel := s.Select(context.Background(), "loc"); sel.Source != Probed {
-		t.Fatalf("%v", sel.Source)
+	s := replica(t, store, seedProber(), ev, func(c *Config) { c.StoreTimeout = timeout; c.StoreRetry = time.Nanosecond })
+	var wg sync.WaitGroup
+	for i := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if sel := s.Select(context.Background(), fmt.Sprintf("loc%d", i)); sel.Source != Probed {
+				t.Errorf("loc%d: %v", i, sel.Source)
+			}
+		}()
 	}
-	if ev.count(StoreError) != 1 {
+	wg.Wait()
+	for deadline := time.Now().Add(30 * time.Second); s.Snapshot(0).Total < 4 && time.Now().Before(deadline); {
+		time.Sleep(10 * ms) // the flights end (with a slow store, after the queries fell back)
+	}
+	s.Close()
+	if ev.count(StoreError) < 1 {
 		t.Fatalf("%d errors", ev.count(StoreError))
 	}
+	store.mu.Lock()
+	defer store.mu.Unlock()
+	if len(store.took) == 0 {
+		t.Fatal("no store call")
+	}
+	for i, d := range store.took {
+		if d > 3*timeout {
+			t.Errorf("store call %d of %d took %v; the store timeout is %v (bound: 3× that)", i+1, len(store.took), d, timeout)
+		}
+	}
+}
+
+// timedStore records how long each GetOrLock and Publish took.
+type timedStore struct {
+	*fakeStore
+	mu   sync.Mutex
+	took []time.Duration
+}
+
+func (ts *timedStore) record(start time.Time) {
+	ts.mu.Lock()
+	ts.took = append(ts.took, time.Since(start))
+	ts.mu.Unlock()
+}
+
+func (ts *timedStore) GetOrLock(ctx context.Context, loc, token string, ttl time.Duration, skip []byte) (Claim, error) {
+	defer ts.record(time.Now())
+	return ts.fakeStore.GetOrLock(ctx, loc, token, ttl, skip)
+}
+
+func (ts *timedStore) Publish(ctx context.Context, loc, token string, value []byte, ttl time.Duration, skip []byte) ([]byte, bool, error) {
+	defer ts.record(time.Now())
+	return ts.fakeStore.Publish(ctx, loc, token, value, ttl, skip)
 }
 
 // Values that do not validate are ignored and counted; the location is
