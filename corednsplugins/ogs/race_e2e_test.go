@@ -243,4 +243,3 @@ func maps(a, b map[string]float64) bool {
 	}
 	return true
 }
-
