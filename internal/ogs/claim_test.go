@@ -251,3 +251,24 @@ func TestStoreTroubleClearsOnlyTouchedKeys(t *testing.T) {
 		t.Fatalf("healthy %v, up %d, down %d", s.StoreHealthy(), ev.count(StoreUp), ev.count(StoreDown))
 	}
 }
+
+// The re-check timer reconciles by itself: a result probed while the
+// store was down is written within one re-check interval of the store
+// answering, with no query.
+func TestReconcileRunsOnTheRecheckTimer(t *testing.T) {
+	store, ev := newFakeStore(), &events{}
+	store.down.Store(true)
+	s := replica(t, store, seedProber(), ev, func(c *Config) { c.Recheck = 50 * ms; c.StoreRetry = 10 * ms })
+	s.Start()
+	if sel := s.Select(context.Background(), "loc"); sel.Source != Probed {
+		t.Fatalf("%v", sel.Source)
+	}
+	store.down.Store(false)
+	deadline := time.Now().Add(5 * time.Second)
+	for store.value("loc") == "" {
+		if time.Now().After(deadline) {
+			t.Fatal("never written after the store came back")
+		}
+		time.Sleep(5 * ms)
+	}
+}
