@@ -110,11 +110,21 @@ type serverView struct {
 	State          string         `json:"state"`
 	Store          string         `json:"store"`
 	RedisHealthy   *bool          `json:"redis_healthy,omitempty"`
+	RedisTroubles  []troubleView  `json:"redis_troubles,omitempty"`
 	Gateways       []gatewayView  `json:"gateways"`
 	Locations      []locationView `json:"locations"`
 	LocationsTotal int            `json:"locations_total"`
 	LastRun        *time.Time     `json:"last_run"`
 	RunsTotal      uint64         `json:"runs_total"`
+}
+
+type troubleView struct {
+	Keys      string    `json:"keys"`
+	Pattern   string    `json:"key_pattern"`
+	Operation string    `json:"operation"`
+	Reason    string    `json:"reason"`
+	Error     string    `json:"error"`
+	Since     time.Time `json:"since"`
 }
 
 type gatewayView struct {
@@ -170,6 +180,11 @@ func (o *OGS) view(now time.Time) serverView {
 		v.Store = "redis"
 		healthy := snap.StoreUp
 		v.RedisHealthy = &healthy
+		v.RedisTroubles = []troubleView{}
+		for _, t := range snap.Troubles {
+			v.RedisTroubles = append(v.RedisTroubles, troubleView{Keys: t.Keys.String(), Pattern: o.store.keyPattern(t.Keys),
+				Operation: t.Op, Reason: t.Reason, Error: truncate(t.Err, 200), Since: t.Since.UTC()})
+		}
 	case o.cfg.CacheFile != "":
 		v.Store = "file"
 	}
@@ -204,4 +219,12 @@ func (o *OGS) view(now time.Time) serverView {
 		v.Locations = append(v.Locations, lv)
 	}
 	return v
+}
+
+// truncate bounds a store's error text in the view.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
 }

@@ -48,9 +48,13 @@ var (
 		Namespace: plugin.Namespace, Subsystem: pluginName, Name: "store_hits_total",
 		Help: "Queries answered from a fresh cached selection, by cache level (local: this process's memory; redis: the shared store).",
 	}, []string{"level"})
-	storeErrors = promauto.NewCounter(prometheus.CounterOpts{
+	storeErrors = promauto.NewCounterVec(prometheus.CounterOpts{
 		Namespace: plugin.Namespace, Subsystem: pluginName, Name: "store_errors_total",
-		Help: "Shared store calls that failed (the replica probed locally).",
+		Help: "Shared store calls that failed (the replica probed locally), by operation, keys (value, lock, value+lock, any) and reason.",
+	}, []string{"operation", "keys", "reason"})
+	storeAdopted = promauto.NewCounter(prometheus.CounterOpts{
+		Namespace: plugin.Namespace, Subsystem: pluginName, Name: "store_adopted_total",
+		Help: "Probe runs whose result was not written because another replica's was stored first (this replica answers the stored one).",
 	})
 	storeMalformed = promauto.NewCounter(prometheus.CounterOpts{
 		Namespace: plugin.Namespace, Subsystem: pluginName, Name: "store_malformed_total",

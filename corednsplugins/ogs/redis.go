@@ -10,54 +10,181 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/edgesteer/edgesteer/internal/ogs"
+	"github.com/edgesteer/edgesteer/internal/redisconn"
 )
 
 // redisStore is the engine's shared cache level (ogs.Store) on Redis: a
-// location's value at NS:LOCATION and its probe lock at NS:lock:LOCATION,
+// location's value at NS:LOCATION and its probe lock at NS:lock:{NS:LOCATION},
 // where NS is key_prefix + ":ogs:" + the block's store name (its state
-// name, or its served names).
+// name, or its served names). GetOrLock and Publish are Lua scripts, so
+// each is one atomic step.
 type redisStore struct {
 	client  redis.UniversalClient
 	release func() // the client's reference in redisconn's pool
 	ns      string
 }
 
-func (r *redisStore) Get(ctx context.Context, location string) ([]byte, error) {
-	b, err := r.client.Get(ctx, r.ns+location).Bytes()
-	var reply redis.Error
-	switch {
-	case errors.Is(err, redis.Nil):
-		return nil, nil
-	case errors.As(err, &reply) && strings.HasPrefix(reply.Error(), "WRONGTYPE"):
-		// Another program's key of another type: a bad value, not a
-		// Redis that is down (SET replaces it after this replica's run).
-		return nil, fmt.Errorf("%w: %v", ogs.ErrMalformed, err)
+func (r *redisStore) valueKey(location string) string { return r.ns + location }
+
+// lockKey is NS:lock:{NS:LOCATION}: the braces make Redis Cluster hash only
+// the value's key, so a location's value and lock share a slot and one
+// script may touch both (a key with braces of its own keeps its own slot).
+func (r *redisStore) lockKey(location string) string {
+	v := r.valueKey(location)
+	if strings.ContainsAny(v, "{}") {
+		return r.ns + "lock:" + location
 	}
-	return b, err
+	return r.ns + "lock:{" + v + "}"
 }
 
-func (r *redisStore) Set(ctx context.Context, location string, value []byte, ttl time.Duration) error {
-	return r.client.Set(ctx, r.ns+location, value, ttl).Err()
+// keyPattern is the pattern of the keys k names, for logs and the admin
+// view.
+func (r *redisStore) keyPattern(k ogs.StoreKeys) string {
+	switch k {
+	case ogs.KeysValue:
+		return r.ns + "*"
+	case ogs.KeysLock:
+		return r.ns + "lock:*"
+	case ogs.KeysBoth:
+		return r.ns + "* (values and locks)"
+	}
+	return "every key (the connection)"
 }
 
-func (r *redisStore) Lock(ctx context.Context, location, token string, ttl time.Duration) (bool, error) {
-	return r.client.SetNX(ctx, r.ns+"lock:"+location, token, ttl).Result()
+// A value key of another type (another program's) is read as no value,
+// and replaced by the next write: pcall catches WRONGTYPE, any other error
+// is raised.
+const readValue = `
+local v = redis.pcall('GET', KEYS[1])
+local bad = 0
+if type(v) == 'table' and v.err then
+  if string.sub(v.err, 1, 9) ~= 'WRONGTYPE' then return redis.error_reply(v.err) end
+  v, bad = false, 1
+end
+`
+
+// getOrLock: KEYS value, lock; ARGV token, ttl ms, skip (or ""). Returns
+// {0, value}, {1, bad} (locked) or {2, bad} (held by another).
+var getOrLock = redis.NewScript(readValue + `
+if v and v ~= ARGV[3] then return {0, v} end
+if redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then return {1, bad} end
+return {2, bad}`)
+
+// publish: KEYS value, lock; ARGV token (or ""), value, ttl ms, skip (or
+// ""). Returns {1} (written; the lock released if token held it) or {0,
+// stored value} / {0}.
+var publish = redis.NewScript(`
+local lock = redis.call('GET', KEYS[2])
+if ARGV[1] ~= '' and lock == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+  redis.call('DEL', KEYS[2])
+  return {1}
+end
+` + readValue + `
+if not lock and (not v or v == ARGV[4]) then
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+  return {1}
+end
+if v then return {0, v} end
+return {0}`)
+
+// extend and unlock act only for the lock's holder: a run that outlived
+// its lock must not extend or release the next holder's.
+var (
+	extend = redis.NewScript(`if redis.call("GET", KEYS[1]) == ARGV[1] then return redis.call("PEXPIRE", KEYS[1], ARGV[2]) end return 0`)
+	unlock = redis.NewScript(`if redis.call("GET", KEYS[1]) == ARGV[1] then return redis.call("DEL", KEYS[1]) end return 0`)
+)
+
+func (r *redisStore) GetOrLock(ctx context.Context, location, token string, ttl time.Duration, skip []byte) (ogs.Claim, error) {
+	keys := []string{r.valueKey(location), r.lockKey(location)}
+	res, err := getOrLock.Run(ctx, r.client, keys, token, ttl.Milliseconds(), string(skip)).Slice()
+	if err != nil {
+		return ogs.Claim{}, r.trouble(ctx, "get_or_lock", err, location, ogs.KeysBoth)
+	}
+	var c ogs.Claim
+	code, _ := res[0].(int64)
+	switch {
+	case code == 0 && len(res) == 2:
+		v, _ := res[1].(string)
+		c.Value = []byte(v)
+	case code == 1:
+		c.Locked = true
+	}
+	if code != 0 && len(res) == 2 && res[1] == int64(1) {
+		c.Malformed = fmt.Errorf("%w: %s holds a key of another type", ogs.ErrMalformed, keys[0])
+	}
+	return c, nil
 }
 
-// unlock deletes the lock only if its holder is still the caller: a run
-// that outlived its lock must not release the next holder's.
-var unlock = redis.NewScript(`if redis.call("GET", KEYS[1]) == ARGV[1] then return redis.call("DEL", KEYS[1]) end return 0`)
+func (r *redisStore) Extend(ctx context.Context, location, token string, ttl time.Duration) (bool, error) {
+	n, err := extend.Run(ctx, r.client, []string{r.lockKey(location)}, token, ttl.Milliseconds()).Int64()
+	if err != nil {
+		return false, r.trouble(ctx, "extend", err, location, ogs.KeysLock)
+	}
+	return n == 1, nil
+}
+
+func (r *redisStore) Publish(ctx context.Context, location, token string, value []byte, ttl time.Duration, skip []byte) ([]byte, bool, error) {
+	keys := []string{r.valueKey(location), r.lockKey(location)}
+	res, err := publish.Run(ctx, r.client, keys, token, string(value), ttl.Milliseconds(), string(skip)).Slice()
+	if err != nil {
+		return nil, false, r.trouble(ctx, "publish", err, location, ogs.KeysBoth)
+	}
+	if code, _ := res[0].(int64); code == 1 {
+		return nil, true, nil
+	}
+	if len(res) == 2 {
+		v, _ := res[1].(string)
+		return []byte(v), false, nil
+	}
+	return nil, false, nil
+}
 
 func (r *redisStore) Unlock(ctx context.Context, location, token string) error {
-	return unlock.Run(ctx, r.client, []string{r.ns + "lock:" + location}, token).Err()
+	if err := unlock.Run(ctx, r.client, []string{r.lockKey(location)}, token).Err(); err != nil {
+		return r.trouble(ctx, "unlock", err, location, ogs.KeysLock)
+	}
+	return nil
+}
+
+// trouble places err, the error of op on location's keys, through
+// redisconn's one classifier: a value of another type is a malformed value
+// (not store trouble); anything else is trouble, with its reason. Redis
+// refuses a script whose declared keys an ACL user may not touch without
+// saying which: then one EXISTS per key (cheap, and only on that error)
+// tells which keys are refused.
+func (r *redisStore) trouble(ctx context.Context, op string, err error, location string, keys ogs.StoreKeys) error {
+	if redisconn.Classify(err) == redisconn.Malformed {
+		return fmt.Errorf("%w: %v", ogs.ErrMalformed, err)
+	}
+	reason := redisconn.Reason(err)
+	if reason == "" {
+		reason = "other"
+	}
+	if keys == ogs.KeysBoth && reason == "noperm" {
+		refused := ogs.StoreKeys(0)
+		for k, key := range map[ogs.StoreKeys]string{ogs.KeysValue: r.valueKey(location), ogs.KeysLock: r.lockKey(location)} {
+			if e := r.client.Exists(ctx, key).Err(); redisconn.Reason(e) == "noperm" {
+				refused |= k
+			}
+		}
+		if refused != 0 {
+			keys = refused
+		}
+	}
+	if reason != "noperm" && reason != "error_reply" && reason != "oom" && reason != "readonly" {
+		keys = ogs.KeysAny // the store as a whole, not these keys
+	}
+	return &ogs.StoreTrouble{Op: op, Keys: keys, Reason: reason, Err: err}
 }
 
 // onStore counts what happened with the store and logs its transitions
-// (down, answering again) once each.
+// (keys in trouble, answering again) once each.
 func (o *OGS) onStore(ev ogs.StoreEvent) {
 	switch ev.Kind {
 	case ogs.StoreError:
-		storeErrors.Inc()
+		t := ev.Trouble
+		storeErrors.WithLabelValues(t.Op, t.Keys.String(), t.Reason).Inc()
 	case ogs.StoreMalformed:
 		storeMalformed.Inc()
 		log.Warningf("store redis: value of location %s ignored: %v", ev.Location, ev.Err)
@@ -65,9 +192,13 @@ func (o *OGS) onStore(ev ogs.StoreEvent) {
 		storeStale.Inc()
 	case ogs.StoreLockWait:
 		lockWaits.Inc()
+	case ogs.StoreAdopted:
+		storeAdopted.Inc()
 	case ogs.StoreDown:
-		log.Warningf("store redis %s: %v; probing locally until it answers again", strings.Join(o.redis.Addresses, ","), ev.Err)
+		t := ev.Trouble
+		log.Warningf("store redis %s: %s failed on %s (%s, location %s): %v; probing locally until it answers again",
+			strings.Join(o.redis.Addresses, ","), t.Op, o.store.keyPattern(t.Keys), t.Reason, ev.Location, errors.Unwrap(t))
 	case ogs.StoreUp:
-		log.Infof("store redis %s: answering again", strings.Join(o.redis.Addresses, ","))
+		log.Infof("store redis %s: answering again on %s", strings.Join(o.redis.Addresses, ","), o.store.keyPattern(ev.Trouble.Keys))
 	}
 }

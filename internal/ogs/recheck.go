@@ -44,9 +44,10 @@ func (s *Selector) recheck() {
 			return
 		case <-timer.C:
 		}
+		s.reconcile()
 		cfg := s.Config()
 		if cfg.Recheck <= 0 {
-			timer.Reset(time.Second) // off: look again whether a reload turned it on
+			timer.Reset(time.Second) // off: look again whether a reload turned it on (and reconcile)
 			continue
 		}
 		s.recheckOnce(cfg)

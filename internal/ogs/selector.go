@@ -80,7 +80,8 @@ type Run struct {
 	RTTs     [][]time.Duration // per gateway, every probe (0: failed)
 	Reasons  [][]string        // per gateway, every probe's failure reason ("": succeeded)
 	Errors   []error           // per gateway, its last failed probe's error (nil: none failed)
-	Result   *Result           // nil when no gateway answered
+	Result   *Result           // what the location answers: nil when no gateway answered
+	Shared   bool              // Result is another replica's, stored first (this run lost the race)
 	Previous *Result           // without Result: the location's earlier result, if any
 	RetryAt  time.Time         // without Result: no new run before this
 }
@@ -230,6 +231,7 @@ type entry struct {
 	viewOf   *Result // the res view was derived from
 	viewVer  uint64  // the deadVer view was derived at
 	shared   bool    // res was read from the store, not probed here
+	pending  bool    // res was probed here and is not the stored result yet (see reconcile)
 }
 
 // progress is what a probe run has measured so far, so that a query whose
@@ -267,8 +269,9 @@ type Selector struct {
 	runs    uint64    // probe runs made by this selector
 	lastRun time.Time // when the latest one finished
 
-	storeDown      bool      // the store's last call failed
-	storeDownUntil time.Time // the store rests until then after an error
+	storeDown      bool                            // some keys are in trouble (troubles is not empty)
+	storeDownUntil time.Time                       // the store rests until then after an error
+	troubles       map[StoreKeys]StoreTroubleState // keys the store fails on, until a call on them succeeds
 }
 
 // NewSelector returns a selector with defaults filled in.
@@ -278,7 +281,7 @@ func NewSelector(cfg Config) (*Selector, error) {
 	}
 	cfg.FillDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &Selector{now: time.Now, epoch: 1, entries: map[string]*entry{}, dead: map[string]string{}, ctx: ctx, cancel: cancel, saves: make(chan struct{}, 1)}
+	s := &Selector{now: time.Now, epoch: 1, entries: map[string]*entry{}, dead: map[string]string{}, troubles: map[StoreKeys]StoreTroubleState{}, ctx: ctx, cancel: cancel, saves: make(chan struct{}, 1)}
 	s.setConfig(cfg)
 	return s, nil
 }
@@ -430,11 +433,19 @@ func (s *Selector) configured() *Result {
 // unless nothing answered. cfg and epoch are those in force when the run
 // started; a reload during the run maps its result onto the new
 // configuration by gateway name (see Reconfigure).
-// With a store, the result is shared (and the probe lock held under token
-// released) once the local queries have it.
-func (s *Selector) run(location string, e *entry, done chan struct{}, cfg Config, epoch uint64, token string) {
+// With a store, the result is published before the local queries get it
+// (see publish): they answer the stored result, which is the run's unless
+// another replica's won the race. A probe lock held (c) is extended while
+// the run goes and released by the publish.
+func (s *Selector) run(location string, e *entry, done chan struct{}, cfg Config, epoch uint64, c *claim) {
 	ctx, cancel := context.WithTimeout(s.ctx, cfg.Deadline)
 	defer cancel()
+	if c != nil {
+		stop := make(chan struct{})
+		defer close(stop)
+		s.wg.Add(1)
+		go s.keepLock(location, c, cfg, stop)
+	}
 	n := len(cfg.Gateways)
 	prog := &progress{gws: cfg.Gateways, omit: cfg.OmitUnmeasured, best: make([]time.Duration, n), reasons: make([]string, n)}
 	s.mu.Lock()
@@ -484,17 +495,19 @@ func (s *Selector) run(location string, e *entry, done chan struct{}, cfg Config
 		any = any || best[i] > 0
 		reasons[i] = Reason(errs[i])
 	}
-	s.mu.Lock()
-	var res *Result
+	var probed *Result
 	if any {
-		res = &Result{Gateways: cfg.Gateways, Order: Order(cfg.Gateways, best, cfg.OmitUnmeasured), RTTs: best, Reasons: reasons, At: s.now()}
-		if !sameGateways(cfg.Gateways, s.cfg.Gateways) || cfg.OmitUnmeasured != s.cfg.OmitUnmeasured {
-			res = s.remap(res)
-		}
+		probed = &Result{Gateways: cfg.Gateways, Order: Order(cfg.Gateways, best, cfg.OmitUnmeasured), RTTs: best, Reasons: reasons, At: s.now()}
+	}
+	out := s.publish(location, probed, cfg, c)
+	s.mu.Lock()
+	res := out.res
+	if res != nil && (!sameGateways(cfg.Gateways, s.cfg.Gateways) || cfg.OmitUnmeasured != s.cfg.OmitUnmeasured) {
+		res = s.remap(res)
 	}
 	switch {
 	case res != nil:
-		e.res, e.epoch, e.failed, e.shared = res, epoch, nil, false
+		e.res, e.epoch, e.failed, e.shared, e.pending = res, epoch, nil, out.shared, out.pending
 	case !any:
 		e.retryAt = s.now().Add(cfg.Retry)
 		e.failed = &Result{Gateways: cfg.Gateways, RTTs: best, Reasons: reasons, At: s.now()}
@@ -502,7 +515,7 @@ func (s *Selector) run(location string, e *entry, done chan struct{}, cfg Config
 	e.flight, e.progress = nil, nil
 	s.runs++
 	s.lastRun = s.now()
-	run := Run{Location: location, Gateways: cfg.Gateways, RTTs: all, Reasons: why, Errors: errs, Result: res, RetryAt: e.retryAt}
+	run := Run{Location: location, Gateways: cfg.Gateways, RTTs: all, Reasons: why, Errors: errs, Result: res, Shared: out.shared, RetryAt: e.retryAt}
 	if res == nil {
 		run.Previous = e.res
 	}
@@ -515,7 +528,6 @@ func (s *Selector) run(location string, e *entry, done chan struct{}, cfg Config
 	if res != nil {
 		s.requestSave()
 	}
-	s.share(location, res, cfg, token)
 }
 
 // sleep waits d, or until ctx ends; it reports whether d passed.

@@ -2,8 +2,6 @@ package ogs
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,19 +17,39 @@ import (
 // answer deadline), and never fails a query because of it: any store error
 // makes the replica probe locally, as without a store.
 //
+// One probe run per location across replicas rests on two atomic steps:
+// GetOrLock (the value if there is one, else the lock, never a lock taken
+// over a value written since it was looked for) and Publish (the result
+// written only by the lock's holder, or where no one holds it and nothing
+// is stored; otherwise the stored value comes back, and the Selector
+// answers that one).
+//
 // Keys are the store's business (the plugin namespaces them by prefix and
 // state name); values are opaque bytes that the Selector writes and
-// validates like network input.
+// validates like network input. Tokens are never empty.
 type Store interface {
-	// Get returns location's value, or nil and no error when there is none.
-	Get(ctx context.Context, location string) ([]byte, error)
-	// Set stores location's value for ttl.
-	Set(ctx context.Context, location string, value []byte, ttl time.Duration) error
-	// Lock takes location's probe lock for ttl unless it is held (Redis:
-	// SET NX PX), under token; it reports whether it took it.
-	Lock(ctx context.Context, location, token string, ttl time.Duration) (bool, error)
+	// GetOrLock, in one atomic step, returns location's value when it has
+	// one other than skip (nil: none to skip); otherwise takes location's
+	// probe lock under token for ttl when it is free (Redis: SET NX PX).
+	GetOrLock(ctx context.Context, location, token string, ttl time.Duration, skip []byte) (Claim, error)
+	// Extend pushes the lock's expiry to ttl from now if token holds it.
+	Extend(ctx context.Context, location, token string, ttl time.Duration) (bool, error)
+	// Publish, in one atomic step, stores value for ttl and releases the
+	// lock if token holds it (token "": holds nothing), or if the lock is
+	// free and location has no value (or skip, or one of another type);
+	// otherwise it writes nothing and returns the value stored (nil: none).
+	Publish(ctx context.Context, location, token string, value []byte, ttl time.Duration, skip []byte) (stored []byte, written bool, err error)
 	// Unlock releases location's lock if token still holds it.
 	Unlock(ctx context.Context, location, token string) error
+}
+
+// Claim is what GetOrLock found.
+type Claim struct {
+	Value  []byte // the location's value (then no lock was taken)
+	Locked bool   // no value: this call took the lock
+	// Malformed, if set, says the location's key holds something no value
+	// can be (Redis: a key of another type); it counts as no value.
+	Malformed error
 }
 
 // ErrMalformed wraps a Store's error for a value that is there but cannot
@@ -39,6 +57,49 @@ type Store interface {
 // ignored and counted like one that does not parse, and the store is not
 // considered down.
 var ErrMalformed = errors.New("malformed value")
+
+// StoreKeys says which of a location's keys a store error concerns.
+type StoreKeys uint8
+
+const (
+	KeysAny   StoreKeys = 0                    // the store as a whole: a timeout, a dropped connection (no telling which keys)
+	KeysValue StoreKeys = 1 << (iota - 1)      // location values
+	KeysLock                                   // probe locks
+	KeysBoth  StoreKeys = KeysValue | KeysLock // both, or either (the store did not say which)
+)
+
+func (k StoreKeys) String() string {
+	return [...]string{"any", "value", "lock", "value+lock"}[k&KeysBoth]
+}
+
+// StoreTrouble is a Store's error placed: the operation, the keys it was
+// refused or failed on, and a reason from a bounded set (for metrics). A
+// Store returns one when it can tell; the Selector treats any other error
+// as trouble of KeysAny, reason "other" ("timeout" past its context).
+type StoreTrouble struct {
+	Op     string // get_or_lock, extend, publish, unlock
+	Keys   StoreKeys
+	Reason string
+	Err    error
+}
+
+func (t *StoreTrouble) Error() string {
+	return fmt.Sprintf("%s on %s keys (%s): %v", t.Op, t.Keys, t.Reason, t.Err)
+}
+func (t *StoreTrouble) Unwrap() error { return t.Err }
+
+// asTrouble places err, an error of op.
+func asTrouble(op string, err error) *StoreTrouble {
+	var t *StoreTrouble
+	if errors.As(err, &t) {
+		return t
+	}
+	reason := "other"
+	if errors.Is(err, context.DeadlineExceeded) {
+		reason = "timeout"
+	}
+	return &StoreTrouble{Op: op, Keys: KeysAny, Reason: reason, Err: err}
+}
 
 // Store defaults: one store call's bound, how often a replica waiting on
 // another's probe run looks for its result, and how long the store is left
@@ -49,6 +110,10 @@ const (
 	DefaultStoreRetry   = time.Second
 )
 
+// reconcileBatch bounds the locations one reconcile step (recheck.go)
+// takes to the store.
+const reconcileBatch = 256
+
 // StoreEventKind is what happened with the store, for metrics and logs.
 type StoreEventKind int
 
@@ -57,15 +122,26 @@ const (
 	StoreMalformed                       // a value that does not parse or validate: ignored
 	StoreStale                           // a value measured with another probe or other gateways: ignored
 	StoreLockWait                        // another replica holds the probe lock: this one waits for its result
-	StoreDown                            // the first error after the store worked (or at start)
-	StoreUp                              // the first success after StoreDown
+	StoreDown                            // the first error on some keys after they worked (or at start)
+	StoreUp                              // the first success on those keys after StoreDown
+	StoreAdopted                         // this replica's run lost the race: it answers the stored result instead
 )
 
 // StoreEvent is reported to Config.OnStore.
 type StoreEvent struct {
 	Kind     StoreEventKind
 	Location string
-	Err      error // StoreError, StoreMalformed, StoreDown: why
+	Err      error         // StoreError, StoreMalformed, StoreDown: why
+	Trouble  *StoreTrouble // StoreError, StoreDown, StoreUp: the operation, keys and reason
+}
+
+// StoreTroubleState is keys the store currently fails on, for Snapshot.
+type StoreTroubleState struct {
+	Keys   StoreKeys
+	Op     string // the operation that failed first
+	Reason string
+	Err    string
+	Since  time.Time
 }
 
 // storedEntry is a location's value in the store. Order and RTTs name
@@ -153,200 +229,4 @@ func decodeStored(data []byte, cfg *Config, now time.Time) (*Result, error) {
 		rtts[i] = time.Duration(v.RTTs[g.Name] * float64(time.Millisecond))
 	}
 	return &Result{Gateways: cfg.Gateways, Order: Order(cfg.Gateways, rtts, cfg.OmitUnmeasured), RTTs: rtts, At: v.At}, nil
-}
-
-// storeCtx bounds one store call.
-func (s *Selector) storeCtx(cfg *Config) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(s.ctx, cfg.StoreTimeout)
-}
-
-// storeUsable reports whether the store is configured and not resting
-// after an error.
-func (s *Selector) storeUsable(cfg *Config) bool {
-	if cfg.Store == nil {
-		return false
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return !s.now().Before(s.storeDownUntil)
-}
-
-// storeDone records a store call's outcome: an error rests the store for
-// StoreRetry (the replica goes on locally) and is reported, the first one
-// after a success also as StoreDown; the first success after that as
-// StoreUp.
-func (s *Selector) storeDone(cfg *Config, location string, err error) {
-	if s.ctx.Err() != nil {
-		return // shutting down: not the store's fault
-	}
-	s.mu.Lock()
-	var events []StoreEvent
-	if err != nil {
-		events = append(events, StoreEvent{Kind: StoreError, Location: location, Err: err})
-		if !s.storeDown {
-			events = append(events, StoreEvent{Kind: StoreDown, Location: location, Err: err})
-		}
-		s.storeDown, s.storeDownUntil = true, s.now().Add(cfg.StoreRetry)
-	} else if s.storeDown {
-		s.storeDown = false
-		events = append(events, StoreEvent{Kind: StoreUp, Location: location})
-	}
-	s.mu.Unlock()
-	s.report(cfg, events...)
-}
-
-func (s *Selector) report(cfg *Config, events ...StoreEvent) {
-	if cfg.OnStore == nil {
-		return
-	}
-	for _, ev := range events {
-		cfg.OnStore(ev)
-	}
-}
-
-// StoreHealthy reports whether the store answered its last call (true
-// before the first call); false without a store.
-func (s *Selector) StoreHealthy() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.cfg.Store != nil && !s.storeDown
-}
-
-// fetchOrRun is the flight of a location with no fresh local entry when a
-// store is configured: the store's fresh value answers; else this replica
-// takes the location's probe lock (for the run's deadline) and probes,
-// writing the result for the others; else another replica is probing, and
-// this one polls the store for its result (queries wait on the flight up to
-// the answer deadline, as for a local run, and then fall back). Once the
-// other's lock would have expired, or on any store error, it probes
-// locally.
-func (s *Selector) fetchOrRun(location string, e *entry, done chan struct{}, cfg Config, epoch uint64) {
-	defer s.wg.Done()
-	if !s.storeUsable(&cfg) {
-		s.run(location, e, done, cfg, epoch, "")
-		return
-	}
-	token := newToken()
-	giveUp := time.Now().Add(cfg.Deadline + 2*cfg.StoreTimeout)
-	waited, counted := false, false
-	for {
-		ctx, cancel := s.storeCtx(&cfg)
-		data, err := cfg.Store.Get(ctx, location)
-		cancel()
-		malformed := errors.Is(err, ErrMalformed)
-		if malformed {
-			err = nil
-		}
-		s.storeDone(&cfg, location, err)
-		if err != nil {
-			break
-		}
-		if malformed && !counted {
-			counted = true
-			s.report(&cfg, StoreEvent{Kind: StoreMalformed, Location: location, Err: ErrMalformed})
-		}
-		if data != nil {
-			res, err := decodeStored(data, &cfg, s.now())
-			switch {
-			case err == nil && s.now().Sub(res.At) < cfg.CacheTTL:
-				if s.adopt(e, done, res, epoch) {
-					return
-				}
-			case err == nil: // expired here (a shorter cache_ttl): probe anew
-			case counted:
-			case errors.Is(err, errStale):
-				counted = true
-				s.report(&cfg, StoreEvent{Kind: StoreStale, Location: location, Err: err})
-			default:
-				counted = true
-				s.report(&cfg, StoreEvent{Kind: StoreMalformed, Location: location, Err: err})
-			}
-		}
-		ctx, cancel = s.storeCtx(&cfg)
-		got, err := cfg.Store.Lock(ctx, location, token, cfg.Deadline)
-		cancel()
-		s.storeDone(&cfg, location, err)
-		if err != nil {
-			break
-		}
-		if got {
-			s.run(location, e, done, cfg, epoch, token)
-			return
-		}
-		if !waited {
-			waited = true
-			s.report(&cfg, StoreEvent{Kind: StoreLockWait, Location: location})
-		}
-		if time.Now().After(giveUp) {
-			break // the holder's lock should have expired by now
-		}
-		if !sleep(s.ctx, cfg.StorePoll) {
-			s.abandon(e, done)
-			return
-		}
-	}
-	s.run(location, e, done, cfg, epoch, "")
-}
-
-// adopt installs a result read from the store as e's, ending the flight
-// done; it reports false when a reload invalidated the measurements since
-// the flight began (the flight then goes on).
-func (s *Selector) adopt(e *entry, done chan struct{}, res *Result, epoch uint64) bool {
-	s.mu.Lock()
-	if epoch != s.epoch {
-		s.mu.Unlock()
-		return false
-	}
-	if !sameGateways(res.Gateways, s.cfg.Gateways) {
-		if res = s.remap(res); res == nil {
-			s.mu.Unlock()
-			return false
-		}
-	}
-	e.res, e.epoch, e.failed, e.shared = res, epoch, nil, true
-	e.flight, e.progress = nil, nil
-	s.mu.Unlock()
-	close(done)
-	s.requestSave()
-	return true
-}
-
-// abandon ends a flight without a result (the selector is closing).
-func (s *Selector) abandon(e *entry, done chan struct{}) {
-	s.mu.Lock()
-	e.flight, e.progress = nil, nil
-	s.mu.Unlock()
-	close(done)
-}
-
-// share writes a run's result to the store (when it is usable) for the
-// other replicas, with the rest of its lifetime as TTL, and releases the
-// location's probe lock if this run held it.
-func (s *Selector) share(location string, res *Result, cfg Config, token string) {
-	if cfg.Store == nil || (token == "" && !s.storeUsable(&cfg)) {
-		return
-	}
-	if res != nil {
-		if ttl := cfg.CacheTTL - s.now().Sub(res.At); ttl >= time.Millisecond {
-			data, err := encodeStored(res, &cfg)
-			if err == nil {
-				ctx, cancel := s.storeCtx(&cfg)
-				err = cfg.Store.Set(ctx, location, data, ttl)
-				cancel()
-				s.storeDone(&cfg, location, err)
-			}
-		}
-	}
-	if token != "" {
-		ctx, cancel := s.storeCtx(&cfg)
-		err := cfg.Store.Unlock(ctx, location, token)
-		cancel()
-		s.storeDone(&cfg, location, err)
-	}
-}
-
-func newToken() string {
-	var b [16]byte
-	rand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }

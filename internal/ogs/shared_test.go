@@ -14,18 +14,25 @@ import (
 )
 
 // fakeStore has Redis' semantics for what the Selector uses: values and
-// locks expire after their TTL, a lock is taken only when free (SET NX PX)
-// and released only by its token. down makes every call fail; hang makes
-// every call block until its context ends.
+// locks expire after their TTL, GetOrLock and Publish are atomic (as the
+// plugin's scripts are), a lock is released only by its token. down makes
+// every call fail; hang makes every call block until its context ends;
+// refuse fails the calls that touch the keys it names, as an ACL does.
+// afterEmptyRead, if set, runs once after the first GetOrLock that found no
+// value: another replica acting between this step and the next.
 type fakeStore struct {
 	mu     sync.Mutex
 	values map[string]stored
 	locks  map[string]stored
 	down   atomic.Bool
 	hang   atomic.Bool
-	wrong  atomic.Bool // Get finds a key of another type
+	wrong  atomic.Bool   // the value key is of another type
+	refuse atomic.Uint32 // StoreKeys refused
 	calls  atomic.Int64
 	sets   atomic.Int64
+	// afterEmptyRead runs once, after the first GetOrLock that found no value.
+	afterEmptyRead func(loc string)
+	once           sync.Once
 }
 
 type stored struct {
@@ -39,7 +46,7 @@ func newFakeStore() *fakeStore {
 
 var errDown = errors.New("connection refused")
 
-func (f *fakeStore) enter(ctx context.Context) error {
+func (f *fakeStore) enter(ctx context.Context, op string, keys StoreKeys) error {
 	f.calls.Add(1)
 	if f.hang.Load() {
 		<-ctx.Done()
@@ -48,31 +55,107 @@ func (f *fakeStore) enter(ctx context.Context) error {
 	if f.down.Load() {
 		return errDown
 	}
+	if r := StoreKeys(f.refuse.Load()) & keys; r != 0 {
+		return &StoreTrouble{Op: op, Keys: r, Reason: "noperm", Err: errors.New("NOPERM no permissions to access a key")}
+	}
 	return nil
 }
 
-func (f *fakeStore) Get(ctx context.Context, loc string) ([]byte, error) {
-	if err := f.enter(ctx); err != nil {
-		return nil, err
+// current is loc's live value and lock holder; called with f.mu held.
+func (f *fakeStore) current(loc string) (value, lock string) {
+	if v, ok := f.values[loc]; ok && time.Now().Before(v.exp) {
+		value = v.v
 	}
-	if f.wrong.Load() {
-		return nil, fmt.Errorf("%w: WRONGTYPE", ErrMalformed)
+	if l, ok := f.locks[loc]; ok && time.Now().Before(l.exp) {
+		lock = l.v
+	}
+	return value, lock
+}
+
+func (f *fakeStore) GetOrLock(ctx context.Context, loc, token string, ttl time.Duration, skip []byte) (Claim, error) {
+	if err := f.enter(ctx, "get_or_lock", KeysBoth); err != nil {
+		return Claim{}, err
+	}
+	f.mu.Lock()
+	var c Claim
+	v, lock := f.current(loc)
+	switch {
+	case f.wrong.Load():
+		c.Malformed = fmt.Errorf("%w: WRONGTYPE", ErrMalformed)
+		v = ""
+	}
+	if v != "" && v != string(skip) {
+		c.Value = []byte(v)
+	} else if lock == "" {
+		f.locks[loc] = stored{token, time.Now().Add(ttl)}
+		c.Locked = true
+	}
+	f.mu.Unlock()
+	if c.Value == nil && f.afterEmptyRead != nil {
+		f.once.Do(func() { f.afterEmptyRead(loc) })
+	}
+	return c, nil
+}
+
+func (f *fakeStore) Extend(ctx context.Context, loc, token string, ttl time.Duration) (bool, error) {
+	if err := f.enter(ctx, "extend", KeysLock); err != nil {
+		return false, err
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if v, ok := f.values[loc]; ok && time.Now().Before(v.exp) {
-		return []byte(v.v), nil
+	if _, lock := f.current(loc); lock != token {
+		return false, nil
 	}
-	return nil, nil
+	f.locks[loc] = stored{token, time.Now().Add(ttl)}
+	return true, nil
 }
 
-func (f *fakeStore) Set(ctx context.Context, loc string, value []byte, ttl time.Duration) error {
-	if err := f.enter(ctx); err != nil {
+func (f *fakeStore) Publish(ctx context.Context, loc, token string, value []byte, ttl time.Duration, skip []byte) ([]byte, bool, error) {
+	if err := f.enter(ctx, "publish", KeysBoth); err != nil {
+		return nil, false, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	v, lock := f.current(loc)
+	if f.wrong.Load() {
+		v = ""
+	}
+	if (token != "" && lock == token) || (lock == "" && (v == "" || v == string(skip))) {
+		f.sets.Add(1)
+		f.values[loc] = stored{string(value), time.Now().Add(ttl)}
+		if lock == token {
+			delete(f.locks, loc)
+		}
+		f.wrong.Store(false)
+		return nil, true, nil
+	}
+	if v == "" {
+		return nil, false, nil
+	}
+	return []byte(v), false, nil
+}
+
+func (f *fakeStore) Unlock(ctx context.Context, loc, token string) error {
+	if err := f.enter(ctx, "unlock", KeysLock); err != nil {
 		return err
 	}
-	f.sets.Add(1)
-	f.put(loc, string(value), ttl)
+	f.unlock(loc, token)
 	return nil
+}
+
+func (f *fakeStore) unlock(loc, token string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.locks[loc].v == token {
+		delete(f.locks, loc)
+	}
+}
+
+// lock takes loc's lock for another replica, as GetOrLock would.
+func (f *fakeStore) lock(loc, token string, ttl time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.locks[loc] = stored{token, time.Now().Add(ttl)}
 }
 
 func (f *fakeStore) put(loc, value string, ttl time.Duration) {
@@ -90,33 +173,8 @@ func (f *fakeStore) value(loc string) string {
 func (f *fakeStore) locked(loc string) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	l, ok := f.locks[loc]
-	return ok && time.Now().Before(l.exp)
-}
-
-func (f *fakeStore) Lock(ctx context.Context, loc, token string, ttl time.Duration) (bool, error) {
-	if err := f.enter(ctx); err != nil {
-		return false, err
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if l, ok := f.locks[loc]; ok && time.Now().Before(l.exp) {
-		return false, nil
-	}
-	f.locks[loc] = stored{token, time.Now().Add(ttl)}
-	return true, nil
-}
-
-func (f *fakeStore) Unlock(ctx context.Context, loc, token string) error {
-	if err := f.enter(ctx); err != nil {
-		return err
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.locks[loc].v == token {
-		delete(f.locks, loc)
-	}
-	return nil
+	_, lock := f.current(loc)
+	return lock != ""
 }
 
 // events counts store events by kind.
@@ -263,17 +321,66 @@ func TestStoreDownProbesLocally(t *testing.T) {
 }
 
 // A store that hangs costs at most StoreTimeout per call; queries are
-// answered from a local run.
+// answered from a local run. Each call is timed inside the store, from its
+// start to its return, and must end within 3× StoreTimeout (a bound on the
+// timeout's cost, not a performance claim: a call that waits for anything
+// but its own bounded context takes far longer).
 func TestStoreHangingIsBounded(t *testing.T) {
-	store, ev := newFakeStore(), &events{}
+	const timeout = 100 * ms
+	store, ev := &timedStore{fakeStore: newFakeStore()}, &events{}
 	store.hang.Store(true)
-	s := replica(t, store, seedProber(), ev, func(c *Config) { c.StoreTimeout = 20 * ms })
-	if sel := s.Select(context.Background(), "loc"); sel.Source != Probed {
-		t.Fatalf("%v", sel.Source)
+	s := replica(t, store, seedProber(), ev, func(c *Config) { c.StoreTimeout = timeout; c.StoreRetry = time.Nanosecond })
+	var wg sync.WaitGroup
+	for i := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if sel := s.Select(context.Background(), fmt.Sprintf("loc%d", i)); sel.Source != Probed {
+				t.Errorf("loc%d: %v", i, sel.Source)
+			}
+		}()
 	}
-	if ev.count(StoreError) != 1 {
+	wg.Wait()
+	for deadline := time.Now().Add(30 * time.Second); s.Snapshot(0).Total < 4 && time.Now().Before(deadline); {
+		time.Sleep(10 * ms) // the flights end (with a slow store, after the queries fell back)
+	}
+	s.Close()
+	if ev.count(StoreError) < 1 {
 		t.Fatalf("%d errors", ev.count(StoreError))
 	}
+	store.mu.Lock()
+	defer store.mu.Unlock()
+	if len(store.took) == 0 {
+		t.Fatal("no store call")
+	}
+	for i, d := range store.took {
+		if d > 3*timeout {
+			t.Errorf("store call %d of %d took %v; the store timeout is %v (bound: 3× that)", i+1, len(store.took), d, timeout)
+		}
+	}
+}
+
+// timedStore records how long each GetOrLock and Publish took.
+type timedStore struct {
+	*fakeStore
+	mu   sync.Mutex
+	took []time.Duration
+}
+
+func (ts *timedStore) record(start time.Time) {
+	ts.mu.Lock()
+	ts.took = append(ts.took, time.Since(start))
+	ts.mu.Unlock()
+}
+
+func (ts *timedStore) GetOrLock(ctx context.Context, loc, token string, ttl time.Duration, skip []byte) (Claim, error) {
+	defer ts.record(time.Now())
+	return ts.fakeStore.GetOrLock(ctx, loc, token, ttl, skip)
+}
+
+func (ts *timedStore) Publish(ctx context.Context, loc, token string, value []byte, ttl time.Duration, skip []byte) ([]byte, bool, error) {
+	defer ts.record(time.Now())
+	return ts.fakeStore.Publish(ctx, loc, token, value, ttl, skip)
 }
 
 // Values that do not validate are ignored and counted; the location is
@@ -352,7 +459,7 @@ func TestStoreWrongTypeIsMalformed(t *testing.T) {
 // starts here once the lock expires.
 func TestDeadLockHolderFallsBackThenProbes(t *testing.T) {
 	store, ev := newFakeStore(), &events{}
-	store.Lock(context.Background(), "loc", "dead replica", 300*ms)
+	store.lock("loc", "dead replica", 300*ms)
 	p := seedProber()
 	s := replica(t, store, p, ev, func(c *Config) { c.AnswerDeadline = 50 * ms; c.Deadline = 300 * ms; c.StorePoll = 10 * ms })
 	sel := s.Select(context.Background(), "loc")

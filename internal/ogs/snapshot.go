@@ -16,12 +16,13 @@ type LocationState struct {
 // Snapshot is a selector's state for an admin view.
 type Snapshot struct {
 	Gateways  []Gateway
-	Locations []LocationState // newest result first, at most the limit asked for
-	Total     int             // locations with a result
-	Runs      uint64          // probe runs made by this selector (across reloads)
-	LastRun   time.Time       // when the latest finished; zero: none yet
-	Store     bool            // a shared store is configured
-	StoreUp   bool            // with Store: its last call succeeded (true before the first)
+	Locations []LocationState     // newest result first, at most the limit asked for
+	Total     int                 // locations with a result
+	Runs      uint64              // probe runs made by this selector (across reloads)
+	LastRun   time.Time           // when the latest finished; zero: none yet
+	Store     bool                // a shared store is configured
+	StoreUp   bool                // with Store: no keys in trouble (true before the first call)
+	Troubles  []StoreTroubleState // with Store: the keys it fails on, by StoreKeys
 }
 
 // Snapshot returns the selector's state with at most limit locations, the
@@ -31,6 +32,9 @@ func (s *Selector) Snapshot(limit int) Snapshot {
 	s.mu.Lock()
 	now := s.now()
 	snap := Snapshot{Gateways: s.cfg.Gateways, Runs: s.runs, LastRun: s.lastRun, Store: s.cfg.Store != nil, StoreUp: !s.storeDown}
+	for _, t := range s.troubles {
+		snap.Troubles = append(snap.Troubles, t)
+	}
 	all := make([]LocationState, 0, len(s.entries))
 	for loc, e := range s.entries {
 		if e.res == nil {
@@ -39,6 +43,7 @@ func (s *Selector) Snapshot(limit int) Snapshot {
 		all = append(all, LocationState{Location: loc, Result: s.answered(e), Fresh: s.fresh(e, now), Shared: e.shared})
 	}
 	s.mu.Unlock()
+	slices.SortFunc(snap.Troubles, func(a, b StoreTroubleState) int { return int(a.Keys) - int(b.Keys) })
 	snap.Total = len(all)
 	slices.SortFunc(all, func(a, b LocationState) int {
 		if c := b.Result.At.Compare(a.Result.At); c != 0 {
