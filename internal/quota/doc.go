@@ -36,14 +36,22 @@
 // Replicas register with a heartbeat whose lifetime is ReplicaTTL (default
 // 4 intervals); the replica count sets the floor and the fallback. A dead
 // replica's demand is absent from the next epoch's totals, so its share
-// returns to the others within two intervals. Store unreachable (or its
-// round trip failing): every peer's share is limit ÷ (last known replica
-// count), the state says so, and the next successful sync resyncs — keeping
-// the fallback share one more interval for peers whose previous epoch this
-// replica could not write. Store answers that do not parse (another
-// program's key, a value of the wrong type, a total below this replica's own
-// contribution) are ignored and counted (State.Malformed), never used as a
-// limit.
+// returns to the others within two intervals.
+//
+// Every store error is classified once (redisconn.Classify). Store trouble
+// (NOPERM, LOADING, READONLY, OOM, CLUSTERDOWN, TRYAGAIN, MOVED, a timeout
+// or reset on any command of the pipeline) is trouble for the keys the
+// command touched: on the replicas key (the heartbeat), or no command
+// answering (store unreachable), every peer's share is limit ÷ (last known
+// replica count) (State.Fallback); on a peer's epoch key, that peer's share
+// is (State.FallbackPeers, Troubles: the key and the reason). The next
+// successful sync resyncs — keeping the fallback share one more interval
+// for peers whose previous epoch this replica could not write. Store
+// answers that do not parse (another program's key, a value of the wrong
+// type, a total below this replica's own contribution) are ignored and
+// counted (State.Malformed), never used as a limit; the limiter's own keys
+// that held them (replicas key, epoch hashes) are deleted at the next sync
+// (Batch.Repair, State.Repaired).
 //
 // Tracked peers are bounded (MaxPeers; peers are client-controlled keys):
 // a peer with no traffic for IdleSyncs syncs whose bucket has refilled is

@@ -3,13 +3,16 @@ package quota
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/edgesteer/edgesteer/internal/ratelimit"
+	"github.com/edgesteer/edgesteer/internal/redisconn"
 )
 
 // Config is one cluster-wide limit: Limit requests per second per peer,
@@ -100,8 +103,10 @@ type Quota struct {
 	overflow *peer // shared by new peers beyond MaxPeers
 
 	syncMu sync.Mutex // serializes Sync; guards the peers' sync fields
-	stMu   sync.Mutex
-	st     State
+	// repairs are keys to delete at the next sync (under syncMu).
+	repairs []string
+	stMu    sync.Mutex
+	st      State
 	// Epochs of the last successful and failed syncs.
 	lastOK, lastFailed int64
 }
@@ -117,7 +122,23 @@ type peer struct {
 	// Smoothed own and cluster demand per epoch (EWMA), so that shares
 	// follow the demand's rate rather than one interval's noise.
 	ownE, totE float64
-	idle       int // syncs in a row without traffic
+	idle       int   // syncs in a row without traffic
+	lostAt     int64 // last epoch whose own count the store did not take
+	fallbackAt int64 // last epoch at which the peer's keys were in trouble
+
+	trouble *PeerTrouble // the last sync's store trouble for its keys (under Quota.mu)
+}
+
+func newPeer() *peer { return &peer{lostAt: math.MinInt64, fallbackAt: math.MinInt64} }
+
+// PeerTrouble says why a peer's share is the fallback share: the store
+// could not read or write one of its keys at the last sync.
+type PeerTrouble struct {
+	Peer   string
+	Key    string    // the key the failing command touched
+	Reason string    // redisconn.Reason: noperm, clusterdown, timeout, …
+	Error  string    // the store's error
+	Since  time.Time // first sync of this trouble (same key and reason)
 }
 
 type epochCount struct {
@@ -154,16 +175,26 @@ type State struct {
 	Replicas    int       // live replicas at the last sync (or assumed)
 	LastSync    time.Time // last successful sync
 	LastAttempt time.Time
-	Healthy     bool   // the last sync succeeded
-	Fallback    bool   // shares are limit ÷ Replicas (store unreachable)
-	LastError   string // of the last failed sync
-	StoreErrors uint64 // failed syncs
-	Malformed   uint64 // store answers ignored (did not parse)
-	Peers       int    // tracked peers
-	Overflowed  uint64 // requests of new peers beyond MaxPeers
-	Limit       float64
-	Effective   float64 // the limit after throttling
-	Throttle    int
+	Healthy     bool // the last sync succeeded for every key it touched
+	Fallback    bool // every share is limit ÷ Replicas (store unreachable, or the heartbeat refused)
+	// FallbackPeers is the number of peers whose share is limit ÷
+	// Replicas because the store could not read or write their keys at
+	// the last sync (all tracked peers while Fallback).
+	FallbackPeers int
+	LastError     string // of the last store trouble: the key and the store's error
+	LastReason    string // its redisconn.Reason
+	StoreErrors   uint64 // failed syncs (round trip or heartbeat)
+	// Errors counts store trouble by reason (redisconn.Reason): one per
+	// failed sync and one per key a successful sync could not read or
+	// write.
+	Errors     map[string]uint64
+	Malformed  uint64 // store answers ignored (did not parse)
+	Repaired   uint64 // keys the limiter owns deleted because they held values it did not write
+	Peers      int    // tracked peers
+	Overflowed uint64 // requests of new peers beyond MaxPeers
+	Limit      float64
+	Effective  float64 // the limit after throttling
+	Throttle   int
 }
 
 // New returns a replica's quota over store.
@@ -173,7 +204,8 @@ func New(cfg Config, store Store) (*Quota, error) {
 	}
 	q := &Quota{cfg: cfg, store: store, peers: map[string]*peer{}, lastOK: math.MinInt64, lastFailed: math.MinInt64}
 	q.st = State{Replica: cfg.Replica, Replicas: cfg.ExpectedReplicas, Limit: cfg.Limit, Effective: cfg.Limit}
-	q.overflow = &peer{}
+	q.overflow = newPeer()
+	q.st.Errors = map[string]uint64{}
 	q.mu.Lock()
 	q.overflow.frac = q.floorFrac(cfg.ExpectedReplicas)
 	q.apply(q.overflow, 0)
@@ -260,7 +292,7 @@ func (q *Quota) lookup(key string, now int64) *peer {
 		q.stMu.Unlock()
 		return q.overflow
 	}
-	p = &peer{}
+	p = newPeer()
 	q.stMu.Lock()
 	n, fallback := q.st.Replicas, q.st.Fallback
 	q.stMu.Unlock()
@@ -354,6 +386,13 @@ func SyncGroup(ctx context.Context, now time.Time, qs []*Quota) []error {
 			}
 		}
 	}
+	// The heartbeat refused for another reason than a value of another
+	// type (NOPERM on the replicas key, LOADING, READONLY, OOM, a
+	// timeout): the replica count is unknown and this replica is not
+	// registered, so every share of the group is the fallback share.
+	if err == nil && anss[0] != nil && redisconn.Classify(anss[0].ReplicasErr) == redisconn.Trouble {
+		err = fmt.Errorf("heartbeat %s: %w", ReplicasKey(bs[0].Prefix), anss[0].ReplicasErr)
+	}
 	for i, q := range qs {
 		var ans *Answer
 		if err == nil {
@@ -382,6 +421,7 @@ func (q *Quota) prepare(now time.Time) *pending {
 		ReplicaTTL: q.cfg.ReplicaTTL, KeyTTL: 3 * q.cfg.Interval,
 	}
 	ps := &pending{b: b, e: e}
+	b.Repair, q.repairs = q.repairs, nil
 	q.mu.RLock()
 	for k, p := range q.peers {
 		a, d := p.admitted.Swap(0), p.demanded.Swap(0)
@@ -405,7 +445,11 @@ func (q *Quota) prepare(now time.Time) *pending {
 }
 
 // finish applies the store's answer (or its error) to the shares (under
-// syncMu).
+// syncMu). Every error is classified once (redisconn.Classify): a value
+// that does not parse is ignored, counted and, where the limiter owns the
+// key, deleted at the next sync; anything else is store trouble for the
+// keys the command touched: their peers get the fallback share,
+// limit ÷ replicas, and the state says which and why.
 func (q *Quota) finish(ps *pending, ans *Answer, err error) error {
 	b, e, now := ps.b, ps.e, ps.b.Now
 	read, counted := ps.read, ps.counted
@@ -420,31 +464,59 @@ func (q *Quota) finish(ps *pending, ans *Answer, err error) error {
 	st := &q.st
 	st.LastAttempt = now
 	if err != nil {
-		st.Healthy, st.Fallback, st.LastError = false, true, err.Error()
+		st.Healthy, st.Fallback, st.LastError, st.LastReason = false, true, err.Error(), reasonOf(err)
 		st.StoreErrors++
+		st.Errors[reasonOf(err)]++
 		n := st.Replicas
 		q.stMu.Unlock()
 		q.lastFailed = e
-		q.fallback(n, now.UnixNano())
+		peers := q.fallback(n, now.UnixNano())
+		q.stMu.Lock()
+		st.FallbackPeers = peers
+		q.stMu.Unlock()
 		return err
 	}
 	var malformed uint64
-	if ans.ReplicasErr != nil || ans.Replicas < 1 || ans.Replicas > 1<<20 {
-		malformed++ // keep the last known count
-	} else {
+	errs := map[string]uint64{}
+	switch {
+	case ans.ReplicasErr == nil && ans.Replicas >= 1 && ans.Replicas <= 1<<20:
 		st.Replicas = int(ans.Replicas)
+	case !b.NoHeartbeat:
+		// Another program's key of another type, or a count that is no
+		// count (Trouble was the whole sync's error): keep the last
+		// known count, and delete the key at the next sync.
+		malformed++
+		q.repair(ReplicasKey(b.Prefix))
 	}
 	n := st.Replicas
 	prevOK := q.lastOK
-	st.Healthy, st.Fallback, st.LastSync = true, false, now
+	st.LastSync = now
 	q.stMu.Unlock()
 	q.lastOK = e
-	for i, c := range b.Counts {
-		if ans.CountErrs[i] != nil {
-			malformed++ // e.g. another program's key of another type
-			continue
+
+	troubled := map[*peer]*PeerTrouble{}
+	trouble := func(p *peer, peerName, key string, err error) {
+		errs[reasonOf(err)]++
+		if troubled[p] == nil {
+			troubled[p] = &PeerTrouble{Peer: peerName, Key: key, Reason: reasonOf(err), Error: err.Error(), Since: now}
 		}
-		counted[i].addOwn(e, c.Demanded)
+	}
+	for i, c := range b.Counts {
+		p, key := counted[i], PeerKey(b.Prefix, c.Peer, e)
+		switch err := ans.CountErrs[i]; redisconn.Classify(err) {
+		case redisconn.OK, redisconn.NotFound:
+			p.addOwn(e, c.Demanded)
+		case redisconn.Malformed:
+			// e.g. another program's key of another type: our counts of
+			// e are not in the store, so the share is kept one more
+			// interval (lostAt) rather than read as idle.
+			malformed++
+			p.lostAt = e
+			q.repair(key)
+		default:
+			p.lostAt = e
+			trouble(p, c.Peer, key, err)
+		}
 	}
 
 	// Recompute. If this replica's counts of epoch e−1 may be missing (a
@@ -453,20 +525,53 @@ func (q *Quota) finish(ps *pending, ans *Answer, err error) error {
 	known := q.lastFailed < e-1 && (prevOK == e-1 || prevOK == math.MinInt64)
 	fresh := make(map[*peer]float64, len(read))
 	for i, p := range read {
-		f, ok := q.share(p, ans.Totals[i], e, n, known)
-		if !ok {
+		raw, key := ans.Totals[i], PeerKey(b.Prefix, b.Read[i], e-1)
+		switch redisconn.Classify(raw.Err) {
+		case redisconn.OK, redisconn.NotFound:
+		case redisconn.Malformed:
 			malformed++
+			q.repair(key)
+			continue
+		default:
+			trouble(p, b.Read[i], key, raw.Err)
 			continue
 		}
-		if f >= 0 {
-			fresh[p] = f
+		if troubled[p] != nil {
+			continue
+		}
+		f, v := q.share(p, raw, e, n, known && p.lostAt < e-1)
+		switch v {
+		case badValue:
+			malformed++
+			q.repair(key)
+		case lostCounts:
+			malformed++
+		default:
+			if f >= 0 {
+				fresh[p] = f
+			}
 		}
 	}
 	q.mu.Lock()
+	var first *PeerTrouble
+	inTrouble := 0
 	for k, p := range q.peers {
+		if t := troubled[p]; t != nil {
+			if p.trouble != nil && p.trouble.Key == t.Key && p.trouble.Reason == t.Reason {
+				t.Since = p.trouble.Since
+			}
+			p.trouble, p.frac, p.fallbackAt = t, 1/float64(n), e
+			inTrouble++
+			if first == nil || t.Peer < first.Peer {
+				first = t
+			}
+			q.apply(p, now.UnixNano())
+			continue
+		}
+		p.trouble = nil
 		if f, ok := fresh[p]; ok {
 			p.frac = f
-		} else if p.idle > 0 && known {
+		} else if p.idle > 0 && known && p.fallbackAt < e-1 {
 			p.frac = q.floorFrac(n)
 		}
 		if p.idle >= q.cfg.IdleSyncs && p.lim.full(now.UnixNano()) {
@@ -481,28 +586,59 @@ func (q *Quota) finish(ps *pending, ans *Answer, err error) error {
 	q.mu.Unlock()
 
 	q.stMu.Lock()
+	st.Healthy, st.Fallback, st.FallbackPeers = inTrouble == 0, false, inTrouble
+	if first != nil {
+		st.LastError, st.LastReason = first.Key+": "+first.Error, first.Reason
+	}
+	for r, k := range errs {
+		st.Errors[r] += k
+	}
 	st.Malformed += malformed
+	st.Repaired += uint64(len(b.Repair))
 	st.Peers = peers
 	q.stMu.Unlock()
 	return nil
 }
 
-// share computes p's new fraction from the totals of epoch e−1; −1 keeps
-// the current one; ok=false: the answer did not parse.
-func (q *Quota) share(p *peer, raw Raw, e int64, n int, known bool) (float64, bool) {
-	if raw.Err != nil {
-		return -1, false
+// reasonOf is the bounded word of a store error (redisconn.Reason).
+func reasonOf(err error) string {
+	if r := redisconn.Reason(err); r != "" {
+		return r
 	}
+	return "other"
+}
+
+// maxRepairs bounds the keys deleted per sync.
+const maxRepairs = 64
+
+// repair deletes key at the next sync (under syncMu).
+func (q *Quota) repair(key string) {
+	if len(q.repairs) < maxRepairs && !slices.Contains(q.repairs, key) {
+		q.repairs = append(q.repairs, key)
+	}
+}
+
+type verdict int
+
+const (
+	fine       verdict = iota
+	badValue           // a field that is not a count
+	lostCounts         // a total below this replica's own counts
+)
+
+// share computes p's new fraction from the totals of epoch e−1; −1 keeps
+// the current one.
+func (q *Quota) share(p *peer, raw Raw, e int64, n int, known bool) (float64, verdict) {
 	if _, ok := parseCount(raw.Admitted); !ok {
-		return -1, false
+		return -1, badValue
 	}
 	total, ok := parseCount(raw.Demanded)
 	if !ok {
-		return -1, false
+		return -1, badValue
 	}
 	own := p.ownAt(e - 1)
 	if total < own {
-		return -1, false // the store lost or rewrote our counts
+		return -1, lostCounts // the store lost or rewrote our counts
 	}
 	floor := q.floorFrac(n)
 	switch {
@@ -518,15 +654,15 @@ func (q *Quota) share(p *peer, raw Raw, e int64, n int, known bool) (float64, bo
 		// way the replicas' shares add up to the limit.
 		perEpoch := q.effective() * q.cfg.Interval.Seconds()
 		if spare := perEpoch - p.totE; spare > 0 {
-			return max(floor, (p.ownE+spare/float64(n))/perEpoch), true
+			return max(floor, (p.ownE+spare/float64(n))/perEpoch), fine
 		}
-		return max(floor, p.ownE/p.totE), true
+		return max(floor, p.ownE/p.totE), fine
 	case !known:
-		return -1, true
+		return -1, fine
 	case total == 0:
-		return 1 / float64(n), true
+		return 1 / float64(n), fine
 	default:
-		return floor, true
+		return floor, fine
 	}
 }
 
@@ -535,22 +671,45 @@ func (q *Quota) share(p *peer, raw Raw, e int64, n int, known bool) (float64, bo
 // the simulation measures what smoothing would trade (BENCHMARKS.md).
 var smoothing = 1.0
 
-func (q *Quota) fallback(n int, now int64) {
+// fallback gives every peer limit ÷ n; it returns the number of peers.
+func (q *Quota) fallback(n int, now int64) int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for _, p := range q.peers {
-		p.frac = 1 / float64(n)
+		p.frac, p.trouble = 1/float64(n), nil
 		q.apply(p, now)
 	}
 	q.overflow.frac = q.floorFrac(n)
 	q.apply(q.overflow, now)
+	return len(q.peers)
 }
 
 // State returns the replica's state for the admin view.
 func (q *Quota) State() State {
 	q.stMu.Lock()
 	defer q.stMu.Unlock()
-	return q.st
+	st := q.st
+	st.Errors = maps.Clone(q.st.Errors)
+	return st
+}
+
+// Troubles returns the peers at the fallback share because the store could
+// not read or write their keys at the last sync, by peer, at most limit of
+// them (0: all).
+func (q *Quota) Troubles(limit int) []PeerTrouble {
+	q.mu.RLock()
+	var out []PeerTrouble
+	for _, p := range q.peers {
+		if p.trouble != nil {
+			out = append(out, *p.trouble)
+		}
+	}
+	q.mu.RUnlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].Peer < out[j].Peer })
+	if limit > 0 && len(out) > limit {
+		out = out[:limit]
+	}
+	return out
 }
 
 // PeerShare is one tracked peer's share.
@@ -558,6 +717,7 @@ type PeerShare struct {
 	Peer     string
 	Share    float64 // requests per second admitted here
 	Fraction float64 // of the effective cluster-wide limit
+	Trouble  string  // why the share is the fallback share (redisconn.Reason), if it is for its keys
 }
 
 // Shares returns the tracked peers' shares, largest first, at most limit
@@ -567,7 +727,11 @@ func (q *Quota) Shares(limit int) []PeerShare {
 	eff := q.effective()
 	out := make([]PeerShare, 0, len(q.peers))
 	for k, p := range q.peers {
-		out = append(out, PeerShare{Peer: k, Share: p.frac * eff, Fraction: p.frac})
+		ps := PeerShare{Peer: k, Share: p.frac * eff, Fraction: p.frac}
+		if p.trouble != nil {
+			ps.Trouble = p.trouble.Reason
+		}
+		out = append(out, ps)
 	}
 	q.mu.RUnlock()
 	sort.Slice(out, func(i, j int) bool {

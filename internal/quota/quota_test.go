@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -293,9 +295,15 @@ func TestMalformed(t *testing.T) {
 	t.Run("replicas key of another type", func(t *testing.T) {
 		c := newCluster(t, 1, []string{"x"}, Config{Prefix: "p", Limit: 400, ExpectedReplicas: 4})
 		c.store.Set(ReplicasKey("p"), []byte("x"))
-		c.run(time.Second, func(int, int) float64 { return 10 })
-		if st := c.reps[0].State(); st.Malformed == 0 || st.Replicas != 4 {
+		iv := c.reps[0].Config().Interval
+		c.run(iv, func(int, int) float64 { return 10 })
+		if st := c.reps[0].State(); st.Malformed != 1 || st.Replicas != 4 || !st.Healthy {
 			t.Errorf("state %+v, want malformed counted and replicas kept at 4", st)
+		}
+		// Repaired at the next sync: the key is ours again and counts.
+		c.run(iv, func(int, int) float64 { return 10 })
+		if st := c.reps[0].State(); st.Malformed != 1 || st.Repaired != 1 || st.Replicas != 1 {
+			t.Errorf("state %+v, want the replicas key repaired (deleted, re-registered): 1 replica", st)
 		}
 	})
 }
@@ -470,4 +478,88 @@ func TestRefund(t *testing.T) {
 	if !q.Allow("x", now) {
 		t.Errorf("refused after a refund (admitted %d before)", n)
 	}
+}
+
+// Store trouble on some keys — an ACL user allowed only the replicas key,
+// a Cluster shard down, a timeout that cut the pipeline after the
+// heartbeat — puts exactly the peers of those keys on the fallback share
+// (limit ÷ replicas), and the state says which and why; the other peers
+// keep their proportional shares. A value that does not parse is not
+// trouble: ignored, counted, repaired.
+func TestStoreTroubleOnSomeKeys(t *testing.T) {
+	const limit = 300.0
+	for _, tc := range []struct {
+		name, reason string
+		err          error
+	}{
+		{"noperm", "noperm", Reply("NOPERM No permissions to access a key")},
+		{"clusterdown", "clusterdown", Reply("CLUSTERDOWN The cluster is down")},
+		{"tryagain", "tryagain", Reply("TRYAGAIN Multiple keys request during rehashing of slot")},
+		{"moved", "moved", Reply("MOVED 3999 127.0.0.1:6381")},
+		{"timeout", "timeout", os.ErrDeadlineExceeded},
+		{"reset", "reset", syscall.ECONNRESET},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(t, 3, []string{"bad", "good"}, Config{Prefix: "p", Limit: limit})
+			demand := func(rep, _ int) float64 { return []float64{800, 100, 100}[rep] * 3 }
+			c.run(time.Second, demand)
+			c.store.SetDeny(func(key string) error {
+				if strings.HasPrefix(key, "{p:bad}") {
+					return tc.err
+				}
+				return nil
+			})
+			c.reset()
+			c.run(2*time.Second, demand)
+			for i, q := range c.reps {
+				s, _ := q.Share("bad")
+				near(t, fmt.Sprintf("replica %d share of bad", i), s, limit/3, 1e-9)
+				st := q.State()
+				if st.Healthy || st.Fallback || st.FallbackPeers != 1 || st.Errors[tc.reason] == 0 || st.Malformed != 0 ||
+					!strings.Contains(st.LastError, "{p:bad}") {
+					t.Errorf("replica %d state %+v, want unhealthy, one peer in fallback, %s counted, the key named", i, st, tc.reason)
+				}
+				tr := q.Troubles(0)
+				if len(tr) != 1 || tr[0].Peer != "bad" || tr[0].Reason != tc.reason || !strings.HasPrefix(tr[0].Key, "{p:bad}:") {
+					t.Errorf("replica %d troubles %+v", i, tr)
+				}
+			}
+			// The limit is held by the fallback rule: 3 × limit ÷ 3.
+			near(t, "bad admitted ÷ limit", float64(c.admitted(0))/(2*limit), 1, 0.05)
+			// The other peer is untouched: proportional, the limit in total.
+			s, _ := c.reps[0].Share("good")
+			near(t, "good's busy share", s, 0.8*limit, 3)
+			near(t, "good admitted ÷ limit", float64(c.admitted(1))/(2*limit), 1, 0.03)
+
+			// Trouble gone: back to proportional shares, healthy.
+			c.store.SetDeny(nil)
+			c.run(time.Second, demand)
+			st := c.reps[0].State()
+			s, _ = c.reps[0].Share("bad")
+			near(t, "bad's share after the trouble", s, 0.8*limit, 3)
+			if !st.Healthy || st.FallbackPeers != 0 || len(c.reps[0].Troubles(0)) != 0 {
+				t.Errorf("state after the trouble %+v, troubles %v", st, c.reps[0].Troubles(0))
+			}
+		})
+	}
+	t.Run("heartbeat refused", func(t *testing.T) {
+		// NOPERM on the replicas key (an ACL user allowed only the peers'
+		// keys): the count is unknown and this replica unregistered, so
+		// every share is the fallback share.
+		c := newCluster(t, 2, []string{"x"}, Config{Prefix: "p", Limit: limit})
+		c.run(time.Second, func(int, int) float64 { return 600 })
+		c.store.SetDeny(func(key string) error {
+			if key == ReplicasKey("p") {
+				return Reply("NOPERM No permissions to access a key")
+			}
+			return nil
+		})
+		c.run(time.Second, func(int, int) float64 { return 600 })
+		st := c.reps[0].State()
+		if st.Healthy || !st.Fallback || st.Errors["noperm"] == 0 || !strings.Contains(st.LastError, ReplicasKey("p")) || st.FallbackPeers != 1 {
+			t.Errorf("state %+v", st)
+		}
+		s, _ := c.reps[0].Share("x")
+		near(t, "fallback share", s, limit/2, 1e-9)
+	})
 }
