@@ -62,11 +62,16 @@ type ProfileView struct {
 
 // ClusterView is this replica's side of a cluster-wide limit.
 type ClusterView struct {
-	Redis           string    `json:"redis"`      // the edgesteer_redis store's name
-	KeyPrefix       string    `json:"key_prefix"` // the keys' namespace in Redis
-	Replica         string    `json:"replica"`    // this replica's identity
-	ReplicasSeen    int       `json:"replicas_seen"`
-	SyncIntervalMs  int64     `json:"sync_interval_ms"`
+	Redis          string `json:"redis"`      // the edgesteer_redis store's name
+	KeyPrefix      string `json:"key_prefix"` // the keys' namespace in Redis
+	Replica        string `json:"replica"`    // this replica's identity
+	ReplicasSeen   int    `json:"replicas_seen"`
+	SyncIntervalMs int64  `json:"sync_interval_ms"`
+	// ClockOffsetMs is this replica's clock minus the store's (Redis
+	// TIME), measured over a round trip of ClockRTTMs; nil before the
+	// first measure.
+	ClockOffsetMs   *float64  `json:"clock_offset_ms"`
+	ClockRTTMs      *float64  `json:"clock_rtt_ms"`
 	LastSync        time.Time `json:"last_sync,omitzero"`
 	LastAttempt     time.Time `json:"last_attempt,omitzero"`
 	RedisHealthy    bool      `json:"redis_healthy"`
@@ -220,6 +225,10 @@ func (c *cluster) view() *ClusterView {
 		ErrorsByReason: st.Errors, FallbackPeers: st.FallbackPeers, StoreTrouble: troubleViews(q),
 		Malformed: st.Malformed, RepairedTotal: st.Repaired, LimitPerSecond: st.Limit, EffectivePerSecond: st.Effective,
 		ThrottlePercent: st.Throttle, PeersTracked: st.Peers, OverflowedTotal: st.Overflowed, Shares: []ShareView{}}
+	if st.ClockKnown {
+		off, rtt := float64(st.ClockOffset.Microseconds())/1000, float64(st.ClockRTT.Microseconds())/1000
+		v.ClockOffsetMs, v.ClockRTTMs = &off, &rtt
+	}
 	for _, s := range q.Shares(maxShareViews) {
 		v.Shares = append(v.Shares, ShareView{Peer: s.Peer, SharePerSecond: s.Share, SharePercent: 100 * s.Fraction, StoreTrouble: s.Trouble})
 	}

@@ -209,6 +209,7 @@ type cluster struct {
 	fallbackGauge      prometheus.Gauge
 	fallbackPeersGauge prometheus.Gauge
 	replicasGauge      prometheus.Gauge
+	clockOffsetGauge   prometheus.Gauge
 
 	// the sync loop's own
 	lastMalformed map[*quota.Quota]uint64
@@ -216,7 +217,16 @@ type cluster struct {
 	// trouble is each quota's store trouble at the last sync, as logged
 	// ("" none): a log line per change.
 	trouble map[*quota.Quota]string
+	// clockOff: the last offset logged was past clockOffsetBound.
+	clockOff bool
 }
+
+// clockOffsetBound is the offset of this replica's clock from the store's
+// past which it is logged. The limiter corrects any offset (epochs and
+// heartbeats follow the store's clock); past this bound the host's clock
+// is farther off than NTP keeps hosts, which other things on it may not
+// survive.
+const clockOffsetBound = 100 * time.Millisecond
 
 // msgQuota is one message type's cluster-wide limit: the engines'
 // Allower (and Refunder) for that type.
@@ -254,6 +264,7 @@ func newCluster(parent context.Context, handler string, spec *clusterSpec) (*clu
 		fallbackGauge:      theMetrics.clusterFallback.WithLabelValues(handler, spec.profile),
 		fallbackPeersGauge: theMetrics.clusterFallbackPeers.WithLabelValues(handler, spec.profile),
 		replicasGauge:      theMetrics.clusterReplicas.WithLabelValues(handler, spec.profile),
+		clockOffsetGauge:   theMetrics.clusterClockOffset.WithLabelValues(handler, spec.profile),
 		lastMalformed:      map[*quota.Quota]uint64{},
 		lastErrors:         map[*quota.Quota]map[string]uint64{},
 		trouble:            map[*quota.Quota]string{},
@@ -343,6 +354,7 @@ func (c *cluster) stop() {
 	theMetrics.clusterFallback.Delete(labels)
 	theMetrics.clusterFallbackPeers.Delete(labels)
 	theMetrics.clusterReplicas.Delete(labels)
+	theMetrics.clusterClockOffset.Delete(labels)
 	theMetrics.clusterErrors.DeletePartialMatch(labels)
 }
 
@@ -423,6 +435,19 @@ func (c *cluster) syncOnce(ctx context.Context) {
 	st := q.State()
 	c.replicasGauge.Set(float64(st.Replicas))
 	c.fallbackPeersGauge.Set(float64(fallbackPeers))
+	if st.ClockKnown {
+		c.clockOffsetGauge.Set(st.ClockOffset.Seconds())
+		if off := st.ClockOffset.Abs() > clockOffsetBound; off != c.clockOff {
+			c.clockOff = off
+			fields := []zap.Field{zap.String("profile", c.profile), zap.String("redis", spec.conn.Name),
+				zap.Duration("clock_offset", st.ClockOffset), zap.Duration("measured_over_round_trip", st.ClockRTT), zap.Duration("bound", clockOffsetBound)}
+			if off {
+				spec.logger.Warn("this host's clock is off the cluster store's: the cluster-wide limits follow the store's clock, check NTP", fields...)
+			} else {
+				spec.logger.Info("this host's clock is back within the bound of the cluster store's", fields...)
+			}
+		}
+	}
 	if fallback {
 		c.fallbackGauge.Set(1)
 	} else {

@@ -25,6 +25,7 @@ type metrics struct {
 	clusterReplicas  *prometheus.GaugeVec
 
 	clusterFallbackPeers *prometheus.GaugeVec
+	clusterClockOffset   *prometheus.GaugeVec
 }
 
 var theMetrics = &metrics{
@@ -76,9 +77,13 @@ var theMetrics = &metrics{
 		Name: metricsPrefix + "cluster_replicas",
 		Help: "Live replicas seen at the last successful sync of a cluster-wide limit.",
 	}, []string{"handler", "profile"}),
+	clusterClockOffset: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: metricsPrefix + "cluster_clock_offset_seconds",
+		Help: "This replica's clock minus the cluster store's (Redis TIME), as measured at the last syncs; epochs and heartbeats follow the store's clock.",
+	}, []string{"handler", "profile"}),
 }
 
 func registerMetrics(ctx caddy.Context) error {
 	return metricsreg.Register(ctx, theMetrics.decisions, theMetrics.throttle, theMetrics.load, theMetrics.sourceErrors, theMetrics.refusalsDiscarded, theMetrics.originMismatch,
-		theMetrics.clusterSyncs, theMetrics.clusterErrors, theMetrics.clusterMalformed, theMetrics.clusterFallback, theMetrics.clusterReplicas, theMetrics.clusterFallbackPeers)
+		theMetrics.clusterSyncs, theMetrics.clusterErrors, theMetrics.clusterMalformed, theMetrics.clusterFallback, theMetrics.clusterReplicas, theMetrics.clusterFallbackPeers, theMetrics.clusterClockOffset)
 }

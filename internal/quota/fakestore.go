@@ -201,6 +201,11 @@ func (s *FakeStore) SyncGroup(ctx context.Context, bs []*Batch) ([]*Answer, erro
 
 func (s *FakeStore) batch(now time.Time, b *Batch) *Answer {
 	ans := &Answer{Totals: make([]Raw, len(b.Read)), CountErrs: make([]error, len(b.Counts))}
+	if b.Time {
+		s.cmd("TIME")
+		s.stats.BytesOut += 2*respBulk([]byte("1700000000")) + 4
+		ans.Time = now
+	}
 	for _, k := range b.Repair {
 		s.cmd("DEL", k)
 		s.stats.BytesOut += respInt(1)

@@ -95,6 +95,15 @@ func (c *Config) defaults() error {
 type Quota struct {
 	cfg   Config
 	store Store
+	clock func() time.Time // the local clock (time.Now)
+
+	// The store's clock: offset (ns) to add to the local clock, from the
+	// TIME of the syncs (the sample of least round trip of the last
+	// clockSamples); epochs, heartbeat scores and replica TTLs are
+	// computed on the local clock plus it.
+	offset     atomic.Int64
+	clockKnown atomic.Bool
+	samples    []clockSample // under syncMu
 
 	throttle atomic.Int64 // percent of the limit withheld
 
@@ -187,22 +196,32 @@ type State struct {
 	// Errors counts store trouble by reason (redisconn.Reason): one per
 	// failed sync and one per key a successful sync could not read or
 	// write.
-	Errors     map[string]uint64
-	Malformed  uint64 // store answers ignored (did not parse)
-	Repaired   uint64 // keys the limiter owns deleted because they held values it did not write
-	Peers      int    // tracked peers
-	Overflowed uint64 // requests of new peers beyond MaxPeers
-	Limit      float64
-	Effective  float64 // the limit after throttling
-	Throttle   int
+	// ClockOffset is this replica's clock minus the store's (TIME),
+	// measured over a round trip of ClockRTT; ClockKnown: measured.
+	ClockOffset, ClockRTT time.Duration
+	ClockKnown            bool
+	Errors                map[string]uint64
+	Malformed             uint64 // store answers ignored (did not parse)
+	Repaired              uint64 // keys the limiter owns deleted because they held values it did not write
+	Peers                 int    // tracked peers
+	Overflowed            uint64 // requests of new peers beyond MaxPeers
+	Limit                 float64
+	Effective             float64 // the limit after throttling
+	Throttle              int
 }
 
-// New returns a replica's quota over store.
-func New(cfg Config, store Store) (*Quota, error) {
+// New returns a replica's quota over store, on the local wall clock.
+func New(cfg Config, store Store) (*Quota, error) { return NewWithClock(cfg, store, time.Now) }
+
+// NewWithClock returns a replica's quota over store whose local clock is
+// clock: the times given to Allow and Sync are read from it, and it is
+// read again when a sync's round trip ends (to measure the store's clock
+// against it).
+func NewWithClock(cfg Config, store Store, clock func() time.Time) (*Quota, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
-	q := &Quota{cfg: cfg, store: store, peers: map[string]*peer{}, lastOK: math.MinInt64, lastFailed: math.MinInt64}
+	q := &Quota{cfg: cfg, store: store, clock: clock, peers: map[string]*peer{}, lastOK: math.MinInt64, lastFailed: math.MinInt64}
 	q.st = State{Replica: cfg.Replica, Replicas: cfg.ExpectedReplicas, Limit: cfg.Limit, Effective: cfg.Limit}
 	q.overflow = newPeer()
 	q.st.Errors = map[string]uint64{}
@@ -321,8 +340,14 @@ func (q *Quota) SetThrottle(pct int, now time.Time) {
 	q.stMu.Unlock()
 }
 
-// Epoch returns the epoch of t.
-func (q *Quota) Epoch(t time.Time) int64 { return floorDiv(t.UnixNano(), int64(q.cfg.Interval)) }
+// Epoch returns the epoch of t, a time of the local clock: the store's
+// epoch at that moment.
+func (q *Quota) Epoch(t time.Time) int64 {
+	return floorDiv(t.UnixNano()+q.offset.Load(), int64(q.cfg.Interval))
+}
+
+// storeTime is the store's clock at local time t.
+func (q *Quota) storeTime(t time.Time) time.Time { return t.Add(time.Duration(q.offset.Load())) }
 
 func floorDiv(a, b int64) int64 {
 	d := a / b
@@ -336,12 +361,13 @@ func floorDiv(a, b int64) int64 {
 // epoch, so that every replica's counts of an epoch are in the store when
 // they are read (timer jitter up to half an interval is harmless).
 func (q *Quota) NextSync(now time.Time) time.Time {
-	iv := int64(q.cfg.Interval)
-	t := (q.Epoch(now)+1)*iv + iv/2
-	if t-iv > now.UnixNano() {
+	iv, off := int64(q.cfg.Interval), q.offset.Load()
+	s := now.UnixNano() + off
+	t := (floorDiv(s, iv)+1)*iv + iv/2
+	if t-iv > s {
 		t -= iv
 	}
-	return time.Unix(0, t)
+	return time.Unix(0, t-off)
 }
 
 // Sync sends the counts since the last sync and recomputes the shares; on
@@ -365,6 +391,20 @@ func SyncGroup(ctx context.Context, now time.Time, qs []*Quota) []error {
 		q.syncMu.Lock()
 		defer q.syncMu.Unlock()
 	}
+	q0 := qs[0]
+	if !q0.clockKnown.Load() {
+		// Before the first sync: the store's clock, so that its epoch is
+		// the others' (one round trip more, once).
+		ans, err := q0.store.Sync(ctx, &Batch{Prefix: q0.cfg.Prefix, Replica: q0.cfg.Replica, Now: now, Time: true, NoHeartbeat: true})
+		recv := q0.clock()
+		if err == nil && ans != nil {
+			q0.clockSample(now, recv, ans.Time, ans.TimeErr)
+			now = recv
+		}
+	}
+	for _, q := range qs[1:] {
+		q.offset.Store(q0.offset.Load())
+	}
 	ps := make([]*pending, len(qs))
 	bs := make([]*Batch, len(qs))
 	for i, q := range qs {
@@ -372,6 +412,7 @@ func SyncGroup(ctx context.Context, now time.Time, qs []*Quota) []error {
 		bs[i] = ps[i].b
 		bs[i].NoHeartbeat = i > 0
 	}
+	bs[0].Time = true
 	anss := make([]*Answer, len(qs))
 	var err error
 	if gs, ok := qs[0].store.(GroupStore); ok {
@@ -385,6 +426,17 @@ func SyncGroup(ctx context.Context, now time.Time, qs []*Quota) []error {
 				break
 			}
 		}
+	}
+	if err == nil && anss[0] != nil {
+		q0.clockSample(now, q0.clock(), anss[0].Time, anss[0].TimeErr)
+	}
+	for _, q := range qs[1:] {
+		q.offset.Store(q0.offset.Load())
+		q.clockKnown.Store(q0.clockKnown.Load())
+		st := q0.State()
+		q.stMu.Lock()
+		q.st.ClockKnown, q.st.ClockOffset, q.st.ClockRTT = st.ClockKnown, st.ClockOffset, st.ClockRTT
+		q.stMu.Unlock()
 	}
 	// The heartbeat refused for another reason than a value of another
 	// type (NOPERM on the replicas key, LOADING, READONLY, OOM, a
@@ -410,6 +462,7 @@ func SyncGroup(ctx context.Context, now time.Time, qs []*Quota) []error {
 type pending struct {
 	b             *Batch
 	e             int64
+	local         time.Time // the sync's time on the local clock (b.Now is the store's)
 	read, counted []*peer
 }
 
@@ -417,10 +470,10 @@ type pending struct {
 func (q *Quota) prepare(now time.Time) *pending {
 	e := q.Epoch(now)
 	b := &Batch{
-		Prefix: q.cfg.Prefix, Replica: q.cfg.Replica, Now: now, Epoch: e,
+		Prefix: q.cfg.Prefix, Replica: q.cfg.Replica, Now: q.storeTime(now), Epoch: e,
 		ReplicaTTL: q.cfg.ReplicaTTL, KeyTTL: 3 * q.cfg.Interval,
 	}
-	ps := &pending{b: b, e: e}
+	ps := &pending{b: b, e: e, local: now}
 	b.Repair, q.repairs = q.repairs, nil
 	q.mu.RLock()
 	for k, p := range q.peers {
@@ -451,7 +504,7 @@ func (q *Quota) prepare(now time.Time) *pending {
 // keys the command touched: their peers get the fallback share,
 // limit ÷ replicas, and the state says which and why.
 func (q *Quota) finish(ps *pending, ans *Answer, err error) error {
-	b, e, now := ps.b, ps.e, ps.b.Now
+	b, e, now := ps.b, ps.e, ps.local
 	read, counted := ps.read, ps.counted
 	if err == nil && ans == nil {
 		err = fmt.Errorf("store gave no answer")
@@ -755,4 +808,54 @@ func (q *Quota) Share(key string) (float64, bool) {
 		return 0, false
 	}
 	return p.frac * q.effective(), true
+}
+
+// clockSample is one measure of the store's clock: offset to add to the
+// local clock, round trip it was measured over.
+type clockSample struct{ offset, rtt time.Duration }
+
+// clockSamples is how many recent measures the offset is chosen from (the
+// one of least round trip: a slow answer, e.g. a stalled store, measures
+// the offset worst).
+const clockSamples = 8
+
+// clockSlack is the disagreement, beyond both measures' round trips,
+// taken as a step of a clock (NTP stepping the host, a VM resumed): the
+// older measures are dropped.
+const clockSlack = 2 * time.Millisecond
+
+// clockSample takes the store's clock st, read by a command sent at local
+// time sent and answered at recv (under syncMu).
+func (q *Quota) clockSample(sent, recv, st time.Time, err error) {
+	if err != nil || st.IsZero() {
+		return
+	}
+	rtt := max(recv.Sub(sent), 0)
+	s := clockSample{offset: st.Sub(sent.Add(rtt / 2)), rtt: rtt}
+	if len(q.samples) > 0 {
+		cur := q.bestSample()
+		if d := s.offset - cur.offset; d > (s.rtt+cur.rtt)/2+clockSlack || -d > (s.rtt+cur.rtt)/2+clockSlack {
+			q.samples = q.samples[:0]
+		}
+	}
+	if len(q.samples) == clockSamples {
+		q.samples = q.samples[1:]
+	}
+	q.samples = append(q.samples, s)
+	best := q.bestSample()
+	q.offset.Store(int64(best.offset))
+	q.clockKnown.Store(true)
+	q.stMu.Lock()
+	q.st.ClockKnown, q.st.ClockOffset, q.st.ClockRTT = true, -best.offset, best.rtt
+	q.stMu.Unlock()
+}
+
+func (q *Quota) bestSample() clockSample {
+	best := q.samples[0]
+	for _, s := range q.samples[1:] {
+		if s.rtt <= best.rtt {
+			best = s
+		}
+	}
+	return best
 }

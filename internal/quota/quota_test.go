@@ -28,6 +28,8 @@ type cluster struct {
 	adm   [][]int     // admitted, per replica and peer
 	dem   [][]int
 	peers []string
+	skew  []time.Duration // replica i's clock is the store's + skew[i]
+	next  []time.Time     // replica i's next sync, on its clock
 	// static anchors: per-replica GCRA at a fixed rate, per replica and peer
 	static   []*ratelimit.Rule
 	sbuckets [][][]ratelimit.Bucket // per anchor, replica, peer
@@ -35,23 +37,33 @@ type cluster struct {
 }
 
 func newCluster(t *testing.T, n int, peers []string, cfg Config) *cluster {
-	c := &cluster{t: t, now: t0, store: NewFakeStore(), peers: peers}
+	return skewedCluster(t, peers, cfg, make([]time.Duration, n))
+}
+
+// skewedCluster is a cluster whose replica i's clock is skew[i] off the
+// store's (the fake store keeps the simulated true time).
+func skewedCluster(t *testing.T, peers []string, cfg Config, skew []time.Duration) *cluster {
+	c := &cluster{t: t, now: t0, store: NewFakeStore(), peers: peers, skew: skew}
 	c.store.Now = func() time.Time { return c.now }
-	for i := range n {
+	for i := range skew {
 		cf := cfg
 		cf.Replica = fmt.Sprintf("r%d", i)
-		q, err := New(cf, c.store)
+		q, err := NewWithClock(cf, c.store, func() time.Time { return c.local(i) })
 		if err != nil {
 			t.Fatal(err)
 		}
 		c.reps = append(c.reps, q)
 		c.alive = append(c.alive, true)
+		c.next = append(c.next, time.Time{})
 		c.acc = append(c.acc, make([]float64, len(peers)))
 		c.adm = append(c.adm, make([]int, len(peers)))
 		c.dem = append(c.dem, make([]int, len(peers)))
 	}
 	return c
 }
+
+// local is replica i's clock.
+func (c *cluster) local(i int) time.Time { return c.now.Add(c.skew[i]) }
 
 // anchor adds a per-replica static limit of rate for comparison.
 func (c *cluster) anchor(rate float64) {
@@ -69,20 +81,25 @@ func (c *cluster) anchor(rate float64) {
 }
 
 // run advances the clock by d in 1 ms steps. demand(replica, peer) is the
-// rate offered there, evenly spaced. Live replicas sync in the middle of
-// each epoch, replica i i ms late (timer jitter).
+// rate offered there, evenly spaced. Live replicas sync when their own
+// clock says (Quota.NextSync: the middle of each epoch), replica i i ms
+// late (timer jitter), and decide on their own clock.
 func (c *cluster) run(d time.Duration, demand func(rep, peer int) float64) {
 	end := c.now.Add(d)
 	const step = time.Millisecond
-	iv := c.reps[0].cfg.Interval
 	for c.now.Before(end) {
-		ns := c.now.UnixNano()
 		for i, q := range c.reps {
 			if !c.alive[i] {
 				continue
 			}
-			if (ns-int64(iv)/2-int64(i)*int64(time.Millisecond))%int64(iv) == 0 {
-				_ = q.Sync(context.Background(), c.now)
+			local := c.local(i)
+			ns := local.UnixNano()
+			if c.next[i].IsZero() {
+				c.next[i] = q.NextSync(local).Add(time.Duration(i) * time.Millisecond)
+			}
+			if !local.Before(c.next[i]) {
+				_ = q.Sync(context.Background(), local)
+				c.next[i] = q.NextSync(local).Add(time.Duration(i) * time.Millisecond)
 			}
 			for p, key := range c.peers {
 				c.acc[i][p] += demand(i, p) * step.Seconds()
@@ -312,7 +329,8 @@ func TestMalformed(t *testing.T) {
 func TestBoundedPeers(t *testing.T) {
 	now := time.Now()
 	st := NewFakeStore()
-	q, err := New(Config{Prefix: "p", Replica: "a", Limit: 100, MaxPeers: 10, IdleSyncs: 2}, st)
+	st.Now = func() time.Time { return now }
+	q, err := NewWithClock(Config{Prefix: "p", Replica: "a", Limit: 100, MaxPeers: 10, IdleSyncs: 2}, st, st.Now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -398,11 +416,11 @@ func TestSyncGroupOneRoundTrip(t *testing.T) {
 	type rep struct{ overall, msg *Quota }
 	var reps []rep
 	for _, name := range []string{"a", "b"} {
-		o, err := New(Config{Prefix: "p", Replica: name, Limit: 400}, st)
+		o, err := NewWithClock(Config{Prefix: "p", Replica: name, Limit: 400}, st, st.Now)
 		if err != nil {
 			t.Fatal(err)
 		}
-		m, err := New(Config{Prefix: "p/message/gx-ccr-i", Replica: name, Limit: 100}, st)
+		m, err := NewWithClock(Config{Prefix: "p/message/gx-ccr-i", Replica: name, Limit: 100}, st, st.Now)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -429,14 +447,15 @@ func TestSyncGroupOneRoundTrip(t *testing.T) {
 		}
 	}
 	s := st.Stats()
-	if s.RoundTrips != 24 {
-		t.Errorf("%d round trips for 12 syncs of 2 replicas, want 24 (one per replica per sync)", s.RoundTrips)
+	if s.RoundTrips != 26 {
+		t.Errorf("%d round trips for 12 syncs of 2 replicas, want 26 (one per replica per sync, and each replica's clock probe before its first)", s.RoundTrips)
 	}
-	// Per replica per sync: one heartbeat (3) + per quota 3 per counted
-	// peer + 1 per read peer, one busy peer in each: 11.
+	// Per replica per sync: TIME and the heartbeat (4) + per quota 3 per
+	// counted peer + 1 per read peer, one busy peer in each: 12; and the
+	// two probes' TIME.
 	t.Logf("%d commands, %d bytes to the store, %d from it for 24 syncs: %.1f commands per sync", s.Commands, s.BytesIn, s.BytesOut, float64(s.Commands)/24)
-	if want := int64(24 * 11); s.Commands != want {
-		t.Errorf("%d commands, want %d (3 + Σ (3A + A') per sync)", s.Commands, want)
+	if want := int64(24*12 + 2); s.Commands != want {
+		t.Errorf("%d commands, want %d (4 + Σ (3A + A') per sync, 1 per probe)", s.Commands, want)
 	}
 	if st.Keys() == 0 {
 		t.Fatal("nothing stored")

@@ -44,6 +44,7 @@ func (s *RedisStore) SyncGroup(ctx context.Context, bs []*Batch) ([]*Answer, err
 		x    *redis.BoolCmd
 	}
 	type queued struct {
+		time      *redis.TimeCmd
 		heartbeat []redis.Cmder
 		card      *redis.IntCmd
 		counts    []counted
@@ -52,6 +53,9 @@ func (s *RedisStore) SyncGroup(ctx context.Context, bs []*Batch) ([]*Answer, err
 	qs := make([]queued, len(bs))
 	for j, b := range bs {
 		q := &qs[j]
+		if b.Time {
+			q.time = pipe.Time(ctx)
+		}
 		for _, k := range b.Repair {
 			pipe.Del(ctx, k)
 		}
@@ -88,6 +92,9 @@ func (s *RedisStore) SyncGroup(ctx context.Context, bs []*Batch) ([]*Answer, err
 	for j, b := range bs {
 		q := &qs[j]
 		ans := &Answer{Totals: make([]Raw, len(b.Read)), CountErrs: make([]error, len(b.Counts))}
+		if q.time != nil {
+			ans.Time, ans.TimeErr = q.time.Result()
+		}
 		for _, c := range q.heartbeat {
 			if e := c.Err(); e != nil && ans.ReplicasErr == nil {
 				ans.ReplicasErr = e

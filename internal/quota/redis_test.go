@@ -13,9 +13,35 @@ import (
 	"github.com/edgesteer/edgesteer/internal/e2e"
 )
 
+// simStore is a real store whose clock (TIME) is the test's simulated
+// clock, for tests that step time faster than it passes.
+type simStore struct {
+	*RedisStore
+	now func() time.Time
+}
+
+func (s simStore) Sync(ctx context.Context, b *Batch) (*Answer, error) {
+	as, err := s.SyncGroup(ctx, []*Batch{b})
+	if err != nil {
+		return nil, err
+	}
+	return as[0], nil
+}
+
+func (s simStore) SyncGroup(ctx context.Context, bs []*Batch) ([]*Answer, error) {
+	as, err := s.RedisStore.SyncGroup(ctx, bs)
+	for i, a := range as {
+		if bs[i].Time && a.TimeErr == nil {
+			a.Time = s.now()
+		}
+	}
+	return as, err
+}
+
 // redisReplicas returns n replicas over one real redis-server, each with
-// its own client (as separate processes would have), a 1 s interval.
-func redisReplicas(t *testing.T, addr string, n int) ([]*Quota, []*redis.Client) {
+// its own client (as separate processes would have), a 1 s interval, on
+// the simulated clock now.
+func redisReplicas(t *testing.T, addr string, n int, now func() time.Time) ([]*Quota, []*redis.Client) {
 	t.Helper()
 	var qs []*Quota
 	var cs []*redis.Client
@@ -23,8 +49,8 @@ func redisReplicas(t *testing.T, addr string, n int) ([]*Quota, []*redis.Client)
 		c := redis.NewClient(&redis.Options{Addr: addr, DialTimeout: 500 * time.Millisecond,
 			ReadTimeout: 500 * time.Millisecond, WriteTimeout: 500 * time.Millisecond, MaxRetries: -1})
 		t.Cleanup(func() { c.Close() })
-		q, err := New(Config{Prefix: "es:peer_rate_limit:http/x/p", Replica: "r" + string(rune('0'+i)),
-			Limit: 100, Interval: time.Second}, NewRedisStore(c))
+		q, err := NewWithClock(Config{Prefix: "es:peer_rate_limit:http/x/p", Replica: "r" + string(rune('0'+i)),
+			Limit: 100, Interval: time.Second}, simStore{NewRedisStore(c), now}, now)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -48,12 +74,11 @@ func TestRedisStore(t *testing.T) {
 	dir := t.TempDir()
 	addr := e2e.Addr(t)
 	srv := e2e.StartRedisAt(t, dir, addr)
-	qs, cs := redisReplicas(t, addr, 2)
-	ctx := context.Background()
-	prefix := qs[0].cfg.Prefix
-
 	// Epoch e: replica 0 sees 30 requests of peer "a", replica 1 sees 10.
 	now := midEpoch(time.Now())
+	qs, cs := redisReplicas(t, addr, 2, func() time.Time { return now })
+	ctx := context.Background()
+	prefix := qs[0].cfg.Prefix
 	for i := range 40 {
 		qs[min(i/30, 1)].Allow("a", now.UnixNano())
 	}
@@ -220,10 +245,12 @@ func TestRedisStoreTrouble(t *testing.T) {
 		t.Fatal(err)
 	}
 	const limit = 100.0
+	now := midEpoch(time.Now())
+	clock := func() time.Time { return now }
 	var qs []*Quota
 	for i := range 3 {
-		q, err := New(Config{Prefix: "es:trouble", Replica: fmt.Sprintf("r%d", i), Limit: limit, Interval: time.Second},
-			NewRedisStore(redisClient(t, addr, "part", "pw")))
+		q, err := NewWithClock(Config{Prefix: "es:trouble", Replica: fmt.Sprintf("r%d", i), Limit: limit, Interval: time.Second},
+			simStore{NewRedisStore(redisClient(t, addr, "part", "pw")), clock}, clock)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -237,7 +264,6 @@ func TestRedisStoreTrouble(t *testing.T) {
 
 	// ACL: three replicas, 3R offered over 3 epochs; the heartbeat works,
 	// every peer command is refused.
-	now := midEpoch(time.Now())
 	syncAll(now)
 	admitted := 0
 	for i := range 3 {
@@ -265,8 +291,8 @@ func TestRedisStoreTrouble(t *testing.T) {
 	}
 
 	// From here one replica, the default user.
-	q, err := New(Config{Prefix: "es:trouble2", Replica: "solo", Limit: limit, Interval: time.Second},
-		NewRedisStore(admin))
+	q, err := NewWithClock(Config{Prefix: "es:trouble2", Replica: "solo", Limit: limit, Interval: time.Second},
+		simStore{NewRedisStore(admin), clock}, clock)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -40,6 +40,9 @@ type Batch struct {
 	// NoHeartbeat leaves out the heartbeat (ZADD, ZREMRANGEBYSCORE,
 	// ZCARD): a batch that rides in a group behind one that has it.
 	NoHeartbeat bool
+	// Time asks for the store's clock (TIME, first in the pipeline):
+	// the heartbeat's batch, and the probe before a replica's first sync.
+	Time bool
 	// Repair lists keys the limiter owns that held values it did not
 	// write (another program's type, a field that is not a count): they
 	// are deleted first (DEL), so that the counts of this sync start them
@@ -60,6 +63,9 @@ type Answer struct {
 	// ZCARD).
 	Replicas    int64
 	ReplicasErr error
+	// Time is the store's clock (Batch.Time), or TimeErr.
+	Time    time.Time
+	TimeErr error
 	// Totals holds one entry per Batch.Read peer, in order.
 	Totals []Raw
 	// CountErrs holds one entry per Batch.Counts peer: nil, or the error
