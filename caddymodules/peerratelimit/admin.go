@@ -12,6 +12,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/edgesteer/edgesteer/caddymodules/internal/views"
+	"github.com/edgesteer/edgesteer/internal/quota"
 )
 
 func init() {
@@ -61,23 +62,35 @@ type ProfileView struct {
 
 // ClusterView is this replica's side of a cluster-wide limit.
 type ClusterView struct {
-	Redis              string    `json:"redis"`      // the edgesteer_redis store's name
-	KeyPrefix          string    `json:"key_prefix"` // the keys' namespace in Redis
-	Replica            string    `json:"replica"`    // this replica's identity
-	ReplicasSeen       int       `json:"replicas_seen"`
-	SyncIntervalMs     int64     `json:"sync_interval_ms"`
-	LastSync           time.Time `json:"last_sync,omitzero"`
-	LastAttempt        time.Time `json:"last_attempt,omitzero"`
-	RedisHealthy       bool      `json:"redis_healthy"`
-	Fallback           bool      `json:"fallback"`
-	LastError          string    `json:"last_error,omitempty"`
-	SyncErrors         uint64    `json:"sync_errors_total"`
-	Malformed          uint64    `json:"malformed_total"`
-	LimitPerSecond     float64   `json:"limit_per_second"`
-	EffectivePerSecond float64   `json:"effective_limit_per_second"`
-	ThrottlePercent    int       `json:"throttle_percent"`
-	PeersTracked       int       `json:"peers_tracked"`
-	OverflowedTotal    uint64    `json:"overflowed_total"`
+	Redis          string `json:"redis"`      // the edgesteer_redis store's name
+	KeyPrefix      string `json:"key_prefix"` // the keys' namespace in Redis
+	Replica        string `json:"replica"`    // this replica's identity
+	ReplicasSeen   int    `json:"replicas_seen"`
+	SyncIntervalMs int64  `json:"sync_interval_ms"`
+	// ClockOffsetMs is this replica's clock minus the store's (Redis
+	// TIME), measured over a round trip of ClockRTTMs; nil before the
+	// first measure.
+	ClockOffsetMs   *float64  `json:"clock_offset_ms"`
+	ClockRTTMs      *float64  `json:"clock_rtt_ms"`
+	LastSync        time.Time `json:"last_sync,omitzero"`
+	LastAttempt     time.Time `json:"last_attempt,omitzero"`
+	RedisHealthy    bool      `json:"redis_healthy"`
+	Fallback        bool      `json:"fallback"`
+	LastError       string    `json:"last_error,omitempty"`
+	LastErrorReason string    `json:"last_error_reason,omitempty"`
+	SyncErrors      uint64    `json:"sync_errors_total"`
+	// ErrorsByReason counts store trouble (a failed sync, or a key a sync
+	// could not read or write) by reason.
+	ErrorsByReason     map[string]uint64 `json:"errors_by_reason"`
+	FallbackPeers      int               `json:"fallback_peers"`
+	StoreTrouble       []TroubleView     `json:"store_trouble"`
+	Malformed          uint64            `json:"malformed_total"`
+	RepairedTotal      uint64            `json:"repaired_total"`
+	LimitPerSecond     float64           `json:"limit_per_second"`
+	EffectivePerSecond float64           `json:"effective_limit_per_second"`
+	ThrottlePercent    int               `json:"throttle_percent"`
+	PeersTracked       int               `json:"peers_tracked"`
+	OverflowedTotal    uint64            `json:"overflowed_total"`
 	// Shares are the largest local shares, at most maxShareViews.
 	Shares []ShareView `json:"shares"`
 	// Messages are the profile's message-type limits, each cluster-wide
@@ -88,16 +101,19 @@ type ClusterView struct {
 // ClusterMessageView is this replica's side of one message type's
 // cluster-wide limit.
 type ClusterMessageView struct {
-	Type               string      `json:"type"`
-	KeyPrefix          string      `json:"key_prefix"`
-	Fallback           bool        `json:"fallback"`
-	Malformed          uint64      `json:"malformed_total"`
-	LimitPerSecond     float64     `json:"limit_per_second"`
-	EffectivePerSecond float64     `json:"effective_limit_per_second"`
-	ThrottlePercent    int         `json:"throttle_percent"`
-	PeersTracked       int         `json:"peers_tracked"`
-	OverflowedTotal    uint64      `json:"overflowed_total"`
-	Shares             []ShareView `json:"shares"`
+	Type               string        `json:"type"`
+	KeyPrefix          string        `json:"key_prefix"`
+	Fallback           bool          `json:"fallback"`
+	FallbackPeers      int           `json:"fallback_peers"`
+	StoreTrouble       []TroubleView `json:"store_trouble"`
+	Malformed          uint64        `json:"malformed_total"`
+	RepairedTotal      uint64        `json:"repaired_total"`
+	LimitPerSecond     float64       `json:"limit_per_second"`
+	EffectivePerSecond float64       `json:"effective_limit_per_second"`
+	ThrottlePercent    int           `json:"throttle_percent"`
+	PeersTracked       int           `json:"peers_tracked"`
+	OverflowedTotal    uint64        `json:"overflowed_total"`
+	Shares             []ShareView   `json:"shares"`
 }
 
 // ShareView is this replica's share of one peer's cluster-wide limit.
@@ -105,6 +121,27 @@ type ShareView struct {
 	Peer           string  `json:"peer"`
 	SharePerSecond float64 `json:"share_per_second"`
 	SharePercent   float64 `json:"share_percent"` // of the effective cluster-wide limit
+	// StoreTrouble is why the share is the fallback share, if the store
+	// refused the peer's keys at the last sync.
+	StoreTrouble string `json:"store_trouble,omitempty"`
+}
+
+// TroubleView is one peer whose keys the store could not read or write
+// at the last sync: its share is the fallback share.
+type TroubleView struct {
+	Peer   string    `json:"peer"`
+	Key    string    `json:"key"`
+	Reason string    `json:"reason"`
+	Error  string    `json:"error"`
+	Since  time.Time `json:"since"`
+}
+
+func troubleViews(q *quota.Quota) []TroubleView {
+	out := []TroubleView{}
+	for _, t := range q.Troubles(maxShareViews) {
+		out = append(out, TroubleView{Peer: t.Peer, Key: t.Key, Reason: t.Reason, Error: t.Error, Since: t.Since})
+	}
+	return out
 }
 
 // maxShareViews bounds the shares listed per profile (peers are
@@ -184,21 +221,27 @@ func (c *cluster) view() *ClusterView {
 	st, cfg := q.State(), q.Config()
 	v := &ClusterView{Redis: spec.conn.Name, KeyPrefix: cfg.Prefix, Replica: st.Replica, ReplicasSeen: st.Replicas,
 		SyncIntervalMs: cfg.Interval.Milliseconds(), LastSync: st.LastSync, LastAttempt: st.LastAttempt,
-		RedisHealthy: st.Healthy, Fallback: st.Fallback, LastError: st.LastError, SyncErrors: st.StoreErrors,
-		Malformed: st.Malformed, LimitPerSecond: st.Limit, EffectivePerSecond: st.Effective,
+		RedisHealthy: st.Healthy, Fallback: st.Fallback, LastError: st.LastError, LastErrorReason: st.LastReason, SyncErrors: st.StoreErrors,
+		ErrorsByReason: st.Errors, FallbackPeers: st.FallbackPeers, StoreTrouble: troubleViews(q),
+		Malformed: st.Malformed, RepairedTotal: st.Repaired, LimitPerSecond: st.Limit, EffectivePerSecond: st.Effective,
 		ThrottlePercent: st.Throttle, PeersTracked: st.Peers, OverflowedTotal: st.Overflowed, Shares: []ShareView{}}
+	if st.ClockKnown {
+		off, rtt := float64(st.ClockOffset.Microseconds())/1000, float64(st.ClockRTT.Microseconds())/1000
+		v.ClockOffsetMs, v.ClockRTTMs = &off, &rtt
+	}
 	for _, s := range q.Shares(maxShareViews) {
-		v.Shares = append(v.Shares, ShareView{Peer: s.Peer, SharePerSecond: s.Share, SharePercent: 100 * s.Fraction})
+		v.Shares = append(v.Shares, ShareView{Peer: s.Peer, SharePerSecond: s.Share, SharePercent: 100 * s.Fraction, StoreTrouble: s.Trouble})
 	}
 	v.Messages = []ClusterMessageView{}
 	for _, mq := range c.messages() {
 		q := mq.q.Load()
 		st := q.State()
 		mv := ClusterMessageView{Type: mq.name, KeyPrefix: q.Config().Prefix, Fallback: st.Fallback, Malformed: st.Malformed,
+			FallbackPeers: st.FallbackPeers, StoreTrouble: troubleViews(q), RepairedTotal: st.Repaired,
 			LimitPerSecond: st.Limit, EffectivePerSecond: st.Effective, ThrottlePercent: st.Throttle,
 			PeersTracked: st.Peers, OverflowedTotal: st.Overflowed, Shares: []ShareView{}}
 		for _, s := range q.Shares(maxShareViews) {
-			mv.Shares = append(mv.Shares, ShareView{Peer: s.Peer, SharePerSecond: s.Share, SharePercent: 100 * s.Fraction})
+			mv.Shares = append(mv.Shares, ShareView{Peer: s.Peer, SharePerSecond: s.Share, SharePercent: 100 * s.Fraction, StoreTrouble: s.Trouble})
 		}
 		v.Messages = append(v.Messages, mv)
 	}

@@ -6,20 +6,16 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"math"
-	"net"
 	"os"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
 	"github.com/edgesteer/edgesteer/caddymodules/internal/cfparse"
@@ -209,14 +205,28 @@ type cluster struct {
 	done   chan struct{}
 
 	// metric handles
-	syncs, malformed prometheus.Counter
-	fallbackGauge    prometheus.Gauge
-	replicasGauge    prometheus.Gauge
+	syncs, malformed   prometheus.Counter
+	fallbackGauge      prometheus.Gauge
+	fallbackPeersGauge prometheus.Gauge
+	replicasGauge      prometheus.Gauge
+	clockOffsetGauge   prometheus.Gauge
 
 	// the sync loop's own
 	lastMalformed map[*quota.Quota]uint64
-	inFallback    bool
+	lastErrors    map[*quota.Quota]map[string]uint64
+	// trouble is each quota's store trouble at the last sync, as logged
+	// ("" none): a log line per change.
+	trouble map[*quota.Quota]string
+	// clockOff: the last offset logged was past clockOffsetBound.
+	clockOff bool
 }
+
+// clockOffsetBound is the offset of this replica's clock from the store's
+// past which it is logged. The limiter corrects any offset (epochs and
+// heartbeats follow the store's clock); past this bound the host's clock
+// is farther off than NTP keeps hosts, which other things on it may not
+// survive.
+const clockOffsetBound = 100 * time.Millisecond
 
 // msgQuota is one message type's cluster-wide limit: the engines'
 // Allower (and Refunder) for that type.
@@ -249,11 +259,15 @@ func newCluster(parent context.Context, handler string, spec *clusterSpec) (*clu
 		return nil, fmt.Errorf("peer_rate_limit: profile %s: cluster: %v", spec.profile, err)
 	}
 	c := &cluster{handler: handler, profile: spec.profile, wake: make(chan struct{}, 1), done: make(chan struct{}),
-		syncs:         theMetrics.clusterSyncs.WithLabelValues(handler, spec.profile),
-		malformed:     theMetrics.clusterMalformed.WithLabelValues(handler, spec.profile),
-		fallbackGauge: theMetrics.clusterFallback.WithLabelValues(handler, spec.profile),
-		replicasGauge: theMetrics.clusterReplicas.WithLabelValues(handler, spec.profile),
-		lastMalformed: map[*quota.Quota]uint64{},
+		syncs:              theMetrics.clusterSyncs.WithLabelValues(handler, spec.profile),
+		malformed:          theMetrics.clusterMalformed.WithLabelValues(handler, spec.profile),
+		fallbackGauge:      theMetrics.clusterFallback.WithLabelValues(handler, spec.profile),
+		fallbackPeersGauge: theMetrics.clusterFallbackPeers.WithLabelValues(handler, spec.profile),
+		replicasGauge:      theMetrics.clusterReplicas.WithLabelValues(handler, spec.profile),
+		clockOffsetGauge:   theMetrics.clusterClockOffset.WithLabelValues(handler, spec.profile),
+		lastMalformed:      map[*quota.Quota]uint64{},
+		lastErrors:         map[*quota.Quota]map[string]uint64{},
+		trouble:            map[*quota.Quota]string{},
 	}
 	c.q.Store(q)
 	c.spec.Store(spec)
@@ -338,7 +352,9 @@ func (c *cluster) stop() {
 	theMetrics.clusterSyncs.Delete(labels)
 	theMetrics.clusterMalformed.Delete(labels)
 	theMetrics.clusterFallback.Delete(labels)
+	theMetrics.clusterFallbackPeers.Delete(labels)
 	theMetrics.clusterReplicas.Delete(labels)
+	theMetrics.clusterClockOffset.Delete(labels)
 	theMetrics.clusterErrors.DeletePartialMatch(labels)
 }
 
@@ -378,8 +394,9 @@ func (c *cluster) loop(ctx context.Context) {
 
 // syncOnce runs one sync of the profile's quotas — the overall limit's
 // and each message type's — in one pipelined round trip, and reports it
-// in metrics and logs (a log line per transition between the store
-// answering and not).
+// in metrics and logs: store trouble by reason, and a log line per
+// change of each quota's trouble (the store unreachable, some keys
+// refused, answering again).
 func (c *cluster) syncOnce(ctx context.Context) {
 	q, spec := c.q.Load(), c.spec.Load()
 	qs := []*quota.Quota{q}
@@ -395,59 +412,96 @@ func (c *cluster) syncOnce(ctx context.Context) {
 		return
 	}
 	seen := make(map[*quota.Quota]uint64, len(qs))
-	for _, x := range qs {
-		m := x.State().Malformed
-		if last := c.lastMalformed[x]; m > last {
-			c.malformed.Add(float64(m - last))
+	seenErrs := make(map[*quota.Quota]map[string]uint64, len(qs))
+	seenTrouble := make(map[*quota.Quota]string, len(qs))
+	fallback, fallbackPeers := false, 0
+	for i, x := range qs {
+		st := x.State()
+		if last := c.lastMalformed[x]; st.Malformed > last {
+			c.malformed.Add(float64(st.Malformed - last))
 		}
-		seen[x] = m
+		seen[x] = st.Malformed
+		for r, n := range st.Errors {
+			if last := c.lastErrors[x][r]; n > last {
+				theMetrics.clusterErrors.WithLabelValues(c.handler, c.profile, r).Add(float64(n - last))
+			}
+		}
+		seenErrs[x] = st.Errors
+		fallback = fallback || st.Fallback
+		fallbackPeers += st.FallbackPeers
+		seenTrouble[x] = c.logTrouble(spec, x, st, errs[i])
 	}
-	c.lastMalformed = seen
+	c.lastMalformed, c.lastErrors, c.trouble = seen, seenErrs, seenTrouble
 	st := q.State()
 	c.replicasGauge.Set(float64(st.Replicas))
-	var err error
-	for _, e := range errs {
-		if e != nil {
-			err = e
-			break
+	c.fallbackPeersGauge.Set(float64(fallbackPeers))
+	if st.ClockKnown {
+		c.clockOffsetGauge.Set(st.ClockOffset.Seconds())
+		if off := st.ClockOffset.Abs() > clockOffsetBound; off != c.clockOff {
+			c.clockOff = off
+			fields := []zap.Field{zap.String("profile", c.profile), zap.String("redis", spec.conn.Name),
+				zap.Duration("clock_offset", st.ClockOffset), zap.Duration("measured_over_round_trip", st.ClockRTT), zap.Duration("bound", clockOffsetBound)}
+			if off {
+				spec.logger.Warn("this host's clock is off the cluster store's: the cluster-wide limits follow the store's clock, check NTP", fields...)
+			} else {
+				spec.logger.Info("this host's clock is back within the bound of the cluster store's", fields...)
+			}
 		}
 	}
-	if err != nil {
-		theMetrics.clusterErrors.WithLabelValues(c.handler, c.profile, errorReason(err)).Inc()
+	if fallback {
 		c.fallbackGauge.Set(1)
-		if !c.inFallback {
-			c.inFallback = true
-			spec.logger.Warn("cluster store unreachable: enforcing the fallback share, limit ÷ last known replicas",
-				zap.String("profile", c.profile), zap.String("redis", spec.conn.Name),
-				zap.Int("replicas", st.Replicas), zap.Float64("fallback_share_per_second", st.Effective/float64(st.Replicas)),
-				zap.Error(err))
-		}
-		return
+	} else {
+		c.fallbackGauge.Set(0)
 	}
-	c.syncs.Inc()
-	c.fallbackGauge.Set(0)
-	if c.inFallback {
-		c.inFallback = false
-		spec.logger.Info("cluster store answering again: shares resynced",
-			zap.String("profile", c.profile), zap.String("redis", spec.conn.Name), zap.Int("replicas", st.Replicas))
+	if errs[0] == nil {
+		c.syncs.Inc()
 	}
 }
 
-// errorReason is the bounded label of a failed sync.
-func errorReason(err error) string {
-	var ne net.Error
-	var re redis.Error
+// maxLoggedKeys bounds the keys a log line names.
+const maxLoggedKeys = 5
+
+// logTrouble logs a change of x's store trouble and returns it: "" (none),
+// "unreachable" (the whole quota on the fallback share) or "keys" (some
+// peers' keys refused). A change of reason alone (a refused connection
+// that becomes a timeout) is no transition: the metric counts each.
+func (c *cluster) logTrouble(spec *clusterSpec, x *quota.Quota, st quota.State, err error) string {
+	var now string
 	switch {
-	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
-		return "timeout"
-	case errors.As(err, &re):
-		return "redis_error"
-	case errors.Is(err, redis.ErrClosed), errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET),
-		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.As(err, &ne):
-		return "connection"
-	default:
-		return "other"
+	case err != nil:
+		now = "unreachable"
+	case st.FallbackPeers > 0:
+		now = "keys"
 	}
+	if now == c.trouble[x] {
+		return now
+	}
+	cfg := x.Config()
+	fields := []zap.Field{zap.String("profile", c.profile), zap.String("key_prefix", cfg.Prefix), zap.String("redis", spec.conn.Name),
+		zap.Int("replicas", st.Replicas), zap.Float64("fallback_share_per_second", st.Effective/float64(st.Replicas))}
+	switch {
+	case err != nil:
+		spec.logger.Warn("cluster store unreachable: enforcing the fallback share, limit ÷ last known replicas",
+			append(fields, zap.String("reason", st.LastReason), zap.Error(err))...)
+	case now != "":
+		troubles := x.Troubles(0)
+		var reasons, keys []string
+		for _, t := range troubles {
+			if !slices.Contains(reasons, t.Reason) {
+				reasons = append(reasons, t.Reason)
+			}
+			if len(keys) < maxLoggedKeys {
+				keys = append(keys, t.Key+" ("+t.Reason+": "+t.Error+")")
+			}
+		}
+		slices.Sort(reasons)
+		spec.logger.Warn("cluster store refused some keys: their peers get the fallback share, limit ÷ last known replicas",
+			append(fields, zap.Int("peers_in_fallback", st.FallbackPeers), zap.Strings("reasons", reasons),
+				zap.Strings("keys", keys))...)
+	default:
+		spec.logger.Info("cluster store answering again for every key: shares resynced", fields...)
+	}
+	return now
 }
 
 // reconcileClusters follows the attached generations (newest last): every

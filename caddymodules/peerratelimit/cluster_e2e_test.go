@@ -134,11 +134,13 @@ http://%s {
 		t.Fatalf("cluster_fallback = %v with Redis down", f)
 	}
 	// Refused connections are retried by go-redis until the sync's
-	// deadline: the reason is connection or timeout.
-	conn, _ := c.Metric(t, `caddy_edgesteer_peer_rate_limit_cluster_errors_total{handler="edge",profile="p",reason="connection"}`)
+	// deadline: the reason is refused (or reset) or timeout.
+	conn, _ := c.Metric(t, `caddy_edgesteer_peer_rate_limit_cluster_errors_total{handler="edge",profile="p",reason="refused"}`)
+	reset, _ := c.Metric(t, `caddy_edgesteer_peer_rate_limit_cluster_errors_total{handler="edge",profile="p",reason="reset"}`)
+	conn += reset
 	tmo, _ := c.Metric(t, `caddy_edgesteer_peer_rate_limit_cluster_errors_total{handler="edge",profile="p",reason="timeout"}`)
 	if conn+tmo < 2 {
-		t.Fatalf("cluster_errors_total{reason=connection|timeout} = %v + %v after a second of Redis down", conn, tmo)
+		t.Fatalf("cluster_errors_total{reason=refused|reset|timeout} = %v + %v after a second of Redis down", conn, tmo)
 	}
 	if n := strings.Count(c.Logs()[logged:], "cluster store unreachable"); n != 1 {
 		t.Fatalf("the fallback was logged %d times while Redis was down, want once per transition", n)

@@ -23,6 +23,9 @@ type metrics struct {
 	clusterMalformed *prometheus.CounterVec
 	clusterFallback  *prometheus.GaugeVec
 	clusterReplicas  *prometheus.GaugeVec
+
+	clusterFallbackPeers *prometheus.GaugeVec
+	clusterClockOffset   *prometheus.GaugeVec
 }
 
 var theMetrics = &metrics{
@@ -56,7 +59,7 @@ var theMetrics = &metrics{
 	}, []string{"handler", "profile"}),
 	clusterErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: metricsPrefix + "cluster_errors_total",
-		Help: "Failed syncs of a cluster-wide limit (the replica enforces the fallback share) by reason: timeout, connection, redis_error, other.",
+		Help: "Store trouble of a cluster-wide limit by reason (noperm, noauth, loading, readonly, oom, clusterdown, tryagain, moved, busy, timeout, closed, refused, reset, network, error_reply, other): one per failed sync (every share the fallback) and one per key a sync could not read or write (its peer's share the fallback).",
 	}, []string{"handler", "profile", "reason"}),
 	clusterMalformed: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: metricsPrefix + "cluster_malformed_total",
@@ -66,13 +69,21 @@ var theMetrics = &metrics{
 		Name: metricsPrefix + "cluster_fallback",
 		Help: "1 while the last sync failed and the replica enforces limit ÷ last known replicas, else 0.",
 	}, []string{"handler", "profile"}),
+	clusterFallbackPeers: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: metricsPrefix + "cluster_fallback_peers",
+		Help: "Peers (of all a profile's cluster-wide limits) whose share is limit ÷ last known replicas because the last sync could not read or write their keys, or failed.",
+	}, []string{"handler", "profile"}),
 	clusterReplicas: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: metricsPrefix + "cluster_replicas",
 		Help: "Live replicas seen at the last successful sync of a cluster-wide limit.",
+	}, []string{"handler", "profile"}),
+	clusterClockOffset: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: metricsPrefix + "cluster_clock_offset_seconds",
+		Help: "This replica's clock minus the cluster store's (Redis TIME), as measured at the last syncs; epochs and heartbeats follow the store's clock.",
 	}, []string{"handler", "profile"}),
 }
 
 func registerMetrics(ctx caddy.Context) error {
 	return metricsreg.Register(ctx, theMetrics.decisions, theMetrics.throttle, theMetrics.load, theMetrics.sourceErrors, theMetrics.refusalsDiscarded, theMetrics.originMismatch,
-		theMetrics.clusterSyncs, theMetrics.clusterErrors, theMetrics.clusterMalformed, theMetrics.clusterFallback, theMetrics.clusterReplicas)
+		theMetrics.clusterSyncs, theMetrics.clusterErrors, theMetrics.clusterMalformed, theMetrics.clusterFallback, theMetrics.clusterReplicas, theMetrics.clusterFallbackPeers, theMetrics.clusterClockOffset)
 }

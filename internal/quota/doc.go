@@ -36,14 +36,22 @@
 // Replicas register with a heartbeat whose lifetime is ReplicaTTL (default
 // 4 intervals); the replica count sets the floor and the fallback. A dead
 // replica's demand is absent from the next epoch's totals, so its share
-// returns to the others within two intervals. Store unreachable (or its
-// round trip failing): every peer's share is limit ÷ (last known replica
-// count), the state says so, and the next successful sync resyncs — keeping
-// the fallback share one more interval for peers whose previous epoch this
-// replica could not write. Store answers that do not parse (another
-// program's key, a value of the wrong type, a total below this replica's own
-// contribution) are ignored and counted (State.Malformed), never used as a
-// limit.
+// returns to the others within two intervals.
+//
+// Every store error is classified once (redisconn.Classify). Store trouble
+// (NOPERM, LOADING, READONLY, OOM, CLUSTERDOWN, TRYAGAIN, MOVED, a timeout
+// or reset on any command of the pipeline) is trouble for the keys the
+// command touched: on the replicas key (the heartbeat), or no command
+// answering (store unreachable), every peer's share is limit ÷ (last known
+// replica count) (State.Fallback); on a peer's epoch key, that peer's share
+// is (State.FallbackPeers, Troubles: the key and the reason). The next
+// successful sync resyncs — keeping the fallback share one more interval
+// for peers whose previous epoch this replica could not write. Store
+// answers that do not parse (another program's key, a value of the wrong
+// type, a total below this replica's own contribution) are ignored and
+// counted (State.Malformed), never used as a limit; the limiter's own keys
+// that held them (replicas key, epoch hashes) are deleted at the next sync
+// (Batch.Repair, State.Repaired).
 //
 // Tracked peers are bounded (MaxPeers; peers are client-controlled keys):
 // a peer with no traffic for IdleSyncs syncs whose bucket has refilled is
@@ -52,6 +60,7 @@
 //
 // # Store layout (Redis commands, one pipelined round trip per sync)
 //
+//	TIME
 //	ZADD {prefix}:replicas <now ms> <replica>
 //	ZREMRANGEBYSCORE {prefix}:replicas -inf (<now ms − ReplicaTTL ms>
 //	ZCARD {prefix}:replicas
@@ -59,6 +68,13 @@
 //	  HINCRBY K a <admitted>; HINCRBY K d <demanded>; PEXPIRE K <3 intervals>
 //	per peer with traffic in the last two intervals, K' = {prefix:peer}:<epoch−1>:
 //	  HMGET K' a d
+//
+// "now" and the epoch are the store's clock: the local clock plus the
+// offset measured by TIME (of the last few syncs, the measure of least
+// round trip; before the first sync, a TIME alone), so replicas whose
+// clocks disagree still agree on epochs and heartbeats (NewWithClock takes
+// the local clock as a parameter). Keys that a value of another program
+// spoiled are deleted first (DEL, Batch.Repair).
 //
 // Peer keys are hash-tagged by prefix and peer, so Redis Cluster spreads
 // peers over its shards (a cluster client splits the pipeline per shard,
@@ -79,16 +95,16 @@
 //
 // R replicas, A active (replica, peer) pairs per interval per replica —
 // peers with traffic at that replica; idle peers cost nothing — and Δ the
-// interval. Per replica per sync: 3 + 3A + A' commands, A' ≤ 2A the peers
+// interval. Per replica per sync: 4 + 3A + A' commands, A' ≤ 2A the peers
 // with traffic in the last two intervals, in one round trip. Cluster-wide:
 //
-//	ops/s = R × (3 + 3A + A') ÷ Δ   (A' ≈ 1.7 A under Zipf demand)
-//	bytes/sync per replica ≈ 3·k + A × (3·k + 15) + A' × (k + 40)
+//	ops/s = R × (4 + 3A + A') ÷ Δ   (A' ≈ 1.7 A under Zipf demand)
+//	bytes/sync per replica ≈ 4·k + A × (3·k + 15) + A' × (k + 40)
 //
 // A group of quotas ℓ (SyncGroup) costs one heartbeat and each quota's
 // counts and reads, still in one round trip per replica per interval:
 //
-//	ops/s = R × (3 + Σℓ (3Aℓ + A'ℓ)) ÷ Δ,  round trips/s = R ÷ Δ
+//	ops/s = R × (4 + Σℓ (3Aℓ + A'ℓ)) ÷ Δ,  round trips/s = R ÷ Δ
 //
 // with k ≈ 60 B a command carrying a key of ~27 B (the measured figures,
 // from the fake store's RESP accounting, are in BENCHMARKS.md). Store memory: one small hash per active peer per epoch,

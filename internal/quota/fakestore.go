@@ -2,7 +2,6 @@ package quota
 
 import (
 	"context"
-	"errors"
 	"math"
 	"strconv"
 	"sync"
@@ -21,6 +20,7 @@ type FakeStore struct {
 
 	mu        sync.Mutex
 	down      error
+	deny      func(key string) error
 	keys      map[string]*fakeKey
 	lastPurge time.Time
 	stats     FakeStats
@@ -39,9 +39,18 @@ type fakeKey struct {
 	zset    map[string]float64
 }
 
+// Reply is an error reply of the store, as go-redis returns one (a
+// redis.Error): the classifier reads it by its first word.
+type Reply string
+
+func (r Reply) Error() string { return string(r) }
+
+// RedisError marks Reply as a redis.Error.
+func (Reply) RedisError() {}
+
 var (
-	errWrongType = errors.New("WRONGTYPE Operation against a key holding the wrong kind of value")
-	errNotInt    = errors.New("ERR hash value is not an integer")
+	errWrongType = Reply("WRONGTYPE Operation against a key holding the wrong kind of value")
+	errNotInt    = Reply("ERR hash value is not an integer")
 )
 
 // NewFakeStore returns an empty store.
@@ -54,6 +63,23 @@ func (s *FakeStore) SetDown(err error) {
 	s.mu.Lock()
 	s.down = err
 	s.mu.Unlock()
+}
+
+// SetDeny makes every command on a key for which deny returns an error
+// fail with it (an ACL user allowed only part of the key space: deny
+// returns Reply("NOPERM …"); a Cluster shard down: Reply("CLUSTERDOWN …")).
+// nil: every key allowed.
+func (s *FakeStore) SetDeny(deny func(key string) error) {
+	s.mu.Lock()
+	s.deny = deny
+	s.mu.Unlock()
+}
+
+func (s *FakeStore) denied(key string) error {
+	if s.deny == nil {
+		return nil
+	}
+	return s.deny(key)
 }
 
 // Stats returns the traffic so far.
@@ -175,6 +201,18 @@ func (s *FakeStore) SyncGroup(ctx context.Context, bs []*Batch) ([]*Answer, erro
 
 func (s *FakeStore) batch(now time.Time, b *Batch) *Answer {
 	ans := &Answer{Totals: make([]Raw, len(b.Read)), CountErrs: make([]error, len(b.Counts))}
+	if b.Time {
+		s.cmd("TIME")
+		s.stats.BytesOut += 2*respBulk([]byte("1700000000")) + 4
+		ans.Time = now
+	}
+	for _, k := range b.Repair {
+		s.cmd("DEL", k)
+		s.stats.BytesOut += respInt(1)
+		if s.denied(k) == nil {
+			delete(s.keys, k)
+		}
+	}
 	if !b.NoHeartbeat {
 		s.heartbeat(now, b, ans)
 	}
@@ -191,6 +229,9 @@ func (s *FakeStore) heartbeat(now time.Time, b *Batch, ans *Answer) {
 	s.cmd("ZREMRANGEBYSCORE", rk, "-inf", "("+strconv.FormatFloat(cutoff, 'f', -1, 64))
 	s.cmd("ZCARD", rk)
 	k, err := s.get(rk, now, kindZset)
+	if d := s.denied(rk); d != nil {
+		err = d
+	}
 	if err == nil {
 		if k == nil {
 			k = &fakeKey{zset: map[string]float64{}}
@@ -220,12 +261,20 @@ func (s *FakeStore) counts(now time.Time, b *Batch, ans *Answer) {
 		s.cmd("HINCRBY", key, "a", an)
 		s.cmd("HINCRBY", key, "d", dn)
 		s.cmd("PEXPIRE", key, ttl)
+		if d := s.denied(key); d != nil {
+			ans.CountErrs[i] = d
+			s.stats.BytesOut += 3 * respErr
+			continue
+		}
 		ans.CountErrs[i] = s.hincr(key, now, c.Admitted, c.Demanded, b.KeyTTL)
 	}
 	for i, p := range b.Read {
 		key := PeerKey(b.Prefix, p, b.Epoch-1)
 		s.cmd("HMGET", key, "a", "d")
 		k, err := s.get(key, now, kindHash)
+		if d := s.denied(key); d != nil {
+			err = d
+		}
 		switch {
 		case err != nil:
 			ans.Totals[i].Err = err
@@ -276,7 +325,7 @@ func (s *FakeStore) hincr(key string, now time.Time, a, d uint64, ttl time.Durat
 		}
 		if f.by > math.MaxInt64 || old > math.MaxInt64-int64(f.by) {
 			s.stats.BytesOut += respErr
-			first = firstErr(first, errors.New("ERR increment or decrement would overflow"))
+			first = firstErr(first, Reply("ERR increment or decrement would overflow"))
 			continue
 		}
 		nv := old + int64(f.by)

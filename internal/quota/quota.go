@@ -3,13 +3,16 @@ package quota
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/edgesteer/edgesteer/internal/ratelimit"
+	"github.com/edgesteer/edgesteer/internal/redisconn"
 )
 
 // Config is one cluster-wide limit: Limit requests per second per peer,
@@ -92,6 +95,15 @@ func (c *Config) defaults() error {
 type Quota struct {
 	cfg   Config
 	store Store
+	clock func() time.Time // the local clock (time.Now)
+
+	// The store's clock: offset (ns) to add to the local clock, from the
+	// TIME of the syncs (the sample of least round trip of the last
+	// clockSamples); epochs, heartbeat scores and replica TTLs are
+	// computed on the local clock plus it.
+	offset     atomic.Int64
+	clockKnown atomic.Bool
+	samples    []clockSample // under syncMu
 
 	throttle atomic.Int64 // percent of the limit withheld
 
@@ -100,8 +112,10 @@ type Quota struct {
 	overflow *peer // shared by new peers beyond MaxPeers
 
 	syncMu sync.Mutex // serializes Sync; guards the peers' sync fields
-	stMu   sync.Mutex
-	st     State
+	// repairs are keys to delete at the next sync (under syncMu).
+	repairs []string
+	stMu    sync.Mutex
+	st      State
 	// Epochs of the last successful and failed syncs.
 	lastOK, lastFailed int64
 }
@@ -117,7 +131,23 @@ type peer struct {
 	// Smoothed own and cluster demand per epoch (EWMA), so that shares
 	// follow the demand's rate rather than one interval's noise.
 	ownE, totE float64
-	idle       int // syncs in a row without traffic
+	idle       int   // syncs in a row without traffic
+	lostAt     int64 // last epoch whose own count the store did not take
+	fallbackAt int64 // last epoch at which the peer's keys were in trouble
+
+	trouble *PeerTrouble // the last sync's store trouble for its keys (under Quota.mu)
+}
+
+func newPeer() *peer { return &peer{lostAt: math.MinInt64, fallbackAt: math.MinInt64} }
+
+// PeerTrouble says why a peer's share is the fallback share: the store
+// could not read or write one of its keys at the last sync.
+type PeerTrouble struct {
+	Peer   string
+	Key    string    // the key the failing command touched
+	Reason string    // redisconn.Reason: noperm, clusterdown, timeout, …
+	Error  string    // the store's error
+	Since  time.Time // first sync of this trouble (same key and reason)
 }
 
 type epochCount struct {
@@ -154,26 +184,47 @@ type State struct {
 	Replicas    int       // live replicas at the last sync (or assumed)
 	LastSync    time.Time // last successful sync
 	LastAttempt time.Time
-	Healthy     bool   // the last sync succeeded
-	Fallback    bool   // shares are limit ÷ Replicas (store unreachable)
-	LastError   string // of the last failed sync
-	StoreErrors uint64 // failed syncs
-	Malformed   uint64 // store answers ignored (did not parse)
-	Peers       int    // tracked peers
-	Overflowed  uint64 // requests of new peers beyond MaxPeers
-	Limit       float64
-	Effective   float64 // the limit after throttling
-	Throttle    int
+	Healthy     bool // the last sync succeeded for every key it touched
+	Fallback    bool // every share is limit ÷ Replicas (store unreachable, or the heartbeat refused)
+	// FallbackPeers is the number of peers whose share is limit ÷
+	// Replicas because the store could not read or write their keys at
+	// the last sync (all tracked peers while Fallback).
+	FallbackPeers int
+	LastError     string // of the last store trouble: the key and the store's error
+	LastReason    string // its redisconn.Reason
+	StoreErrors   uint64 // failed syncs (round trip or heartbeat)
+	// Errors counts store trouble by reason (redisconn.Reason): one per
+	// failed sync and one per key a successful sync could not read or
+	// write.
+	// ClockOffset is this replica's clock minus the store's (TIME),
+	// measured over a round trip of ClockRTT; ClockKnown: measured.
+	ClockOffset, ClockRTT time.Duration
+	ClockKnown            bool
+	Errors                map[string]uint64
+	Malformed             uint64 // store answers ignored (did not parse)
+	Repaired              uint64 // keys the limiter owns deleted because they held values it did not write
+	Peers                 int    // tracked peers
+	Overflowed            uint64 // requests of new peers beyond MaxPeers
+	Limit                 float64
+	Effective             float64 // the limit after throttling
+	Throttle              int
 }
 
-// New returns a replica's quota over store.
-func New(cfg Config, store Store) (*Quota, error) {
+// New returns a replica's quota over store, on the local wall clock.
+func New(cfg Config, store Store) (*Quota, error) { return NewWithClock(cfg, store, time.Now) }
+
+// NewWithClock returns a replica's quota over store whose local clock is
+// clock: the times given to Allow and Sync are read from it, and it is
+// read again when a sync's round trip ends (to measure the store's clock
+// against it).
+func NewWithClock(cfg Config, store Store, clock func() time.Time) (*Quota, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
-	q := &Quota{cfg: cfg, store: store, peers: map[string]*peer{}, lastOK: math.MinInt64, lastFailed: math.MinInt64}
+	q := &Quota{cfg: cfg, store: store, clock: clock, peers: map[string]*peer{}, lastOK: math.MinInt64, lastFailed: math.MinInt64}
 	q.st = State{Replica: cfg.Replica, Replicas: cfg.ExpectedReplicas, Limit: cfg.Limit, Effective: cfg.Limit}
-	q.overflow = &peer{}
+	q.overflow = newPeer()
+	q.st.Errors = map[string]uint64{}
 	q.mu.Lock()
 	q.overflow.frac = q.floorFrac(cfg.ExpectedReplicas)
 	q.apply(q.overflow, 0)
@@ -260,7 +311,7 @@ func (q *Quota) lookup(key string, now int64) *peer {
 		q.stMu.Unlock()
 		return q.overflow
 	}
-	p = &peer{}
+	p = newPeer()
 	q.stMu.Lock()
 	n, fallback := q.st.Replicas, q.st.Fallback
 	q.stMu.Unlock()
@@ -289,8 +340,14 @@ func (q *Quota) SetThrottle(pct int, now time.Time) {
 	q.stMu.Unlock()
 }
 
-// Epoch returns the epoch of t.
-func (q *Quota) Epoch(t time.Time) int64 { return floorDiv(t.UnixNano(), int64(q.cfg.Interval)) }
+// Epoch returns the epoch of t, a time of the local clock: the store's
+// epoch at that moment.
+func (q *Quota) Epoch(t time.Time) int64 {
+	return floorDiv(t.UnixNano()+q.offset.Load(), int64(q.cfg.Interval))
+}
+
+// storeTime is the store's clock at local time t.
+func (q *Quota) storeTime(t time.Time) time.Time { return t.Add(time.Duration(q.offset.Load())) }
 
 func floorDiv(a, b int64) int64 {
 	d := a / b
@@ -304,12 +361,13 @@ func floorDiv(a, b int64) int64 {
 // epoch, so that every replica's counts of an epoch are in the store when
 // they are read (timer jitter up to half an interval is harmless).
 func (q *Quota) NextSync(now time.Time) time.Time {
-	iv := int64(q.cfg.Interval)
-	t := (q.Epoch(now)+1)*iv + iv/2
-	if t-iv > now.UnixNano() {
+	iv, off := int64(q.cfg.Interval), q.offset.Load()
+	s := now.UnixNano() + off
+	t := (floorDiv(s, iv)+1)*iv + iv/2
+	if t-iv > s {
 		t -= iv
 	}
-	return time.Unix(0, t)
+	return time.Unix(0, t-off)
 }
 
 // Sync sends the counts since the last sync and recomputes the shares; on
@@ -333,6 +391,20 @@ func SyncGroup(ctx context.Context, now time.Time, qs []*Quota) []error {
 		q.syncMu.Lock()
 		defer q.syncMu.Unlock()
 	}
+	q0 := qs[0]
+	if !q0.clockKnown.Load() {
+		// Before the first sync: the store's clock, so that its epoch is
+		// the others' (one round trip more, once).
+		ans, err := q0.store.Sync(ctx, &Batch{Prefix: q0.cfg.Prefix, Replica: q0.cfg.Replica, Now: now, Time: true, NoHeartbeat: true})
+		recv := q0.clock()
+		if err == nil && ans != nil {
+			q0.clockSample(now, recv, ans.Time, ans.TimeErr)
+			now = recv
+		}
+	}
+	for _, q := range qs[1:] {
+		q.offset.Store(q0.offset.Load())
+	}
 	ps := make([]*pending, len(qs))
 	bs := make([]*Batch, len(qs))
 	for i, q := range qs {
@@ -340,6 +412,7 @@ func SyncGroup(ctx context.Context, now time.Time, qs []*Quota) []error {
 		bs[i] = ps[i].b
 		bs[i].NoHeartbeat = i > 0
 	}
+	bs[0].Time = true
 	anss := make([]*Answer, len(qs))
 	var err error
 	if gs, ok := qs[0].store.(GroupStore); ok {
@@ -353,6 +426,24 @@ func SyncGroup(ctx context.Context, now time.Time, qs []*Quota) []error {
 				break
 			}
 		}
+	}
+	if err == nil && anss[0] != nil {
+		q0.clockSample(now, q0.clock(), anss[0].Time, anss[0].TimeErr)
+	}
+	for _, q := range qs[1:] {
+		q.offset.Store(q0.offset.Load())
+		q.clockKnown.Store(q0.clockKnown.Load())
+		st := q0.State()
+		q.stMu.Lock()
+		q.st.ClockKnown, q.st.ClockOffset, q.st.ClockRTT = st.ClockKnown, st.ClockOffset, st.ClockRTT
+		q.stMu.Unlock()
+	}
+	// The heartbeat refused for another reason than a value of another
+	// type (NOPERM on the replicas key, LOADING, READONLY, OOM, a
+	// timeout): the replica count is unknown and this replica is not
+	// registered, so every share of the group is the fallback share.
+	if err == nil && anss[0] != nil && redisconn.Classify(anss[0].ReplicasErr) == redisconn.Trouble {
+		err = fmt.Errorf("heartbeat %s: %w", ReplicasKey(bs[0].Prefix), anss[0].ReplicasErr)
 	}
 	for i, q := range qs {
 		var ans *Answer
@@ -371,6 +462,7 @@ func SyncGroup(ctx context.Context, now time.Time, qs []*Quota) []error {
 type pending struct {
 	b             *Batch
 	e             int64
+	local         time.Time // the sync's time on the local clock (b.Now is the store's)
 	read, counted []*peer
 }
 
@@ -378,10 +470,11 @@ type pending struct {
 func (q *Quota) prepare(now time.Time) *pending {
 	e := q.Epoch(now)
 	b := &Batch{
-		Prefix: q.cfg.Prefix, Replica: q.cfg.Replica, Now: now, Epoch: e,
+		Prefix: q.cfg.Prefix, Replica: q.cfg.Replica, Now: q.storeTime(now), Epoch: e,
 		ReplicaTTL: q.cfg.ReplicaTTL, KeyTTL: 3 * q.cfg.Interval,
 	}
-	ps := &pending{b: b, e: e}
+	ps := &pending{b: b, e: e, local: now}
+	b.Repair, q.repairs = q.repairs, nil
 	q.mu.RLock()
 	for k, p := range q.peers {
 		a, d := p.admitted.Swap(0), p.demanded.Swap(0)
@@ -405,9 +498,13 @@ func (q *Quota) prepare(now time.Time) *pending {
 }
 
 // finish applies the store's answer (or its error) to the shares (under
-// syncMu).
+// syncMu). Every error is classified once (redisconn.Classify): a value
+// that does not parse is ignored, counted and, where the limiter owns the
+// key, deleted at the next sync; anything else is store trouble for the
+// keys the command touched: their peers get the fallback share,
+// limit ÷ replicas, and the state says which and why.
 func (q *Quota) finish(ps *pending, ans *Answer, err error) error {
-	b, e, now := ps.b, ps.e, ps.b.Now
+	b, e, now := ps.b, ps.e, ps.local
 	read, counted := ps.read, ps.counted
 	if err == nil && ans == nil {
 		err = fmt.Errorf("store gave no answer")
@@ -420,31 +517,59 @@ func (q *Quota) finish(ps *pending, ans *Answer, err error) error {
 	st := &q.st
 	st.LastAttempt = now
 	if err != nil {
-		st.Healthy, st.Fallback, st.LastError = false, true, err.Error()
+		st.Healthy, st.Fallback, st.LastError, st.LastReason = false, true, err.Error(), reasonOf(err)
 		st.StoreErrors++
+		st.Errors[reasonOf(err)]++
 		n := st.Replicas
 		q.stMu.Unlock()
 		q.lastFailed = e
-		q.fallback(n, now.UnixNano())
+		peers := q.fallback(n, now.UnixNano())
+		q.stMu.Lock()
+		st.FallbackPeers = peers
+		q.stMu.Unlock()
 		return err
 	}
 	var malformed uint64
-	if ans.ReplicasErr != nil || ans.Replicas < 1 || ans.Replicas > 1<<20 {
-		malformed++ // keep the last known count
-	} else {
+	errs := map[string]uint64{}
+	switch {
+	case ans.ReplicasErr == nil && ans.Replicas >= 1 && ans.Replicas <= 1<<20:
 		st.Replicas = int(ans.Replicas)
+	case !b.NoHeartbeat:
+		// Another program's key of another type, or a count that is no
+		// count (Trouble was the whole sync's error): keep the last
+		// known count, and delete the key at the next sync.
+		malformed++
+		q.repair(ReplicasKey(b.Prefix))
 	}
 	n := st.Replicas
 	prevOK := q.lastOK
-	st.Healthy, st.Fallback, st.LastSync = true, false, now
+	st.LastSync = now
 	q.stMu.Unlock()
 	q.lastOK = e
-	for i, c := range b.Counts {
-		if ans.CountErrs[i] != nil {
-			malformed++ // e.g. another program's key of another type
-			continue
+
+	troubled := map[*peer]*PeerTrouble{}
+	trouble := func(p *peer, peerName, key string, err error) {
+		errs[reasonOf(err)]++
+		if troubled[p] == nil {
+			troubled[p] = &PeerTrouble{Peer: peerName, Key: key, Reason: reasonOf(err), Error: err.Error(), Since: now}
 		}
-		counted[i].addOwn(e, c.Demanded)
+	}
+	for i, c := range b.Counts {
+		p, key := counted[i], PeerKey(b.Prefix, c.Peer, e)
+		switch err := ans.CountErrs[i]; redisconn.Classify(err) {
+		case redisconn.OK, redisconn.NotFound:
+			p.addOwn(e, c.Demanded)
+		case redisconn.Malformed:
+			// e.g. another program's key of another type: our counts of
+			// e are not in the store, so the share is kept one more
+			// interval (lostAt) rather than read as idle.
+			malformed++
+			p.lostAt = e
+			q.repair(key)
+		default:
+			p.lostAt = e
+			trouble(p, c.Peer, key, err)
+		}
 	}
 
 	// Recompute. If this replica's counts of epoch e−1 may be missing (a
@@ -453,20 +578,53 @@ func (q *Quota) finish(ps *pending, ans *Answer, err error) error {
 	known := q.lastFailed < e-1 && (prevOK == e-1 || prevOK == math.MinInt64)
 	fresh := make(map[*peer]float64, len(read))
 	for i, p := range read {
-		f, ok := q.share(p, ans.Totals[i], e, n, known)
-		if !ok {
+		raw, key := ans.Totals[i], PeerKey(b.Prefix, b.Read[i], e-1)
+		switch redisconn.Classify(raw.Err) {
+		case redisconn.OK, redisconn.NotFound:
+		case redisconn.Malformed:
 			malformed++
+			q.repair(key)
+			continue
+		default:
+			trouble(p, b.Read[i], key, raw.Err)
 			continue
 		}
-		if f >= 0 {
-			fresh[p] = f
+		if troubled[p] != nil {
+			continue
+		}
+		f, v := q.share(p, raw, e, n, known && p.lostAt < e-1)
+		switch v {
+		case badValue:
+			malformed++
+			q.repair(key)
+		case lostCounts:
+			malformed++
+		default:
+			if f >= 0 {
+				fresh[p] = f
+			}
 		}
 	}
 	q.mu.Lock()
+	var first *PeerTrouble
+	inTrouble := 0
 	for k, p := range q.peers {
+		if t := troubled[p]; t != nil {
+			if p.trouble != nil && p.trouble.Key == t.Key && p.trouble.Reason == t.Reason {
+				t.Since = p.trouble.Since
+			}
+			p.trouble, p.frac, p.fallbackAt = t, 1/float64(n), e
+			inTrouble++
+			if first == nil || t.Peer < first.Peer {
+				first = t
+			}
+			q.apply(p, now.UnixNano())
+			continue
+		}
+		p.trouble = nil
 		if f, ok := fresh[p]; ok {
 			p.frac = f
-		} else if p.idle > 0 && known {
+		} else if p.idle > 0 && known && p.fallbackAt < e-1 {
 			p.frac = q.floorFrac(n)
 		}
 		if p.idle >= q.cfg.IdleSyncs && p.lim.full(now.UnixNano()) {
@@ -481,28 +639,59 @@ func (q *Quota) finish(ps *pending, ans *Answer, err error) error {
 	q.mu.Unlock()
 
 	q.stMu.Lock()
+	st.Healthy, st.Fallback, st.FallbackPeers = inTrouble == 0, false, inTrouble
+	if first != nil {
+		st.LastError, st.LastReason = first.Key+": "+first.Error, first.Reason
+	}
+	for r, k := range errs {
+		st.Errors[r] += k
+	}
 	st.Malformed += malformed
+	st.Repaired += uint64(len(b.Repair))
 	st.Peers = peers
 	q.stMu.Unlock()
 	return nil
 }
 
-// share computes p's new fraction from the totals of epoch e−1; −1 keeps
-// the current one; ok=false: the answer did not parse.
-func (q *Quota) share(p *peer, raw Raw, e int64, n int, known bool) (float64, bool) {
-	if raw.Err != nil {
-		return -1, false
+// reasonOf is the bounded word of a store error (redisconn.Reason).
+func reasonOf(err error) string {
+	if r := redisconn.Reason(err); r != "" {
+		return r
 	}
+	return "other"
+}
+
+// maxRepairs bounds the keys deleted per sync.
+const maxRepairs = 64
+
+// repair deletes key at the next sync (under syncMu).
+func (q *Quota) repair(key string) {
+	if len(q.repairs) < maxRepairs && !slices.Contains(q.repairs, key) {
+		q.repairs = append(q.repairs, key)
+	}
+}
+
+type verdict int
+
+const (
+	fine       verdict = iota
+	badValue           // a field that is not a count
+	lostCounts         // a total below this replica's own counts
+)
+
+// share computes p's new fraction from the totals of epoch e−1; −1 keeps
+// the current one.
+func (q *Quota) share(p *peer, raw Raw, e int64, n int, known bool) (float64, verdict) {
 	if _, ok := parseCount(raw.Admitted); !ok {
-		return -1, false
+		return -1, badValue
 	}
 	total, ok := parseCount(raw.Demanded)
 	if !ok {
-		return -1, false
+		return -1, badValue
 	}
 	own := p.ownAt(e - 1)
 	if total < own {
-		return -1, false // the store lost or rewrote our counts
+		return -1, lostCounts // the store lost or rewrote our counts
 	}
 	floor := q.floorFrac(n)
 	switch {
@@ -518,15 +707,15 @@ func (q *Quota) share(p *peer, raw Raw, e int64, n int, known bool) (float64, bo
 		// way the replicas' shares add up to the limit.
 		perEpoch := q.effective() * q.cfg.Interval.Seconds()
 		if spare := perEpoch - p.totE; spare > 0 {
-			return max(floor, (p.ownE+spare/float64(n))/perEpoch), true
+			return max(floor, (p.ownE+spare/float64(n))/perEpoch), fine
 		}
-		return max(floor, p.ownE/p.totE), true
+		return max(floor, p.ownE/p.totE), fine
 	case !known:
-		return -1, true
+		return -1, fine
 	case total == 0:
-		return 1 / float64(n), true
+		return 1 / float64(n), fine
 	default:
-		return floor, true
+		return floor, fine
 	}
 }
 
@@ -535,22 +724,45 @@ func (q *Quota) share(p *peer, raw Raw, e int64, n int, known bool) (float64, bo
 // the simulation measures what smoothing would trade (BENCHMARKS.md).
 var smoothing = 1.0
 
-func (q *Quota) fallback(n int, now int64) {
+// fallback gives every peer limit ÷ n; it returns the number of peers.
+func (q *Quota) fallback(n int, now int64) int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for _, p := range q.peers {
-		p.frac = 1 / float64(n)
+		p.frac, p.trouble = 1/float64(n), nil
 		q.apply(p, now)
 	}
 	q.overflow.frac = q.floorFrac(n)
 	q.apply(q.overflow, now)
+	return len(q.peers)
 }
 
 // State returns the replica's state for the admin view.
 func (q *Quota) State() State {
 	q.stMu.Lock()
 	defer q.stMu.Unlock()
-	return q.st
+	st := q.st
+	st.Errors = maps.Clone(q.st.Errors)
+	return st
+}
+
+// Troubles returns the peers at the fallback share because the store could
+// not read or write their keys at the last sync, by peer, at most limit of
+// them (0: all).
+func (q *Quota) Troubles(limit int) []PeerTrouble {
+	q.mu.RLock()
+	var out []PeerTrouble
+	for _, p := range q.peers {
+		if p.trouble != nil {
+			out = append(out, *p.trouble)
+		}
+	}
+	q.mu.RUnlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].Peer < out[j].Peer })
+	if limit > 0 && len(out) > limit {
+		out = out[:limit]
+	}
+	return out
 }
 
 // PeerShare is one tracked peer's share.
@@ -558,6 +770,7 @@ type PeerShare struct {
 	Peer     string
 	Share    float64 // requests per second admitted here
 	Fraction float64 // of the effective cluster-wide limit
+	Trouble  string  // why the share is the fallback share (redisconn.Reason), if it is for its keys
 }
 
 // Shares returns the tracked peers' shares, largest first, at most limit
@@ -567,7 +780,11 @@ func (q *Quota) Shares(limit int) []PeerShare {
 	eff := q.effective()
 	out := make([]PeerShare, 0, len(q.peers))
 	for k, p := range q.peers {
-		out = append(out, PeerShare{Peer: k, Share: p.frac * eff, Fraction: p.frac})
+		ps := PeerShare{Peer: k, Share: p.frac * eff, Fraction: p.frac}
+		if p.trouble != nil {
+			ps.Trouble = p.trouble.Reason
+		}
+		out = append(out, ps)
 	}
 	q.mu.RUnlock()
 	sort.Slice(out, func(i, j int) bool {
@@ -591,4 +808,54 @@ func (q *Quota) Share(key string) (float64, bool) {
 		return 0, false
 	}
 	return p.frac * q.effective(), true
+}
+
+// clockSample is one measure of the store's clock: offset to add to the
+// local clock, round trip it was measured over.
+type clockSample struct{ offset, rtt time.Duration }
+
+// clockSamples is how many recent measures the offset is chosen from (the
+// one of least round trip: a slow answer, e.g. a stalled store, measures
+// the offset worst).
+const clockSamples = 8
+
+// clockSlack is the disagreement, beyond both measures' round trips,
+// taken as a step of a clock (NTP stepping the host, a VM resumed): the
+// older measures are dropped.
+const clockSlack = 2 * time.Millisecond
+
+// clockSample takes the store's clock st, read by a command sent at local
+// time sent and answered at recv (under syncMu).
+func (q *Quota) clockSample(sent, recv, st time.Time, err error) {
+	if err != nil || st.IsZero() {
+		return
+	}
+	rtt := max(recv.Sub(sent), 0)
+	s := clockSample{offset: st.Sub(sent.Add(rtt / 2)), rtt: rtt}
+	if len(q.samples) > 0 {
+		cur := q.bestSample()
+		if d := s.offset - cur.offset; d > (s.rtt+cur.rtt)/2+clockSlack || -d > (s.rtt+cur.rtt)/2+clockSlack {
+			q.samples = q.samples[:0]
+		}
+	}
+	if len(q.samples) == clockSamples {
+		q.samples = q.samples[1:]
+	}
+	q.samples = append(q.samples, s)
+	best := q.bestSample()
+	q.offset.Store(int64(best.offset))
+	q.clockKnown.Store(true)
+	q.stMu.Lock()
+	q.st.ClockKnown, q.st.ClockOffset, q.st.ClockRTT = true, -best.offset, best.rtt
+	q.stMu.Unlock()
+}
+
+func (q *Quota) bestSample() clockSample {
+	best := q.samples[0]
+	for _, s := range q.samples[1:] {
+		if s.rtt <= best.rtt {
+			best = s
+		}
+	}
+	return best
 }

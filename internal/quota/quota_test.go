@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -26,6 +28,8 @@ type cluster struct {
 	adm   [][]int     // admitted, per replica and peer
 	dem   [][]int
 	peers []string
+	skew  []time.Duration // replica i's clock is the store's + skew[i]
+	next  []time.Time     // replica i's next sync, on its clock
 	// static anchors: per-replica GCRA at a fixed rate, per replica and peer
 	static   []*ratelimit.Rule
 	sbuckets [][][]ratelimit.Bucket // per anchor, replica, peer
@@ -33,23 +37,33 @@ type cluster struct {
 }
 
 func newCluster(t *testing.T, n int, peers []string, cfg Config) *cluster {
-	c := &cluster{t: t, now: t0, store: NewFakeStore(), peers: peers}
+	return skewedCluster(t, peers, cfg, make([]time.Duration, n))
+}
+
+// skewedCluster is a cluster whose replica i's clock is skew[i] off the
+// store's (the fake store keeps the simulated true time).
+func skewedCluster(t *testing.T, peers []string, cfg Config, skew []time.Duration) *cluster {
+	c := &cluster{t: t, now: t0, store: NewFakeStore(), peers: peers, skew: skew}
 	c.store.Now = func() time.Time { return c.now }
-	for i := range n {
+	for i := range skew {
 		cf := cfg
 		cf.Replica = fmt.Sprintf("r%d", i)
-		q, err := New(cf, c.store)
+		q, err := NewWithClock(cf, c.store, func() time.Time { return c.local(i) })
 		if err != nil {
 			t.Fatal(err)
 		}
 		c.reps = append(c.reps, q)
 		c.alive = append(c.alive, true)
+		c.next = append(c.next, time.Time{})
 		c.acc = append(c.acc, make([]float64, len(peers)))
 		c.adm = append(c.adm, make([]int, len(peers)))
 		c.dem = append(c.dem, make([]int, len(peers)))
 	}
 	return c
 }
+
+// local is replica i's clock.
+func (c *cluster) local(i int) time.Time { return c.now.Add(c.skew[i]) }
 
 // anchor adds a per-replica static limit of rate for comparison.
 func (c *cluster) anchor(rate float64) {
@@ -67,20 +81,25 @@ func (c *cluster) anchor(rate float64) {
 }
 
 // run advances the clock by d in 1 ms steps. demand(replica, peer) is the
-// rate offered there, evenly spaced. Live replicas sync in the middle of
-// each epoch, replica i i ms late (timer jitter).
+// rate offered there, evenly spaced. Live replicas sync when their own
+// clock says (Quota.NextSync: the middle of each epoch), replica i i ms
+// late (timer jitter), and decide on their own clock.
 func (c *cluster) run(d time.Duration, demand func(rep, peer int) float64) {
 	end := c.now.Add(d)
 	const step = time.Millisecond
-	iv := c.reps[0].cfg.Interval
 	for c.now.Before(end) {
-		ns := c.now.UnixNano()
 		for i, q := range c.reps {
 			if !c.alive[i] {
 				continue
 			}
-			if (ns-int64(iv)/2-int64(i)*int64(time.Millisecond))%int64(iv) == 0 {
-				_ = q.Sync(context.Background(), c.now)
+			local := c.local(i)
+			ns := local.UnixNano()
+			if c.next[i].IsZero() {
+				c.next[i] = q.NextSync(local).Add(time.Duration(i) * time.Millisecond)
+			}
+			if !local.Before(c.next[i]) {
+				_ = q.Sync(context.Background(), local)
+				c.next[i] = q.NextSync(local).Add(time.Duration(i) * time.Millisecond)
 			}
 			for p, key := range c.peers {
 				c.acc[i][p] += demand(i, p) * step.Seconds()
@@ -293,9 +312,15 @@ func TestMalformed(t *testing.T) {
 	t.Run("replicas key of another type", func(t *testing.T) {
 		c := newCluster(t, 1, []string{"x"}, Config{Prefix: "p", Limit: 400, ExpectedReplicas: 4})
 		c.store.Set(ReplicasKey("p"), []byte("x"))
-		c.run(time.Second, func(int, int) float64 { return 10 })
-		if st := c.reps[0].State(); st.Malformed == 0 || st.Replicas != 4 {
+		iv := c.reps[0].Config().Interval
+		c.run(iv, func(int, int) float64 { return 10 })
+		if st := c.reps[0].State(); st.Malformed != 1 || st.Replicas != 4 || !st.Healthy {
 			t.Errorf("state %+v, want malformed counted and replicas kept at 4", st)
+		}
+		// Repaired at the next sync: the key is ours again and counts.
+		c.run(iv, func(int, int) float64 { return 10 })
+		if st := c.reps[0].State(); st.Malformed != 1 || st.Repaired != 1 || st.Replicas != 1 {
+			t.Errorf("state %+v, want the replicas key repaired (deleted, re-registered): 1 replica", st)
 		}
 	})
 }
@@ -304,7 +329,8 @@ func TestMalformed(t *testing.T) {
 func TestBoundedPeers(t *testing.T) {
 	now := time.Now()
 	st := NewFakeStore()
-	q, err := New(Config{Prefix: "p", Replica: "a", Limit: 100, MaxPeers: 10, IdleSyncs: 2}, st)
+	st.Now = func() time.Time { return now }
+	q, err := NewWithClock(Config{Prefix: "p", Replica: "a", Limit: 100, MaxPeers: 10, IdleSyncs: 2}, st, st.Now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -390,11 +416,11 @@ func TestSyncGroupOneRoundTrip(t *testing.T) {
 	type rep struct{ overall, msg *Quota }
 	var reps []rep
 	for _, name := range []string{"a", "b"} {
-		o, err := New(Config{Prefix: "p", Replica: name, Limit: 400}, st)
+		o, err := NewWithClock(Config{Prefix: "p", Replica: name, Limit: 400}, st, st.Now)
 		if err != nil {
 			t.Fatal(err)
 		}
-		m, err := New(Config{Prefix: "p/message/gx-ccr-i", Replica: name, Limit: 100}, st)
+		m, err := NewWithClock(Config{Prefix: "p/message/gx-ccr-i", Replica: name, Limit: 100}, st, st.Now)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -421,14 +447,15 @@ func TestSyncGroupOneRoundTrip(t *testing.T) {
 		}
 	}
 	s := st.Stats()
-	if s.RoundTrips != 24 {
-		t.Errorf("%d round trips for 12 syncs of 2 replicas, want 24 (one per replica per sync)", s.RoundTrips)
+	if s.RoundTrips != 26 {
+		t.Errorf("%d round trips for 12 syncs of 2 replicas, want 26 (one per replica per sync, and each replica's clock probe before its first)", s.RoundTrips)
 	}
-	// Per replica per sync: one heartbeat (3) + per quota 3 per counted
-	// peer + 1 per read peer, one busy peer in each: 11.
+	// Per replica per sync: TIME and the heartbeat (4) + per quota 3 per
+	// counted peer + 1 per read peer, one busy peer in each: 12; and the
+	// two probes' TIME.
 	t.Logf("%d commands, %d bytes to the store, %d from it for 24 syncs: %.1f commands per sync", s.Commands, s.BytesIn, s.BytesOut, float64(s.Commands)/24)
-	if want := int64(24 * 11); s.Commands != want {
-		t.Errorf("%d commands, want %d (3 + Σ (3A + A') per sync)", s.Commands, want)
+	if want := int64(24*12 + 2); s.Commands != want {
+		t.Errorf("%d commands, want %d (4 + Σ (3A + A') per sync, 1 per probe)", s.Commands, want)
 	}
 	if st.Keys() == 0 {
 		t.Fatal("nothing stored")
@@ -470,4 +497,88 @@ func TestRefund(t *testing.T) {
 	if !q.Allow("x", now) {
 		t.Errorf("refused after a refund (admitted %d before)", n)
 	}
+}
+
+// Store trouble on some keys — an ACL user allowed only the replicas key,
+// a Cluster shard down, a timeout that cut the pipeline after the
+// heartbeat — puts exactly the peers of those keys on the fallback share
+// (limit ÷ replicas), and the state says which and why; the other peers
+// keep their proportional shares. A value that does not parse is not
+// trouble: ignored, counted, repaired.
+func TestStoreTroubleOnSomeKeys(t *testing.T) {
+	const limit = 300.0
+	for _, tc := range []struct {
+		name, reason string
+		err          error
+	}{
+		{"noperm", "noperm", Reply("NOPERM No permissions to access a key")},
+		{"clusterdown", "clusterdown", Reply("CLUSTERDOWN The cluster is down")},
+		{"tryagain", "tryagain", Reply("TRYAGAIN Multiple keys request during rehashing of slot")},
+		{"moved", "moved", Reply("MOVED 3999 127.0.0.1:6381")},
+		{"timeout", "timeout", os.ErrDeadlineExceeded},
+		{"reset", "reset", syscall.ECONNRESET},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(t, 3, []string{"bad", "good"}, Config{Prefix: "p", Limit: limit})
+			demand := func(rep, _ int) float64 { return []float64{800, 100, 100}[rep] * 3 }
+			c.run(time.Second, demand)
+			c.store.SetDeny(func(key string) error {
+				if strings.HasPrefix(key, "{p:bad}") {
+					return tc.err
+				}
+				return nil
+			})
+			c.reset()
+			c.run(2*time.Second, demand)
+			for i, q := range c.reps {
+				s, _ := q.Share("bad")
+				near(t, fmt.Sprintf("replica %d share of bad", i), s, limit/3, 1e-9)
+				st := q.State()
+				if st.Healthy || st.Fallback || st.FallbackPeers != 1 || st.Errors[tc.reason] == 0 || st.Malformed != 0 ||
+					!strings.Contains(st.LastError, "{p:bad}") {
+					t.Errorf("replica %d state %+v, want unhealthy, one peer in fallback, %s counted, the key named", i, st, tc.reason)
+				}
+				tr := q.Troubles(0)
+				if len(tr) != 1 || tr[0].Peer != "bad" || tr[0].Reason != tc.reason || !strings.HasPrefix(tr[0].Key, "{p:bad}:") {
+					t.Errorf("replica %d troubles %+v", i, tr)
+				}
+			}
+			// The limit is held by the fallback rule: 3 × limit ÷ 3.
+			near(t, "bad admitted ÷ limit", float64(c.admitted(0))/(2*limit), 1, 0.05)
+			// The other peer is untouched: proportional, the limit in total.
+			s, _ := c.reps[0].Share("good")
+			near(t, "good's busy share", s, 0.8*limit, 3)
+			near(t, "good admitted ÷ limit", float64(c.admitted(1))/(2*limit), 1, 0.03)
+
+			// Trouble gone: back to proportional shares, healthy.
+			c.store.SetDeny(nil)
+			c.run(time.Second, demand)
+			st := c.reps[0].State()
+			s, _ = c.reps[0].Share("bad")
+			near(t, "bad's share after the trouble", s, 0.8*limit, 3)
+			if !st.Healthy || st.FallbackPeers != 0 || len(c.reps[0].Troubles(0)) != 0 {
+				t.Errorf("state after the trouble %+v, troubles %v", st, c.reps[0].Troubles(0))
+			}
+		})
+	}
+	t.Run("heartbeat refused", func(t *testing.T) {
+		// NOPERM on the replicas key (an ACL user allowed only the peers'
+		// keys): the count is unknown and this replica unregistered, so
+		// every share is the fallback share.
+		c := newCluster(t, 2, []string{"x"}, Config{Prefix: "p", Limit: limit})
+		c.run(time.Second, func(int, int) float64 { return 600 })
+		c.store.SetDeny(func(key string) error {
+			if key == ReplicasKey("p") {
+				return Reply("NOPERM No permissions to access a key")
+			}
+			return nil
+		})
+		c.run(time.Second, func(int, int) float64 { return 600 })
+		st := c.reps[0].State()
+		if st.Healthy || !st.Fallback || st.Errors["noperm"] == 0 || !strings.Contains(st.LastError, ReplicasKey("p")) || st.FallbackPeers != 1 {
+			t.Errorf("state %+v", st)
+		}
+		s, _ := c.reps[0].Share("x")
+		near(t, "fallback share", s, limit/2, 1e-9)
+	})
 }

@@ -3,10 +3,12 @@ package quota
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
-	"strings"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/edgesteer/edgesteer/internal/redisconn"
 )
 
 // RedisStore runs a sync as one go-redis pipeline: exactly the commands of
@@ -20,9 +22,12 @@ type RedisStore struct {
 // Cluster: go-redis' universal client).
 func NewRedisStore(client redis.UniversalClient) *RedisStore { return &RedisStore{client: client} }
 
-// Sync runs the batch. A failed round trip (connection refused, timeout,
-// closed client) is the error; a command's own error reply (WRONGTYPE on
-// another program's key, a non-integer field) goes in the Answer.
+// Sync runs the batch. A failed round trip (no command answered:
+// connection refused, closed client, a timeout before any reply) is the
+// error; every other error — a command's own error reply (WRONGTYPE,
+// NOPERM, OOM, MOVED, …) or a timeout or reset that cut the pipeline
+// after some commands answered — goes in the Answer, for the command it
+// belongs to. The engine classifies them (redisconn.Classify).
 func (s *RedisStore) Sync(ctx context.Context, b *Batch) (*Answer, error) {
 	ans, err := s.SyncGroup(ctx, []*Batch{b})
 	if err != nil {
@@ -39,21 +44,31 @@ func (s *RedisStore) SyncGroup(ctx context.Context, bs []*Batch) ([]*Answer, err
 		x    *redis.BoolCmd
 	}
 	type queued struct {
-		zadd   *redis.IntCmd
-		card   *redis.IntCmd
-		counts []counted
-		reads  []*redis.SliceCmd
+		time      *redis.TimeCmd
+		heartbeat []redis.Cmder
+		card      *redis.IntCmd
+		counts    []counted
+		reads     []*redis.SliceCmd
 	}
 	qs := make([]queued, len(bs))
 	for j, b := range bs {
 		q := &qs[j]
+		if b.Time {
+			q.time = pipe.Time(ctx)
+		}
+		for _, k := range b.Repair {
+			pipe.Del(ctx, k)
+		}
 		if !b.NoHeartbeat {
 			rk := ReplicasKey(b.Prefix)
 			nowMs := b.Now.UnixMilli()
 			cutoff := nowMs - b.ReplicaTTL.Milliseconds()
-			q.zadd = pipe.ZAdd(ctx, rk, redis.Z{Score: float64(nowMs), Member: b.Replica})
-			pipe.ZRemRangeByScore(ctx, rk, "-inf", "("+strconv.FormatInt(cutoff, 10))
+			q.heartbeat = []redis.Cmder{
+				pipe.ZAdd(ctx, rk, redis.Z{Score: float64(nowMs), Member: b.Replica}),
+				pipe.ZRemRangeByScore(ctx, rk, "-inf", "("+strconv.FormatInt(cutoff, 10)),
+			}
 			q.card = pipe.ZCard(ctx, rk)
+			q.heartbeat = append(q.heartbeat, q.card)
 		}
 		q.counts = make([]counted, len(b.Counts))
 		for i, c := range b.Counts {
@@ -69,25 +84,24 @@ func (s *RedisStore) SyncGroup(ctx context.Context, bs []*Batch) ([]*Answer, err
 			q.reads[i] = pipe.HMGet(ctx, PeerKey(b.Prefix, p, b.Epoch-1), "a", "d")
 		}
 	}
-	_, err := pipe.Exec(ctx)
-	if err != nil && !isReply(err) {
+	cmds, err := pipe.Exec(ctx)
+	if err != nil && noneAnswered(cmds) {
 		return nil, err
 	}
 	out := make([]*Answer, len(bs))
 	for j, b := range bs {
 		q := &qs[j]
-		// A server that refuses the heartbeat for another reason than
-		// another program's key of the wrong type (LOADING after a
-		// restart, NOAUTH, READONLY, OOM) cannot be used: that is the
-		// store down, not a value to ignore.
-		if q.zadd != nil {
-			if err := q.zadd.Err(); err != nil && !strings.HasPrefix(err.Error(), "WRONGTYPE") {
-				return nil, err
+		ans := &Answer{Totals: make([]Raw, len(b.Read)), CountErrs: make([]error, len(b.Counts))}
+		if q.time != nil {
+			ans.Time, ans.TimeErr = q.time.Result()
+		}
+		for _, c := range q.heartbeat {
+			if e := c.Err(); e != nil && ans.ReplicasErr == nil {
+				ans.ReplicasErr = e
 			}
 		}
-		ans := &Answer{Totals: make([]Raw, len(b.Read)), CountErrs: make([]error, len(b.Counts))}
-		if q.card != nil {
-			ans.Replicas, ans.ReplicasErr = q.card.Result()
+		if q.card != nil && ans.ReplicasErr == nil {
+			ans.Replicas = q.card.Val()
 		}
 		for i, c := range q.counts {
 			for _, e := range []error{c.a.Err(), c.d.Err(), c.x.Err()} {
@@ -104,7 +118,7 @@ func (s *RedisStore) SyncGroup(ctx context.Context, bs []*Batch) ([]*Answer, err
 				continue
 			}
 			if len(vals) != 2 {
-				ans.Totals[i].Err = errors.New("HMGET answered " + strconv.Itoa(len(vals)) + " values for 2 fields")
+				ans.Totals[i].Err = fmt.Errorf("%w: HMGET answered %d values for 2 fields", redisconn.ErrMalformed, len(vals))
 				continue
 			}
 			ans.Totals[i].Admitted, ans.Totals[i].Err = field(vals[0])
@@ -117,11 +131,17 @@ func (s *RedisStore) SyncGroup(ctx context.Context, bs []*Batch) ([]*Answer, err
 	return out, nil
 }
 
-// isReply reports whether err is an error reply of Redis to one command
-// (the round trip itself worked), not a failed round trip.
-func isReply(err error) bool {
-	var re redis.Error
-	return errors.As(err, &re) && !errors.Is(err, redis.ErrClosed)
+// noneAnswered reports whether every command of a pipeline failed without
+// an answer of the store's own (not an error reply): the round trip
+// failed as a whole.
+func noneAnswered(cmds []redis.Cmder) bool {
+	for _, c := range cmds {
+		var re redis.Error
+		if err := c.Err(); err == nil || errors.Is(err, redis.Nil) || (errors.As(err, &re) && !errors.Is(err, redis.ErrClosed)) {
+			return false
+		}
+	}
+	return true
 }
 
 func field(v any) ([]byte, error) {
@@ -131,7 +151,7 @@ func field(v any) ([]byte, error) {
 	case string:
 		return []byte(v), nil
 	default:
-		return nil, errors.New("HMGET field of an unexpected type")
+		return nil, fmt.Errorf("%w: HMGET field of type %T", redisconn.ErrMalformed, v)
 	}
 }
 

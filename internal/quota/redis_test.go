@@ -2,6 +2,8 @@ package quota
 
 import (
 	"context"
+	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -11,9 +13,35 @@ import (
 	"github.com/edgesteer/edgesteer/internal/e2e"
 )
 
+// simStore is a real store whose clock (TIME) is the test's simulated
+// clock, for tests that step time faster than it passes.
+type simStore struct {
+	*RedisStore
+	now func() time.Time
+}
+
+func (s simStore) Sync(ctx context.Context, b *Batch) (*Answer, error) {
+	as, err := s.SyncGroup(ctx, []*Batch{b})
+	if err != nil {
+		return nil, err
+	}
+	return as[0], nil
+}
+
+func (s simStore) SyncGroup(ctx context.Context, bs []*Batch) ([]*Answer, error) {
+	as, err := s.RedisStore.SyncGroup(ctx, bs)
+	for i, a := range as {
+		if bs[i].Time && a.TimeErr == nil {
+			a.Time = s.now()
+		}
+	}
+	return as, err
+}
+
 // redisReplicas returns n replicas over one real redis-server, each with
-// its own client (as separate processes would have), a 1 s interval.
-func redisReplicas(t *testing.T, addr string, n int) ([]*Quota, []*redis.Client) {
+// its own client (as separate processes would have), a 1 s interval, on
+// the simulated clock now.
+func redisReplicas(t *testing.T, addr string, n int, now func() time.Time) ([]*Quota, []*redis.Client) {
 	t.Helper()
 	var qs []*Quota
 	var cs []*redis.Client
@@ -21,8 +49,8 @@ func redisReplicas(t *testing.T, addr string, n int) ([]*Quota, []*redis.Client)
 		c := redis.NewClient(&redis.Options{Addr: addr, DialTimeout: 500 * time.Millisecond,
 			ReadTimeout: 500 * time.Millisecond, WriteTimeout: 500 * time.Millisecond, MaxRetries: -1})
 		t.Cleanup(func() { c.Close() })
-		q, err := New(Config{Prefix: "es:peer_rate_limit:http/x/p", Replica: "r" + string(rune('0'+i)),
-			Limit: 100, Interval: time.Second}, NewRedisStore(c))
+		q, err := NewWithClock(Config{Prefix: "es:peer_rate_limit:http/x/p", Replica: "r" + string(rune('0'+i)),
+			Limit: 100, Interval: time.Second}, simStore{NewRedisStore(c), now}, now)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -46,12 +74,11 @@ func TestRedisStore(t *testing.T) {
 	dir := t.TempDir()
 	addr := e2e.Addr(t)
 	srv := e2e.StartRedisAt(t, dir, addr)
-	qs, cs := redisReplicas(t, addr, 2)
-	ctx := context.Background()
-	prefix := qs[0].cfg.Prefix
-
 	// Epoch e: replica 0 sees 30 requests of peer "a", replica 1 sees 10.
 	now := midEpoch(time.Now())
+	qs, cs := redisReplicas(t, addr, 2, func() time.Time { return now })
+	ctx := context.Background()
+	prefix := qs[0].cfg.Prefix
 	for i := range 40 {
 		qs[min(i/30, 1)].Allow("a", now.UnixNano())
 	}
@@ -180,4 +207,146 @@ func TestRedisStore(t *testing.T) {
 	if n := cs[0].ZCard(ctx, ReplicasKey(prefix)).Val(); n != 1 {
 		t.Fatalf("ZCARD after restart = %d, want 1 (this replica re-registered)", n)
 	}
+}
+
+// redisClient is a client as the replicas' (user may be "").
+func redisClient(t *testing.T, addr, user, pass string) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: addr, Username: user, Password: pass, DialTimeout: 500 * time.Millisecond,
+		ReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond, MaxRetries: -1})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// offerEpoch offers n requests of peer spread over one 1 s epoch starting
+// at from, round robin over the replicas, and returns the admitted count.
+func offerEpoch(qs []*Quota, peer string, from time.Time, n int) int {
+	admitted := 0
+	for k := range n {
+		if qs[k%len(qs)].Allow(peer, from.Add(time.Duration(k)*time.Second/time.Duration(n)).UnixNano()) {
+			admitted++
+		}
+	}
+	return admitted
+}
+
+// TestRedisStoreTrouble drives the store-error branches with a real
+// redis-server: an ACL user that may touch only the replicas key
+// (NOPERM on every peer's key: those peers at the fallback share, the
+// limit held), maxmemory 1 with noeviction (OOM on the heartbeat: every
+// share the fallback), a read-only replica (READONLY) and a paused server
+// (CLIENT PAUSE past the read timeout: a timeout, bounded). Each says
+// which key and why, and the next good sync resyncs.
+func TestRedisStoreTrouble(t *testing.T) {
+	e2e.SkipShort(t)
+	_, addr := e2e.StartRedis(t)
+	admin := redisClient(t, addr, "", "")
+	ctx := context.Background()
+	if err := admin.Do(ctx, "ACL", "SETUSER", "part", "on", ">pw", "~*:replicas", "+@all").Err(); err != nil {
+		t.Fatal(err)
+	}
+	const limit = 100.0
+	now := midEpoch(time.Now())
+	clock := func() time.Time { return now }
+	var qs []*Quota
+	for i := range 3 {
+		q, err := NewWithClock(Config{Prefix: "es:trouble", Replica: fmt.Sprintf("r%d", i), Limit: limit, Interval: time.Second},
+			simStore{NewRedisStore(redisClient(t, addr, "part", "pw")), clock}, clock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		qs = append(qs, q)
+	}
+	syncAll := func(now time.Time) {
+		for _, q := range qs {
+			_ = q.Sync(ctx, now)
+		}
+	}
+
+	// ACL: three replicas, 3R offered over 3 epochs; the heartbeat works,
+	// every peer command is refused.
+	syncAll(now)
+	admitted := 0
+	for i := range 3 {
+		a := offerEpoch(qs, "a", now, 300)
+		now = now.Add(time.Second)
+		syncAll(now)
+		if i > 0 {
+			admitted += a
+		}
+	}
+	t.Logf("ACL user allowed only the replicas key: %d admitted in 2 s of a %.0f/s limit", admitted, limit)
+	if r := float64(admitted) / (2 * limit); r < 0.95 || r > 1.05 {
+		t.Errorf("admitted ÷ limit = %.3f under NOPERM on the peers' keys, want the fallback rule's 1 ± 0.05", r)
+	}
+	for i, q := range qs {
+		st := q.State()
+		tr := q.Troubles(0)
+		if st.Healthy || st.Replicas != 3 || st.FallbackPeers != 1 || st.Errors["noperm"] == 0 || !strings.Contains(st.LastError, "NOPERM") ||
+			len(tr) != 1 || tr[0].Reason != "noperm" || !strings.HasPrefix(tr[0].Key, "{es:trouble:a}:") {
+			t.Errorf("replica %d under NOPERM: state %+v troubles %+v", i, st, tr)
+		}
+		if s, _ := q.Share("a"); math.Abs(s-limit/3) > 1e-9 {
+			t.Errorf("replica %d share %.2f, want the fallback %.2f", i, s, limit/3)
+		}
+	}
+
+	// From here one replica, the default user.
+	q, err := NewWithClock(Config{Prefix: "es:trouble2", Replica: "solo", Limit: limit, Interval: time.Second},
+		simStore{NewRedisStore(admin), clock}, clock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantWhole := func(what, reason string) {
+		t.Helper()
+		q.Allow("a", now.UnixNano())
+		start := time.Now()
+		err := q.Sync(ctx, now)
+		if took := time.Since(start); took > 3*300*time.Millisecond {
+			t.Errorf("%s: sync took %v, want ≤ 3 × the 300ms read timeout", what, took)
+		}
+		st := q.State()
+		if err == nil || st.Healthy || !st.Fallback || st.Errors[reason] == 0 || !strings.Contains(st.LastError, ReplicasKey("es:trouble2")) && reason != "timeout" {
+			t.Errorf("%s: err %v, state %+v, want the whole quota in fallback for %s", what, err, st, reason)
+		}
+		if s, _ := q.Share("a"); st.Replicas != 1 || s != limit {
+			t.Errorf("%s: share %.2f, replicas %d, want limit ÷ 1 (the last known replica count)", what, s, st.Replicas)
+		}
+		now = now.Add(time.Second)
+	}
+	wantHealthy := func(what string) {
+		t.Helper()
+		q.Allow("a", now.UnixNano())
+		var err error
+		for range 10 {
+			if err = q.Sync(ctx, now); err == nil {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if st := q.State(); err != nil || !st.Healthy || st.Fallback {
+			t.Errorf("after %s: %v, state %+v", what, err, st)
+		}
+		now = now.Add(time.Second)
+	}
+	wantHealthy("start")
+
+	admin.ConfigSet(ctx, "maxmemory-policy", "noeviction")
+	admin.ConfigSet(ctx, "maxmemory", "1")
+	wantWhole("maxmemory 1, noeviction", "oom")
+	admin.ConfigSet(ctx, "maxmemory", "0")
+	wantHealthy("OOM")
+
+	if err := admin.Do(ctx, "REPLICAOF", "127.0.0.1", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	wantWhole("a read-only replica", "readonly")
+	admin.Do(ctx, "REPLICAOF", "NO", "ONE")
+	wantHealthy("READONLY")
+
+	if err := admin.Do(ctx, "CLIENT", "PAUSE", "1500").Err(); err != nil {
+		t.Fatal(err)
+	}
+	wantWhole("CLIENT PAUSE 1500", "timeout")
+	admin.Do(ctx, "CLIENT", "UNPAUSE")
+	wantHealthy("CLIENT PAUSE")
 }

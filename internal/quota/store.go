@@ -10,11 +10,12 @@ import (
 
 // Store is what one pipelined round trip to the shared store does for a
 // sync (see the package comment for the Redis commands). An implementation
-// only carries bytes: the engine validates every answer.
+// only carries bytes: the engine validates every answer and classifies
+// every error (redisconn.Classify).
 type Store interface {
 	// Sync runs the batch. An error means the round trip failed as a
-	// whole (store unreachable); errors of single commands go in the
-	// Answer.
+	// whole (store unreachable: no command answered); errors of single
+	// commands go in the Answer.
 	Sync(ctx context.Context, b *Batch) (*Answer, error)
 }
 
@@ -39,6 +40,14 @@ type Batch struct {
 	// NoHeartbeat leaves out the heartbeat (ZADD, ZREMRANGEBYSCORE,
 	// ZCARD): a batch that rides in a group behind one that has it.
 	NoHeartbeat bool
+	// Time asks for the store's clock (TIME, first in the pipeline):
+	// the heartbeat's batch, and the probe before a replica's first sync.
+	Time bool
+	// Repair lists keys the limiter owns that held values it did not
+	// write (another program's type, a field that is not a count): they
+	// are deleted first (DEL), so that the counts of this sync start them
+	// afresh.
+	Repair []string
 }
 
 // Count is one peer's counts since the last sync.
@@ -49,9 +58,14 @@ type Count struct {
 
 // Answer is the store's reply to a Batch, unparsed.
 type Answer struct {
-	// Replicas is the live replica count (ZCARD), or ReplicasErr.
+	// Replicas is the live replica count (ZCARD), or ReplicasErr: the
+	// first error of the heartbeat's commands (ZADD, ZREMRANGEBYSCORE,
+	// ZCARD).
 	Replicas    int64
 	ReplicasErr error
+	// Time is the store's clock (Batch.Time), or TimeErr.
+	Time    time.Time
+	TimeErr error
 	// Totals holds one entry per Batch.Read peer, in order.
 	Totals []Raw
 	// CountErrs holds one entry per Batch.Counts peer: nil, or the error
