@@ -2,6 +2,7 @@ package quota
 
 import (
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -34,12 +35,30 @@ func BenchmarkAllow(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		// Checked once per run: a limit far above the offered rate admits
+		// (at the floor share of one replica, 10⁸/s), and a limit of 1/s
+		// refuses after its burst.
+		if !q.Allow("check", time.Now().UnixNano()) {
+			b.Fatal("Allow refused under a limit of 1e9/s")
+		}
+		tight, _ := New(Config{Prefix: "b", Replica: "r", Limit: 1}, NewFakeStore())
+		now := time.Now().UnixNano()
+		if tight.Allow("x", now); tight.Allow("x", now) && tight.Allow("x", now) {
+			b.Fatal("Allow admitted 3 at once under a limit of 1/s")
+		}
+		b.ResetTimer()
+		var refused atomic.Int64
 		b.RunParallel(func(pb *testing.PB) {
 			i := 0
 			for pb.Next() {
-				q.Allow(keys[i%len(keys)], time.Now().UnixNano())
+				if !q.Allow(keys[i%len(keys)], time.Now().UnixNano()) {
+					refused.Add(1)
+				}
 				i++
 			}
 		})
+		if n := refused.Load(); n != 0 {
+			b.Fatalf("%d requests refused under a limit of 1e9/s", n)
+		}
 	})
 }

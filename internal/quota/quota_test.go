@@ -494,6 +494,11 @@ func TestRefund(t *testing.T) {
 		n++
 	}
 	q.Refund("x", now)
+	// The admitted count the next sync reports (Count.Admitted) is one
+	// less: the refused message was not admitted.
+	if a := q.peers["x"].admitted.Load(); a != uint64(n-1) {
+		t.Errorf("admitted count %d after %d admissions and a refund, want %d", a, n, n-1)
+	}
 	if !q.Allow("x", now) {
 		t.Errorf("refused after a refund (admitted %d before)", n)
 	}
