@@ -140,7 +140,8 @@ const overallLimit = "overall"
 
 // tables calls f with each limit's name, rule and table, letting f
 // replace the table (a Store hands out the ones it keeps across
-// configurations).
+// configurations). It writes the profile: call it only before the
+// profile is in use.
 func (p *Profile) tables(f func(limit string, r *Rule, t *Table) *Table) {
 	if p.overall != nil {
 		p.overall = f(overallLimit, p.Overall, p.overall)
@@ -148,5 +149,16 @@ func (p *Profile) tables(f func(limit string, r *Rule, t *Table) *Table) {
 	for name, m := range p.messages {
 		m.table = f(name, m.rule, m.table)
 		p.messages[name] = m
+	}
+}
+
+// eachTable calls f with each limit's name, rule and table. It only
+// reads the profile, so it may run while the profile admits requests.
+func (p *Profile) eachTable(f func(limit string, r *Rule, t *Table)) {
+	if p.overall != nil {
+		f(overallLimit, p.Overall, p.overall)
+	}
+	for name, m := range p.messages {
+		f(name, m.rule, m.table)
 	}
 }

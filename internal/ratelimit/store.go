@@ -113,9 +113,8 @@ func (s *Store) reconcile() {
 	var active *Attachment
 	for _, a := range s.gens {
 		for _, p := range a.gen.Profiles {
-			p.tables(func(limit string, r *Rule, t *Table) *Table {
+			p.eachTable(func(limit string, r *Rule, _ *Table) {
 				newest[tableKey{p.Name, limit}] = setting{p.maxKeys, r}
-				return t
 			})
 		}
 		if a.gen.Dynamic != nil {

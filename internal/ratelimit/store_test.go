@@ -213,3 +213,32 @@ func TestStoreControllerDroppedWithLastDynamicGeneration(t *testing.T) {
 		t.Fatalf("controller kept without a dynamic generation; rule %d", r.Throttle())
 	}
 }
+
+// A generation in use keeps admitting while others attach and detach: a
+// reload reads the live profiles' tables and must not write them (run
+// under -race, which the test command does for internal/).
+func TestStoreReloadBesideLiveRequests(t *testing.T) {
+	s := NewStore()
+	msg := []*Rule{mustRule(t, "CCR", 1e6, 1000)}
+	live := NewProfile("p", mustRule(t, "overall", 1e6, 1000), msg, 100)
+	s.Attach(Generation{Profiles: []*Profile{live}})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range 200 {
+			g := s.Attach(Generation{Profiles: []*Profile{
+				NewProfile("p", mustRule(t, "overall", float64(1e6+i), 1000), msg, 100)}})
+			g.Detach()
+		}
+	}()
+	now := int64(time.Hour)
+	for {
+		select {
+		case <-done:
+			return
+		default:
+		}
+		now += ms
+		live.Decide("peer", "CCR", now)
+	}
+}
