@@ -285,32 +285,32 @@ func newCluster(parent context.Context, handler string, spec *clusterSpec) (*clu
 // updateMessages follows spec's message types: a type whose quota config
 // is unchanged keeps its quota (only the store's client may change), a
 // changed one gets a new quota, a new type a new msgQuota; a type spec no
-// longer has is dropped.
+// longer has is dropped. Every new quota is made before anything changes,
+// so an error leaves the cluster as it was.
 func (c *cluster) updateMessages(old, spec *clusterSpec) error {
 	cur := *c.msgs.Load()
+	fresh := map[string]*quota.Quota{}
+	for _, ms := range spec.messages {
+		name := ms.rule.Name
+		if cur[name] != nil && old != nil && old.messageCfg(name) == ms.cfg {
+			continue
+		}
+		q, err := quota.New(ms.cfg, quota.NewRedisStore(spec.conn.Client))
+		if err != nil {
+			return fmt.Errorf("peer_rate_limit: profile %s: message %s: cluster: %v", spec.profile, name, err)
+		}
+		fresh[name] = q
+	}
 	next := make(map[string]*msgQuota, len(spec.messages))
 	for _, ms := range spec.messages {
 		name := ms.rule.Name
 		mq := cur[name]
-		var oldCfg *quota.Config
-		if old != nil {
-			for _, o := range old.messages {
-				if o.rule.Name == name {
-					oldCfg = &o.cfg
-				}
-			}
+		if mq == nil {
+			mq = &msgQuota{name: name}
 		}
-		switch {
-		case mq == nil || oldCfg == nil || *oldCfg != ms.cfg:
-			q, err := quota.New(ms.cfg, quota.NewRedisStore(spec.conn.Client))
-			if err != nil {
-				return fmt.Errorf("peer_rate_limit: profile %s: message %s: cluster: %v", spec.profile, name, err)
-			}
-			if mq == nil {
-				mq = &msgQuota{name: name}
-			}
+		if q := fresh[name]; q != nil {
 			mq.q.Store(q)
-		case old.conn.Client != spec.conn.Client:
+		} else if old.conn.Client != spec.conn.Client {
 			mq.q.Load().SetStore(quota.NewRedisStore(spec.conn.Client))
 		}
 		mq.rule.Store(ms.rule)
@@ -320,28 +320,47 @@ func (c *cluster) updateMessages(old, spec *clusterSpec) error {
 	return nil
 }
 
+// messageCfg returns the quota config of a message type, or the zero
+// Config if the spec has none.
+func (s *clusterSpec) messageCfg(name string) quota.Config {
+	for _, m := range s.messages {
+		if m.rule.Name == name {
+			return m.cfg
+		}
+	}
+	return quota.Config{}
+}
+
 // update applies a newer (or, after a failed load, the remaining newest)
 // generation's settings: the same quota when its config is unchanged
 // (only the store's client may differ), a new one otherwise (the shares
 // start at the floor again and are proportional from the next sync).
+// Nothing changes unless every new quota could be made: a spec that
+// failed is tried again in full when it comes back.
 func (c *cluster) update(spec *clusterSpec) error {
-	old := c.spec.Swap(spec)
+	old := c.spec.Load()
+	var q *quota.Quota
 	if old.cfg != spec.cfg {
-		q, err := quota.New(spec.cfg, quota.NewRedisStore(spec.conn.Client))
-		if err != nil {
+		var err error
+		if q, err = quota.New(spec.cfg, quota.NewRedisStore(spec.conn.Client)); err != nil {
 			return fmt.Errorf("peer_rate_limit: profile %s: cluster: %v", spec.profile, err)
 		}
+	}
+	if err := c.updateMessages(old, spec); err != nil {
+		return err
+	}
+	c.spec.Store(spec)
+	if q != nil {
 		c.q.Store(q)
 	} else if old.conn.Client != spec.conn.Client {
 		// The quota keeps its shares; only the client changes.
 		c.q.Load().SetStore(quota.NewRedisStore(spec.conn.Client))
 	}
-	err := c.updateMessages(old, spec)
 	select {
 	case c.wake <- struct{}{}:
 	default:
 	}
-	return err
+	return nil
 }
 
 // stop ends the sync loop and drops the metric series.
