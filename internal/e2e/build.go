@@ -63,8 +63,8 @@ var (
 	buildErr  error
 )
 
-// Bin returns the path of a freshly built binary: "caddy", "coredns" or
-// "testpeer" (internal/e2e/testpeer). All are built together into bin/test/<hash of the sources>/, so every test
+// Bin returns the path of a freshly built binary: "caddy", "coredns",
+// "testpeer" (internal/e2e/testpeer) or "skewclock" (internal/e2e/skew). All are built together into bin/test/<hash of the sources>/, so every test
 // package of one `go test ./...` run, and later runs with unchanged sources,
 // share one build; a file lock keeps concurrent test processes from building
 // twice.
@@ -123,7 +123,7 @@ func Build() (string, error) {
 	// names); the link of these large binaries is a good part of a test run.
 	ldflags := "-s -w -X github.com/edgesteer/edgesteer/internal/version.Version=test-" + sum[:12]
 	cmd := exec.Command("go", "build", "-ldflags", ldflags, "-o", dir+string(filepath.Separator),
-		"./builds/caddy", "./builds/coredns", "./internal/e2e/testpeer")
+		"./builds/caddy", "./builds/coredns", "./internal/e2e/testpeer", "./internal/e2e/skew/cmd/skewclock")
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build: %v\n%s", err, out)

@@ -165,13 +165,21 @@ func (tp *Topology) Start(t testing.TB, host, name, bin string, env []string, ar
 // namespace's own 127.0.0.1:2019, and waits until that answers.
 func (tp *Topology) StartCaddy(t testing.TB, host, caddyfile, dir string, env []string) *Proc {
 	t.Helper()
+	return tp.StartCaddyVia(t, host, caddyfile, dir, env, nil)
+}
+
+// StartCaddyVia is StartCaddy with bin/caddy run through a launcher: via
+// is the launcher's command line up to the program it runs (e.g.
+// skewclock's, from skew.Args without the program).
+func (tp *Topology) StartCaddyVia(t testing.TB, host, caddyfile, dir string, env, via []string) *Proc {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "Caddyfile")
 	if err := os.WriteFile(path, []byte(caddyfile), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	env = append(caddyEnv(t, "127.0.0.1:2019"), env...)
-	args := []string{"netns", "exec", tp.NS(host), "env", "--chdir=" + dir, Bin(t, "caddy"),
-		"run", "--adapter", "caddyfile", "--config", path}
+	args := append([]string{"netns", "exec", tp.NS(host), "env", "--chdir=" + dir}, via...)
+	args = append(args, Bin(t, "caddy"), "run", "--adapter", "caddyfile", "--config", path)
 	p := Start(t, "caddy@"+host, "ip", env, args...)
 	client := tp.HTTPClient(host)
 	p.WaitFor(t, "admin API in "+host, 60*time.Second, func() error {
