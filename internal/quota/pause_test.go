@@ -1,0 +1,96 @@
+package quota
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// pauseRun is three replicas with even demand of 3R in total (R per
+// replica) on the simulated clock; replica 0 is paused (SIGSTOP, a GC
+// pause, VM steal) from pauseAt for pause: it neither syncs nor decides,
+// and the requests sent to it meanwhile wait in its socket and are decided
+// at once when it resumes. It returns the admissions per 10 ms slot and
+// the slot of replica 0's first sync after the pause.
+func pauseRun(t *testing.T, limit float64, pauseAt, pause, total time.Duration) (slots []int, firstSync int) {
+	c := newCluster(t, 3, []string{"x"}, Config{Prefix: "p", Limit: limit})
+	const step = time.Millisecond
+	const slot = 10 * time.Millisecond
+	slots = make([]int, total/slot)
+	firstSync = -1
+	start := c.now
+	queued := 0
+	for c.now.Sub(start) < total {
+		el := c.now.Sub(start)
+		paused := el >= pauseAt && el < pauseAt+pause
+		for i, q := range c.reps {
+			ns := c.now.UnixNano()
+			c.acc[i][0] += limit * step.Seconds()
+			for c.acc[i][0] >= 1 {
+				c.acc[i][0]--
+				if i == 0 && paused {
+					queued++
+					continue
+				}
+				n := 1
+				if i == 0 {
+					n, queued = queued+1, 0
+				}
+				for range n {
+					if q.Allow("x", ns) {
+						slots[el/slot]++
+					}
+				}
+			}
+			if i == 0 && paused {
+				continue
+			}
+			if c.next[i].IsZero() {
+				c.next[i] = q.NextSync(c.now).Add(time.Duration(i) * time.Millisecond)
+			}
+			if !c.now.Before(c.next[i]) {
+				_ = q.Sync(context.Background(), c.now)
+				c.next[i] = q.NextSync(c.now).Add(time.Duration(i) * time.Millisecond)
+				if i == 0 && el >= pauseAt+pause && firstSync < 0 {
+					firstSync = int(el / slot)
+				}
+			}
+		}
+		c.now = c.now.Add(step)
+	}
+	return slots, firstSync
+}
+
+// windows returns the least and most admitted in any 1 s window of slots
+// (10 ms each) starting at from or later.
+func windows(slots []int, from int) (lo, hi int) {
+	lo = 1 << 30
+	for s := from; s+100 <= len(slots); s++ {
+		n := 0
+		for _, v := range slots[s : s+100] {
+			n += v
+		}
+		lo, hi = min(lo, n), max(hi, n)
+	}
+	return lo, hi
+}
+
+// A replica paused for longer than a sync (300 ms, 600 ms, 1.5 s; sync
+// 250 ms, replica TTL 1 s). Asserted, as the README states it: from the
+// paused replica's first sync after the pause, no 1 s window admits below
+// 0.9 R; no window admits more than 1.2 R. The goal of R plus the share
+// bursts (1.1 R here) is not met: while the paused replica's counts are
+// missing from an epoch the others' shares grow, and for the interval or
+// two after it resumes all three admit together (measured 1.12–1.17 R).
+func TestPausedReplica(t *testing.T) {
+	const limit = 300.0
+	for _, pause := range []time.Duration{0, 300 * time.Millisecond, 600 * time.Millisecond, 1500 * time.Millisecond} {
+		slots, first := pauseRun(t, limit, 5*time.Second, pause, 12*time.Second)
+		_, hiAll := windows(slots, 300)
+		lo, hi := windows(slots, first)
+		t.Logf("pause %v: 1 s windows from 3 s: most %d; from its first sync after the pause: least %d, most %d (R %v)", pause, hiAll, lo, hi, limit)
+		if float64(lo) < 0.9*limit || float64(hiAll) > 1.2*limit {
+			t.Errorf("pause %v: 1 s windows between %d (from the first sync after it) and %d, want within 0.9 R and 1.2 R of R = %v", pause, lo, hiAll, limit)
+		}
+	}
+}
