@@ -22,15 +22,10 @@ func TestClusterClockSkew(t *testing.T) {
 	e2e.SkipShort(t)
 	const R = 100.0
 	offsets := map[string]time.Duration{"r1": 1500 * time.Millisecond, "r2": 0, "r3": -1500 * time.Millisecond}
-	tp := e2e.NewTopology(t, map[string]int{"client": 10, "r1": 1, "r2": 2, "r3": 3, "redis": 5, "upstream": 6})
-	ct := &clusterTopology{tp: tp, replicas: []string{"r1", "r2", "r3"}, procs: map[string]*e2e.Proc{}, redisDir: t.TempDir()}
-	ct.startRedis(t)
-	tp.Start(t, "upstream", "upstream", e2e.Bin(t, "testpeer"), nil, "-listen", clusterUpstream, "-name", "upstream")
-	dir := t.TempDir()
-	for _, r := range ct.replicas {
-		via := []string{e2e.Bin(t, "skewclock"), "-offset", offsets[r].String(), "--"}
-		ct.procs[r] = tp.StartCaddyVia(t, r, replicaCaddyfile(R, false), dir, nil, via)
-	}
+	ct := newClusterTopologyVia(t, replicaCaddyfile(R, false), func(host string) []string {
+		return []string{e2e.Bin(t, "skewclock"), "-offset", offsets[host].String(), "--"}
+	})
+	tp := ct.tp
 	ct.waitAll(t, "three replicas registered, each with its clock offset measured", ct.replicas, func(v *peerratelimit.ClusterView) bool {
 		return v.RedisHealthy && v.ReplicasSeen == 3 && v.ClockOffsetMs != nil
 	})

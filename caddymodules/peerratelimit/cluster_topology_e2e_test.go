@@ -60,13 +60,19 @@ http://:8080 {
 }
 
 func newClusterTopology(t *testing.T, caddyfile string) *clusterTopology {
+	return newClusterTopologyVia(t, caddyfile, func(string) []string { return nil })
+}
+
+// newClusterTopologyVia starts each replica through the launcher via(host)
+// names (see e2e.Topology.StartCaddyVia).
+func newClusterTopologyVia(t *testing.T, caddyfile string, via func(host string) []string) *clusterTopology {
 	tp := e2e.NewTopology(t, map[string]int{"client": 10, "r1": 1, "r2": 2, "r3": 3, "redis": 5, "upstream": 6})
 	ct := &clusterTopology{tp: tp, replicas: []string{"r1", "r2", "r3"}, procs: map[string]*e2e.Proc{}, redisDir: t.TempDir()}
 	ct.startRedis(t)
 	tp.Start(t, "upstream", "upstream", e2e.Bin(t, "testpeer"), nil, "-listen", clusterUpstream, "-name", "upstream")
 	dir := t.TempDir()
 	for _, r := range ct.replicas {
-		ct.procs[r] = tp.StartCaddy(t, r, caddyfile, dir, nil)
+		ct.procs[r] = tp.StartCaddyVia(t, r, caddyfile, dir, nil, via(r))
 	}
 	return ct
 }
