@@ -26,6 +26,7 @@ const xssTenant = "<img src=x onerror=alert(1)>"
 // ogsJSON is what a CoreDNS ogs plugin's JSON view answers.
 const ogsJSON = `{"servers":[{"zone":"gw.example.org.","store":"memory","gateways":[{"name":"gw1.example.org.","address":"10.0.0.1"},{"name":"gw2.example.org.","address":"10.0.0.2"}],
 "locations":[{"location":"192.0.2.0/24","order":["gw2.example.org.","gw1.example.org."],"rtts_ms":{"gw1.example.org.":31.2,"gw2.example.org.":12.0},"probed_at":"2026-12-01T07:00:00Z","age_seconds":12.5}],
+"redis_healthy":false,"redis_troubles":[{"keys":"location","key_pattern":"edgesteer:ogs:gw.example.org.:{…}","operation":"get","reason":"noperm","error":"NOPERM this user has no permissions to access one of the keys","since":"2026-12-01T07:00:01Z"}],
 "last_run":"2026-12-01T07:00:00Z","runs_total":3}]}`
 
 // fakeLDAPNode accepts connections and answers every BindRequest with
@@ -353,7 +354,8 @@ http://%[5]s {
 			break
 		}
 	}
-	for _, want := range []string{"unreachable: HTTP 503", "stale: the last answer,", " s old", "1. gw2.example.org. (12.0)", "192.0.2.0/24"} {
+	for _, want := range []string{"unreachable: HTTP 503", "stale: the last answer,", " s old", "1. gw2.example.org. (12.0)", "192.0.2.0/24",
+		"redis unhealthy", "edgesteer:ogs:gw.example.org.:{…}", "noperm", "NOPERM this user has no permissions"} {
 		if !ogsCard.Stale || !strings.Contains(ogsCard.Text, want) {
 			t.Errorf("the ogs card after its URL went down (stale %v) does not show %q: %q", ogsCard.Stale, want, ogsCard.Text)
 		}

@@ -306,6 +306,13 @@
         add(c.info, el("div", {"class": "meta"}, "zone ", v(zone), " · store ", v(s.store),
           s.redis_healthy === undefined ? null : [" · redis ", s.redis_healthy ? "healthy" : "unhealthy"],
           " · last run ", v(s.last_run), " · runs ", v(s.runs_total)));
+        // Keys the shared store refused or could not answer (per key class).
+        var tr = arr(s.redis_troubles);
+        if (tr.length) add(c.info, table(["store trouble: keys", "operation", "reason", "since"], tr.slice(0, MAX_ROWS).map(function (x) {
+          x = obj(x);
+          return [el("div", null, v(x.key_pattern), " (", v(x.keys), ")"), str(x.operation),
+            el("div", null, el("span", {"class": "err"}, v(x.reason)), ": ", v(x.error)), str(x.since)];
+        })));
         var gws = arr(s.gateways);
         if (gws.length) add(c.info, el("div", {"class": "meta"}, "gateways: ", gws.map(function (g, k) {
           return [k ? ", " : null, v(obj(g).name), " ", v(obj(g).address)];
