@@ -166,3 +166,47 @@ func TestHysteresisOnCombinedFigure(t *testing.T) {
 		t.Fatalf("40 ms outside the band: %+v", st)
 	}
 }
+
+// Reloads: the observed figures live in the state's targets, so a new
+// generation adopts them with the probe windows, also one that turns
+// latency probe into both (then they decide at once), and one whose probe
+// changes (the windows reset, the observed figures stay).
+func TestObservedLatencySurvivesReload(t *testing.T) {
+	st, err := NewState(settings(32 * ms))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	gen1, _ := st.Lease("gen1", settings(32*ms))
+	p := pubs(2)
+	sel := &Selector[*up]{Tracker: st.Tracker(), Holder: gen1.Holder(), Host: upHost{}}
+	sel.Select(p, "", "", 0)
+	measure(t, st.Tracker(), p[0].addr, 5*ms)
+	now := time.Now()
+	observeN(st.Tracker(), p[0].addr, 200*ms, 4, &now)
+
+	both := settings(32 * ms)
+	both.Tracker.Source = FromBoth
+	gen2, err := st.Lease("gen2", both)
+	if err != nil {
+		t.Fatal(err)
+	}
+	(&Selector[*up]{Tracker: st.Tracker(), Holder: gen2.Holder(), Host: upHost{}}).Select(p, "", "", 0)
+	gen1.Release()
+	st.Tracker().Reevaluate(now)
+	s, _ := statusOf(st.Tracker(), p[0].addr)
+	if s.ObservedSamples != 3 || s.DecidedBy != "traffic" || s.Latency < 190*ms {
+		t.Fatalf("after the reload to latency both: %+v", s)
+	}
+
+	reprobe := both
+	reprobe.Tracker.ProbeID = "another probe"
+	if _, err := st.Lease("gen3", reprobe); err != nil {
+		t.Fatal(err)
+	}
+	measure(t, st.Tracker(), p[0].addr, 5*ms)
+	st.Tracker().Reevaluate(now)
+	if s, _ := statusOf(st.Tracker(), p[0].addr); s.ObservedSamples != 3 || s.Window != 1 || s.DecidedBy != "traffic" {
+		t.Fatalf("after a new probe: %+v", s)
+	}
+}
