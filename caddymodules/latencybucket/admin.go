@@ -39,16 +39,18 @@ func (Admin) Routes() []caddy.AdminRoute {
 
 // PolicyView is one policy in the admin API's answer.
 type PolicyView struct {
-	Name             string    `json:"name"`
-	Kind             string    `json:"kind"`
-	StateSince       time.Time `json:"state_since"`
-	Generations      int       `json:"generations"` // policies of loaded configs holding the state
-	BucketWidthMS    float64   `json:"bucket_width_ms"`
-	Latency          string    `json:"latency"`
-	ProbeWindow      int       `json:"probe_window"`
-	Sticky           bool      `json:"sticky"`
-	StickyEntries    int       `json:"sticky_entries"`
-	StickyMaxEntries int       `json:"sticky_max_entries"`
+	Name          string    `json:"name"`
+	Kind          string    `json:"kind"`
+	StateSince    time.Time `json:"state_since"`
+	Generations   int       `json:"generations"` // policies of loaded configs holding the state
+	BucketWidthMS float64   `json:"bucket_width_ms"`
+	Latency       string    `json:"latency"` // probe, traffic, both or off
+	// TrafficHalfLifeMS is the observed latency's half-life in force.
+	TrafficHalfLifeMS float64 `json:"traffic_half_life_ms"`
+	ProbeWindow       int     `json:"probe_window"`
+	Sticky            bool    `json:"sticky"`
+	StickyEntries     int     `json:"sticky_entries"`
+	StickyMaxEntries  int     `json:"sticky_max_entries"`
 	// StickyStore is the shared level of the sticky table (sticky_store);
 	// absent without one.
 	StickyStore *StoreView      `json:"sticky_store,omitempty"`
@@ -98,20 +100,42 @@ type StoreView struct {
 
 // PublisherView is one publisher in the admin API's answer.
 type PublisherView struct {
-	Address       string    `json:"address"`
-	LatencyMS     float64   `json:"latency_ms"`
-	ProbedMS      float64   `json:"probed_ms"`
-	SegmentMS     float64   `json:"segment_ms"`
-	Bucket        string    `json:"bucket"`
-	Measured      bool      `json:"measured"`
-	Active        bool      `json:"active"`
-	WindowRounds  int       `json:"window_rounds"`
-	LastRTTsMS    []float64 `json:"last_rtts_ms"`
-	LastError     string    `json:"last_error,omitempty"`
-	LastProbe     time.Time `json:"last_probe,omitzero"`
-	Rounds        uint64    `json:"probe_rounds"`
-	StickyEntries int       `json:"sticky_entries"`
-	PicksTotal    uint64    `json:"picks_total"`
+	Address   string  `json:"address"`
+	LatencyMS float64 `json:"latency_ms"`
+	// ProbeLatencyMS is probed_ms + segment_ms; ObservedMS and
+	// ObservedPeakMS the observed latency of real traffic (average and
+	// peak-EWMA) over ObservedSamples counted samples; DecidedBy which
+	// figure latency_ms (and so the bucket) is: "probe" or "traffic".
+	ProbeLatencyMS  float64   `json:"probe_latency_ms"`
+	ObservedMS      float64   `json:"observed_ms"`
+	ObservedPeakMS  float64   `json:"observed_peak_ms"`
+	ObservedSamples uint64    `json:"observed_samples"`
+	DecidedBy       string    `json:"decided_by,omitempty"`
+	ProbedMS        float64   `json:"probed_ms"`
+	SegmentMS       float64   `json:"segment_ms"`
+	Bucket          string    `json:"bucket"`
+	Measured        bool      `json:"measured"`
+	Active          bool      `json:"active"`
+	WindowRounds    int       `json:"window_rounds"`
+	LastRTTsMS      []float64 `json:"last_rtts_ms"`
+	LastError       string    `json:"last_error,omitempty"`
+	LastProbe       time.Time `json:"last_probe,omitzero"`
+	Rounds          uint64    `json:"probe_rounds"`
+	StickyEntries   int       `json:"sticky_entries"`
+	PicksTotal      uint64    `json:"picks_total"`
+}
+
+// latencyWord is the latency option in force, as the admin view names it.
+func latencyWord(cfg pubsel.Config) string {
+	switch {
+	case cfg.NoBuckets:
+		return "off"
+	case cfg.Source == pubsel.FromTraffic:
+		return "traffic"
+	case cfg.Source == pubsel.FromBoth:
+		return "both"
+	}
+	return "probe"
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -133,10 +157,8 @@ func policyViews() []PolicyView {
 		s := p.Settings()
 		cfg := p.Tracker().Config()
 		v := PolicyView{Name: p.key.name, Kind: p.key.kind, StateSince: p.Since(), Generations: p.Leases(),
-			BucketWidthMS: ms(cfg.BucketWidth), Latency: "on", ProbeWindow: cfg.Window, Sticky: s.Sticky}
-		if cfg.NoBuckets {
-			v.Latency = "off"
-		}
+			BucketWidthMS: ms(cfg.BucketWidth), Latency: latencyWord(cfg), ProbeWindow: cfg.Window, Sticky: s.Sticky,
+			TrafficHalfLifeMS: ms(cfg.HalfLife)}
 		var counts map[uint32]int
 		if s.Sticky {
 			v.StickyMaxEntries = p.Table().Max()
@@ -151,6 +173,8 @@ func policyViews() []PolicyView {
 		for _, st := range p.Tracker().Statuses() {
 			pv := PublisherView{
 				Address: st.Addr, LatencyMS: ms(st.Latency), ProbedMS: ms(st.Probed), SegmentMS: ms(st.Segment),
+				ProbeLatencyMS: ms(st.ProbeLatency), ObservedMS: ms(st.Observed), ObservedPeakMS: ms(st.ObservedPeak),
+				ObservedSamples: st.ObservedSamples, DecidedBy: st.DecidedBy,
 				Bucket: st.Label, Measured: st.Measured, Active: st.Active, WindowRounds: st.Window, LastError: st.LastError,
 				LastProbe: st.LastProbe, Rounds: st.Rounds, StickyEntries: counts[st.ID], LastRTTsMS: []float64{},
 				PicksTotal: picks[[2]string{p.key.name, st.Addr}],

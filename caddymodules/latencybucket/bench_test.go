@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -207,4 +208,51 @@ func BenchmarkStickyStore(b *testing.B) {
 		b.ReportMetric(float64(lat[len(lat)/2].Nanoseconds()), "p50-ns")
 		b.ReportMetric(float64(lat[len(lat)*99/100].Nanoseconds()), "p99-ns")
 	})
+}
+
+// nopTransport answers at once: the benchmark below measures the wrapper.
+type nopTransport struct{ resp *http.Response }
+
+func (n nopTransport) RoundTrip(*http.Request) (*http.Response, error) { return n.resp, nil }
+
+// BenchmarkTrafficTransport is the request-path cost of the latency_bucket
+// transport: the wrapped transport alone (anchor) against it wrapped, which
+// adds two clock reads, the dial info lookup and one lock-free update of
+// the upstream's peak-EWMA. Serial and parallel (one upstream: the worst
+// case for contention on its figures).
+func BenchmarkTrafficTransport(b *testing.B) {
+	tr, err := pubsel.NewTracker(pubsel.Config{Source: pubsel.FromBoth})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := range 4 {
+		if _, err := tr.Ensure(fmt.Sprintf("127.0.0.1:%d", 9001+i)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	inner := nopTransport{&http.Response{StatusCode: 200}}
+	wrapped := &TrafficTransport{inner: inner, tracker: new(atomic.Pointer[pubsel.Tracker])}
+	wrapped.feed(tr)
+	req, _ := http.NewRequest("GET", "http://app/", nil)
+	req = req.WithContext(context.WithValue(req.Context(), caddy.CtxKey("reverse_proxy.dial_info"),
+		reverseproxy.DialInfo{Network: "tcp", Address: "127.0.0.1:9002", Host: "127.0.0.1", Port: "9002"}))
+	for _, c := range []struct {
+		name string
+		rt   http.RoundTripper
+	}{{"anchor=wrapped transport alone", inner}, {"latency_bucket transport", wrapped}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				c.rt.RoundTrip(req)
+			}
+		})
+		b.Run(c.name+"/parallel", func(b *testing.B) {
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					c.rt.RoundTrip(req)
+				}
+			})
+		})
+	}
 }

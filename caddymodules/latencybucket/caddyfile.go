@@ -15,7 +15,9 @@ import (
 //
 //	lb_policy latency_bucket {
 //		name <name>
-//		latency on|off
+//		latency probe|traffic|both|off     # "on" is probe
+//		traffic_half_life <duration>
+//		traffic_failure_latency <duration>
 //		bucket_width <duration>
 //		hysteresis <fraction>
 //		within random|least_conn
@@ -56,6 +58,10 @@ func (c *Config) UnmarshalCaddyfile(d *caddyfile.Dispenser) (err error) {
 			c.Name, err = o.String()
 		case "latency":
 			c.Latency, err = choice(o)
+		case "traffic_half_life":
+			c.TrafficHalfLife, err = o.Duration(time.Nanosecond)
+		case "traffic_failure_latency":
+			c.TrafficFailureLatency, err = o.Duration(time.Nanosecond)
 		case "bucket_width":
 			c.BucketWidth, err = o.Duration(time.Nanosecond)
 		case "hysteresis":

@@ -29,9 +29,19 @@ type Config struct {
 	// the upstreams and every setting, e.g. "http:10.0.0.1:443+2~1f2e3d4c".
 	Name string `json:"name,omitempty"`
 
-	// Latency is "on" (default): pick from the lowest latency bucket; or
-	// "off": balance over every active publisher, still sticky.
+	// Latency says what publishers are bucketed by: "probe" (default; "on"
+	// is the same) the probe latency; "traffic" the latency observed on real
+	// requests (HTTP: time to response headers, through the latency_bucket
+	// transport; layer4: connect time), the probes keeping idle publishers
+	// measured and finding dead ones; "both" the higher of the two. "off"
+	// drops the buckets: balance over every active publisher, still sticky.
 	Latency string `json:"latency,omitempty"`
+	// TrafficHalfLife is the half-life with which the observed latency
+	// (a peak-EWMA) decays after a slow spell. Default 10s.
+	TrafficHalfLife caddy.Duration `json:"traffic_half_life,omitempty"`
+	// TrafficFailureLatency is what a failed or timed-out real request
+	// counts as (at least). Default: probe_timeout.
+	TrafficFailureLatency caddy.Duration `json:"traffic_failure_latency,omitempty"`
 	// BucketWidth is w in the buckets [0,w), [w,2w), [2w,4w)… Default 32ms.
 	BucketWidth caddy.Duration `json:"bucket_width,omitempty"`
 	// Hysteresis: a publisher leaves its bucket only once its latency is
@@ -101,7 +111,7 @@ type StickyStore struct {
 // choices lists the words an option of a few values takes (empty means
 // the first); the Caddyfile parser and Validate both check against it.
 var choices = map[string][]string{
-	"latency":              {"on", "off"},
+	"latency":              {"probe", "traffic", "both", "on", "off"},
 	"within":               {"random", "least_conn"},
 	"probe":                {"tcp", "tls", "http", "https", "h2c"},
 	"sticky":               {"on", "off"},
@@ -134,6 +144,18 @@ func (c *Config) Validate(layer4 bool) error {
 		if err := checkChoice(o.opt, o.v); err != nil {
 			return bad(o.opt, strconv.Quote(o.v), err.Error())
 		}
+	}
+	if c.TrafficHalfLife < 0 {
+		return bad("traffic_half_life", time.Duration(c.TrafficHalfLife), "must be positive")
+	}
+	if c.TrafficFailureLatency < 0 {
+		return bad("traffic_failure_latency", time.Duration(c.TrafficFailureLatency), "must be positive")
+	}
+	if c.source() == pubsel.FromProbe && c.TrafficHalfLife != 0 {
+		return bad("traffic_half_life", time.Duration(c.TrafficHalfLife), "applies to latency traffic or both only")
+	}
+	if c.source() == pubsel.FromProbe && c.TrafficFailureLatency != 0 {
+		return bad("traffic_failure_latency", time.Duration(c.TrafficFailureLatency), "applies to latency traffic or both only")
 	}
 	if c.BucketWidth < 0 {
 		return bad("bucket_width", time.Duration(c.BucketWidth), "must be positive")
@@ -211,16 +233,19 @@ func (c *Config) settings() pubsel.Settings {
 	}
 	s := pubsel.Settings{
 		Tracker: pubsel.Config{
-			BucketWidth: time.Duration(c.BucketWidth),
-			NoBuckets:   c.Latency == "off",
-			Hysteresis:  h,
-			Probes:      c.Probes,
-			Interval:    time.Duration(c.ProbeInterval),
-			Timeout:     time.Duration(c.ProbeTimeout),
-			Window:      c.ProbeWindow,
-			Prober:      prober,
-			ProbeID:     c.probeID(),
-			Segments:    segs,
+			BucketWidth:    time.Duration(c.BucketWidth),
+			NoBuckets:      c.Latency == "off",
+			Hysteresis:     h,
+			Probes:         c.Probes,
+			Interval:       time.Duration(c.ProbeInterval),
+			Timeout:        time.Duration(c.ProbeTimeout),
+			Window:         c.ProbeWindow,
+			Prober:         prober,
+			ProbeID:        c.probeID(),
+			Segments:       segs,
+			Source:         c.source(),
+			HalfLife:       time.Duration(c.TrafficHalfLife),
+			FailureLatency: time.Duration(c.TrafficFailureLatency),
 		},
 		Sticky:           c.Sticky != "off",
 		StickyTTL:        time.Duration(c.StickyTTL),
@@ -233,6 +258,17 @@ func (c *Config) settings() pubsel.Settings {
 		s.StickyMaxEntries = defaultStickyMaxEntries
 	}
 	return s
+}
+
+// source is the latency the buckets are computed from.
+func (c *Config) source() pubsel.Source {
+	switch c.Latency {
+	case "traffic":
+		return pubsel.FromTraffic
+	case "both":
+		return pubsel.FromBoth
+	}
+	return pubsel.FromProbe
 }
 
 // probeID names what the probes measure. Rounds taken with another kind,

@@ -24,6 +24,8 @@ func TestCaddyfileValidate(t *testing.T) {
 		{"probe_host example.test", false, "latency_bucket: probe_path/probe_host example.test: apply to http, https and h2c probes only"},
 		{"probe tls\nprobe_host example.test", false, "probe_path/probe_host example.test"},
 		{"within least_conn", true, "latency_bucket: within least_conn: layer4 upstreams do not expose connection counts"},
+		{"traffic_half_life 5s", false, "latency_bucket: traffic_half_life 5s: applies to latency traffic or both only"},
+		{"latency probe\ntraffic_failure_latency 1s", true, "latency_bucket: traffic_failure_latency 1s: applies to latency traffic or both only"},
 		{"sticky off\nsticky_store redis a", false, "latency_bucket: sticky_store redis a: needs sticky on"},
 		{"sticky_store redis a\nsticky_store_timeout 6s", true, "latency_bucket: sticky_store_timeout 6s: must be at most 5s"},
 	} {
@@ -46,6 +48,8 @@ func TestBadJSONNamesOption(t *testing.T) {
 		`{"bucket_width": -1}`:                               "bucket_width",
 		`{"probes": -2}`:                                     "probes",
 		`{"probe": "ping"}`:                                  "probe",
+		`{"latency": "traffik"}`:                             `latency "traffik": want probe, traffic, both, on or off`,
+		`{"latency": "both", "traffic_half_life": "-1s"}`:    "traffic_half_life -1s: must be positive",
 		`{"segments": {"a:1": "-4ms"}}`:                      "segment a:1",
 		`{"sticky_max_entries": -1}`:                         "sticky_max_entries",
 		`{"sticky_store": {}}`:                               `sticky_store "": name a store`,
@@ -90,6 +94,19 @@ http://127.0.0.1:9200 {
 			probe http /probe
 		}
 	}
+}
+http://127.0.0.1:9201 {
+	reverse_proxy 127.0.0.1:9101 127.0.0.1:9102 {
+		lb_policy latency_bucket {
+			latency both
+			traffic_half_life 5s
+		}
+		transport latency_bucket {
+			transport http {
+				dial_timeout 2s
+			}
+		}
+	}
 }`
 	out, warn, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(cf), nil)
 	if err != nil {
@@ -100,6 +117,8 @@ http://127.0.0.1:9200 {
 		`"selection_policy":{"bucket_width":16000000,"policy":"latency_bucket","probe":"http","probe_path":"/probe"}`,
 		`"policy":"latency_bucket"`,
 		`"sticky_ttl":300000000000`,
+		`"selection_policy":{"latency":"both","policy":"latency_bucket","traffic_half_life":5000000000}`,
+		`"transport":{"protocol":"latency_bucket","transport":{"dial_timeout":2000000000,"protocol":"http"}}`,
 	} {
 		if !strings.Contains(js, want) {
 			t.Errorf("adapted JSON lacks %s:\n%s", want, js)

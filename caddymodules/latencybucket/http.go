@@ -1,6 +1,7 @@
 package latencybucket
 
 import (
+	"fmt"
 	"net/http"
 	"strconv"
 
@@ -39,13 +40,26 @@ func (HTTPPolicy) CaddyModule() caddy.ModuleInfo {
 // config to it and holds the upstreams of the enclosing reverse_proxy.
 func (h *HTTPPolicy) Provision(ctx caddy.Context) error {
 	var dials []string
+	var handler *reverseproxy.Handler
 	for _, m := range ctx.Modules() {
 		if rp, ok := m.(*reverseproxy.Handler); ok {
+			handler = rp
 			dials = dials[:0]
 			for _, u := range rp.Upstreams {
 				dials = append(dials, u.Dial)
 			}
 		}
+	}
+	// Real requests are timed by the latency_bucket transport of the same
+	// reverse_proxy, if it has one (also with latency probe: the admin
+	// view shows what it observes).
+	var t *TrafficTransport
+	if handler != nil {
+		t = transportOf(handler)
+	}
+	if t == nil && h.Config.source() != pubsel.FromProbe {
+		return fmt.Errorf("latency_bucket: latency %s: this reverse_proxy's requests are not observed; "+
+			"wrap its transport: transport latency_bucket { transport http { … } }", h.Latency)
 	}
 	h.policy = new(policy)
 	if err := h.policy.provision(ctx, &h.Config, "http", dials); err != nil {
@@ -58,6 +72,9 @@ func (h *HTTPPolicy) Provision(ctx caddy.Context) error {
 		LeastConn: h.Within == "least_conn",
 		Sticky:    h.policy.table,
 		Shared:    h.policy.shared,
+	}
+	if t != nil {
+		t.feed(h.policy.state.Tracker())
 	}
 	return nil
 }

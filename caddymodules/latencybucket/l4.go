@@ -24,6 +24,7 @@ type L4Policy struct {
 
 	policy   *policy
 	selector *pubsel.Selector[*l4proxy.Upstream]
+	observe  bool // latency traffic or both: time each connect
 }
 
 // CaddyModule returns the Caddy module information.
@@ -59,6 +60,7 @@ func (p *L4Policy) Provision(ctx caddy.Context) error {
 		Sticky:  p.policy.table,
 		Shared:  p.policy.shared,
 	}
+	p.observe = p.Config.source() != pubsel.FromProbe
 	return nil
 }
 
@@ -93,8 +95,13 @@ func (p *L4Policy) Select(pool l4proxy.UpstreamPool, conn *layer4.Connection) *l
 		return nil
 	}
 	p.policy.selected(d)
-	if repl != nil && d.Status != nil {
-		setPlaceholders(repl, "l4.proxy.latency_bucket.", d)
+	if d.Status != nil {
+		if repl != nil {
+			setPlaceholders(repl, "l4.proxy.latency_bucket.", d)
+		}
+		if p.observe && conn != nil {
+			armDial(conn, p.selector.Tracker, d.Status.Addr)
+		}
 	}
 	return u
 }

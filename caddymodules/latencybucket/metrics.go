@@ -67,7 +67,10 @@ type stateCollector struct{}
 
 var (
 	descLatency = prometheus.NewDesc(metricsPrefix+"publisher_latency_seconds",
-		"Publisher latency: probe minimum over the window plus the static segment.", []string{"policy", "publisher"}, nil)
+		"Publisher latency the bucket is computed from: with latency probe the probe minimum over the window plus the static segment; with traffic or both see the observed latency.", []string{"policy", "publisher"}, nil)
+	descObserved = prometheus.NewDesc(metricsPrefix+"publisher_observed_latency_seconds",
+		"Latency observed on real traffic (HTTP: time to response headers; layer4: connect time), as a moving average (stat avg) and a peak-EWMA (stat peak).",
+		[]string{"policy", "publisher", "stat"}, nil)
 	descActive = prometheus.NewDesc(metricsPrefix+"publisher_active",
 		"1 if the publisher's last probe round had a success.", []string{"policy", "publisher"}, nil)
 	descBucket = prometheus.NewDesc(metricsPrefix+"publisher_bucket",
@@ -108,6 +111,7 @@ var (
 func (*stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descLatency
 	ch <- descActive
+	ch <- descObserved
 	ch <- descBucket
 	ch <- descSticky
 	for _, d := range []*prometheus.Desc{descStoreHits, descStoreMisses, descStoreStale, descStoreErrors,
@@ -132,6 +136,10 @@ func (*stateCollector) Collect(ch chan<- prometheus.Metric) {
 				bucket = -1
 			} else {
 				ch <- prometheus.MustNewConstMetric(descLatency, prometheus.GaugeValue, st.Latency.Seconds(), name, st.Addr)
+			}
+			if st.ObservedSamples > 0 {
+				ch <- prometheus.MustNewConstMetric(descObserved, prometheus.GaugeValue, st.Observed.Seconds(), name, st.Addr, "avg")
+				ch <- prometheus.MustNewConstMetric(descObserved, prometheus.GaugeValue, st.ObservedPeak.Seconds(), name, st.Addr, "peak")
 			}
 			ch <- prometheus.MustNewConstMetric(descActive, prometheus.GaugeValue, active, name, st.Addr)
 			ch <- prometheus.MustNewConstMetric(descBucket, prometheus.GaugeValue, bucket, name, st.Addr)

@@ -132,3 +132,20 @@ func TestNameUsedByBothKindsFails(t *testing.T) {
 		t.Fatal("the refused policy left a state behind")
 	}
 }
+
+// latency traffic or both without the latency_bucket transport in the same
+// reverse_proxy fails at load, naming the option and value.
+func TestTrafficNeedsTheTransport(t *testing.T) {
+	for _, l := range []string{"traffic", "both"} {
+		_, err := generation(t, Config{Name: "no-transport-" + l, Latency: l})
+		want := "latency_bucket: latency " + l + ": this reverse_proxy's requests are not observed"
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("got %v, want %q", err, want)
+		}
+	}
+	h, err := generation(t, Config{Name: "no-transport-probe", Latency: "probe"})
+	if err != nil {
+		t.Fatalf("latency probe needs no transport: %v", err)
+	}
+	h.Cleanup()
+}

@@ -67,7 +67,8 @@ func sameSettings(a, b Config) bool {
 	b.setDefaults()
 	return a.BucketWidth == b.BucketWidth && a.NoBuckets == b.NoBuckets && a.Hysteresis == b.Hysteresis &&
 		a.Probes == b.Probes && a.Interval == b.Interval && a.Timeout == b.Timeout && a.Window == b.Window &&
-		a.ProbeID == b.ProbeID && a.MaxTargets == b.MaxTargets && maps.Equal(a.Segments, b.Segments)
+		a.ProbeID == b.ProbeID && a.MaxTargets == b.MaxTargets && maps.Equal(a.Segments, b.Segments) &&
+		a.Source == b.Source && a.HalfLife == b.HalfLife && a.FailureLatency == b.FailureLatency
 }
 
 // closeIdle closes the kept-alive connections of a prober being replaced

@@ -7,6 +7,7 @@ func (t *Tracker) remove(tg *target, onRemove func(id uint32)) {
 		tg.cancel()
 	}
 	delete(t.targets, tg.addr)
+	t.publishAddrs()
 	tg.removed.Store(true)
 	st := *tg.status.Load()
 	st.Active, st.Label = false, "removed"

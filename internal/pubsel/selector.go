@@ -56,7 +56,11 @@ type view[U comparable] struct {
 	fallback bool
 	first    *U // identity of the pool the view was built from
 	size     int
-	groups   [][]member[U]    // active members by bucket, lowest bucket first
+	groups   [][]member[U] // active members by bucket, lowest bucket first
+	// movePins: pinned pairs also leave a publisher that is out of the
+	// lowest bucket (latency traffic or both); lowest is that bucket.
+	movePins bool
+	lowest   int
 	byID     []int32          // target id → index in members, -1 if absent
 	byAddr   map[string]int32 // probe address → index in members (shared store values)
 	members  []member[U]
@@ -97,7 +101,9 @@ func (s *Selector[U]) build(pool []U) *view[U] {
 		}
 	}
 	v := &view[U]{gen: s.Tracker.Generation(), first: unsafe.SliceData(pool), size: len(pool), fallback: true}
-	noBuckets := s.Tracker.cfg.Load().NoBuckets
+	cfg := s.Tracker.cfg.Load()
+	noBuckets := cfg.NoBuckets
+	v.movePins = cfg.Source != FromProbe && !noBuckets
 	type ranked struct {
 		m      member[U]
 		bucket int
@@ -145,6 +151,9 @@ func (s *Selector[U]) build(pool []U) *view[U] {
 			}
 			v.groups = append(v.groups, g)
 			i = j
+		}
+		if len(active) > 0 {
+			v.lowest = active[0].bucket
 		}
 	}
 	v.byID = make([]int32, maxID+1)
@@ -194,7 +203,11 @@ func (s *Selector[U]) sel(pool []U, user, app string, now int64, pinned bool) (u
 				m := v.members[v.byID[id]]
 				// No count here: a local hit costs what it cost without a
 				// shared level (the adapter counts sticky decisions anyway).
-				if st := s.Tracker.StatusOf(id); st != nil && st.Active && s.Host.Available(m.u) {
+				// With latency traffic or both a pin also ends when its
+				// publisher is out of the lowest bucket (under hysteresis,
+				// on the confirmed peak-EWMA: one slow answer moves none).
+				if st := s.Tracker.StatusOf(id); st != nil && st.Active && s.Host.Available(m.u) &&
+					(!v.movePins || v.fallback || !st.Measured || st.Bucket <= v.lowest) {
 					if s.Shared != nil {
 						if s.Shared.reconcilable(key, now) {
 							// Pinned here without the store's word:

@@ -100,6 +100,7 @@ func (st *State) tick(ctx context.Context) {
 			return
 		case now := <-tick.C:
 			st.clock.Store(now.UnixNano())
+			st.tracker.Reevaluate(now)
 			if now.Sub(lastSweep) >= sweepInterval {
 				st.table.Sweep(now.UnixNano())
 				lastSweep = now

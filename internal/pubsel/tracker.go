@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/edgesteer/edgesteer/internal/latency"
+	"github.com/edgesteer/edgesteer/internal/peakewma"
 	"github.com/edgesteer/edgesteer/internal/sticky"
 )
 
@@ -27,6 +28,22 @@ const (
 	DefaultWindow      = 3
 	DefaultTimeout     = 2 * time.Second
 	DefaultMaxTargets  = 1024
+	DefaultHalfLife    = 10 * time.Second
+)
+
+// Source says which latency a publisher is bucketed by.
+type Source int
+
+// The latency sources (`latency probe|traffic|both`).
+const (
+	// FromProbe buckets by probe latency alone (the default, and the
+	// behaviour before traffic was observed).
+	FromProbe Source = iota
+	// FromTraffic buckets by the latency observed on real requests (the
+	// peak-EWMA), the probe latency standing in until traffic is seen.
+	FromTraffic
+	// FromBoth buckets by the higher of the two.
+	FromBoth
 )
 
 // Config configures a Tracker.
@@ -59,6 +76,13 @@ type Config struct {
 	ProbeID string
 	// OnRound, if set, is called after every probe round of a target.
 	OnRound func(addr string, r latency.Result)
+	// Source is what buckets are computed from (FromProbe by default).
+	Source Source
+	// HalfLife is the decay half-life of the observed latency.
+	HalfLife time.Duration
+	// FailureLatency is what a failed or timed-out real request counts as
+	// (at least); default Timeout.
+	FailureLatency time.Duration
 }
 
 func (c *Config) setDefaults() {
@@ -68,6 +92,8 @@ func (c *Config) setDefaults() {
 	orDefault(&c.Timeout, DefaultTimeout)
 	orDefault(&c.Window, DefaultWindow)
 	orDefault(&c.MaxTargets, DefaultMaxTargets)
+	orDefault(&c.HalfLife, DefaultHalfLife)
+	orDefault(&c.FailureLatency, c.Timeout)
 	if c.Prober == nil {
 		c.Prober = latency.TCPProber{}
 	}
@@ -96,6 +122,12 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("timeout must be positive, got %v", c.Timeout)
 	case c.Window < 0:
 		return fmt.Errorf("window must be at least 1, got %d", c.Window)
+	case c.Source < FromProbe || c.Source > FromBoth:
+		return fmt.Errorf("latency source must be probe, traffic or both, got %d", c.Source)
+	case c.HalfLife < 0:
+		return fmt.Errorf("half-life must be positive, got %v", c.HalfLife)
+	case c.FailureLatency < 0:
+		return fmt.Errorf("failure latency must be positive, got %v", c.FailureLatency)
 	case c.MaxTargets < 0 || c.MaxTargets > sticky.IDMask:
 		return fmt.Errorf("max targets must be in [1, %d], got %d", sticky.IDMask, c.MaxTargets)
 	}
@@ -109,10 +141,19 @@ func (c *Config) Validate() error {
 
 // Status is one publisher's state as the tracker last saw it.
 type Status struct {
-	Addr      string          `json:"address"`
-	ID        uint32          `json:"id"`
-	Latency   time.Duration   `json:"latency_ns"` // probe minimum over the window + segment
-	Probed    time.Duration   `json:"probed_ns"`  // the probe minimum alone
+	Addr    string        `json:"address"`
+	ID      uint32        `json:"id"`
+	Latency time.Duration `json:"latency_ns"` // the figure bucketed: see DecidedBy
+	// ProbeLatency is the probe minimum over the window + segment.
+	ProbeLatency time.Duration `json:"probe_latency_ns"`
+	// Observed and ObservedPeak are the traffic figures (peak-EWMA) when
+	// the status was derived; ObservedSamples how many were counted.
+	Observed        time.Duration `json:"observed_ns"`
+	ObservedPeak    time.Duration `json:"observed_peak_ns"`
+	ObservedSamples uint64        `json:"observed_samples"`
+	// DecidedBy is "probe" or "traffic": which figure is Latency.
+	DecidedBy string          `json:"decided_by"`
+	Probed    time.Duration   `json:"probed_ns"` // the probe minimum alone
 	Segment   time.Duration   `json:"segment_ns"`
 	Bucket    int             `json:"bucket"`       // latency.Unmeasured until measured
 	Label     string          `json:"bucket_label"` // "[0,32)", "unmeasured", or "all" with NoBuckets
@@ -138,6 +179,8 @@ type target struct {
 
 	mu     sync.Mutex      // orders rounds and re-applied settings
 	window []time.Duration // best RTT of recent successful rounds, newest last
+
+	observed peakewma.EWMA // real traffic, lock-free
 }
 
 // Tracker probes publishers in the background and keeps their status. Its
@@ -150,9 +193,10 @@ type Tracker struct {
 
 	mu      sync.Mutex
 	targets map[string]*target
-	free    []uint32                  // ids of removed targets, for reuse
-	byID    atomic.Pointer[[]*target] // copy-on-write, indexed by id
-	gen     atomic.Uint64             // bumped when any bucket or activity changes
+	free    []uint32                           // ids of removed targets, for reuse
+	byID    atomic.Pointer[[]*target]          // copy-on-write, indexed by id
+	byAddr  atomic.Pointer[map[string]*target] // copy-on-write, for Observe
+	gen     atomic.Uint64                      // bumped when any bucket or activity changes
 	ctx     context.Context
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
@@ -167,6 +211,7 @@ func NewTracker(cfg Config) (*Tracker, error) {
 	t := &Tracker{targets: map[string]*target{}}
 	t.cfg.Store(&cfg)
 	t.byID.Store(&[]*target{})
+	t.byAddr.Store(&map[string]*target{})
 	wake := make(chan struct{})
 	t.wake.Store(&wake)
 	return t, nil
@@ -242,11 +287,70 @@ func (t *Tracker) ensureLocked(addr string) (*target, error) {
 	byID[id] = tg
 	t.targets[addr] = tg
 	t.byID.Store(&byID)
+	t.publishAddrs()
 	t.gen.Add(1)
 	if t.ctx != nil {
 		t.launch(tg)
 	}
 	return tg, nil
+}
+
+// publishAddrs copies the address index read by Observe; t.mu is held.
+func (t *Tracker) publishAddrs() {
+	m := make(map[string]*target, len(t.targets))
+	for a, tg := range t.targets {
+		m[a] = tg
+	}
+	t.byAddr.Store(&m)
+}
+
+// Observe records the latency of one real request or connection to addr
+// (time to response headers, or connect time), taken at now (unix ns); a
+// failed one (error or timeout) counts as at least FailureLatency. It is
+// lock-free and allocates nothing; an address not probed is ignored.
+func (t *Tracker) Observe(addr string, d time.Duration, failed bool, now int64) {
+	tg := (*t.byAddr.Load())[addr]
+	if tg == nil {
+		return
+	}
+	cfg := t.cfg.Load()
+	if failed {
+		d = max(d, cfg.FailureLatency)
+	}
+	tg.observed.Observe(d, now, cfg.HalfLife)
+}
+
+// Reevaluate derives every measured target's figure and bucket again
+// from its kept probe window and its observed latency at now, under the
+// hysteresis rule: with Source traffic or both, traffic moves buckets
+// between probe rounds. With FromProbe it refreshes the observed figures
+// of the status only.
+func (t *Tracker) Reevaluate(now time.Time) {
+	cfg := t.cfg.Load()
+	for _, tg := range *t.byID.Load() {
+		if tg == nil || tg.removed.Load() {
+			continue
+		}
+		tg.mu.Lock()
+		prev := tg.status.Load()
+		if cfg.Source == FromProbe {
+			// Only the observed figures, for the admin view: buckets
+			// move with probe rounds alone.
+			if avg, peak, n := tg.observed.Value(now.UnixNano(), cfg.HalfLife, prev.ProbeLatency); n > 0 {
+				st := *prev
+				st.Observed, st.ObservedPeak, st.ObservedSamples = avg, peak, n
+				tg.status.Store(&st)
+			}
+		} else if prev.Measured && prev.Active {
+			st := *prev
+			t.deriveAt(&st, tg, cfg, prev.Bucket, prev.Label, now)
+			tg.status.Store(&st)
+			if st.Bucket != prev.Bucket {
+				t.gen.Add(1)
+			}
+		}
+		tg.mu.Unlock()
+	}
 }
 
 // fresh is the status of a target with no measurement: active, so that it
@@ -386,10 +490,17 @@ func (t *Tracker) record(tg *target, r latency.Result, now time.Time, epoch uint
 // wrong bucket: it is re-placed by every round until the window is full.
 // label is from's label if known, saving a string per round.
 func (t *Tracker) derive(st *Status, tg *target, cfg *Config, from int, label string) {
+	t.deriveAt(st, tg, cfg, from, label, time.Now())
+}
+
+// deriveAt is derive at time now. The figure bucketed is, by cfg.Source:
+// the probe latency; the observed peak (the probe latency until traffic
+// is counted; idle, the peak decays towards it); or the higher of both.
+func (t *Tracker) deriveAt(st *Status, tg *target, cfg *Config, from int, label string, now time.Time) {
 	st.Segment = cfg.Segments[tg.addr]
 	st.Window = len(tg.window)
 	if len(tg.window) == 0 {
-		st.Probed, st.Latency, st.Measured = 0, 0, false
+		st.Probed, st.Latency, st.ProbeLatency, st.Measured, st.DecidedBy = 0, 0, 0, false, ""
 		st.Bucket, st.Label = latency.Unmeasured, "unmeasured"
 		return
 	}
@@ -397,7 +508,14 @@ func (t *Tracker) derive(st *Status, tg *target, cfg *Config, from int, label st
 	for _, d := range tg.window[1:] {
 		best = min(best, d)
 	}
-	st.Probed, st.Latency, st.Measured = best, best+st.Segment, true
+	st.Probed, st.ProbeLatency, st.Measured = best, best+st.Segment, true
+	st.Latency, st.DecidedBy = st.ProbeLatency, "probe"
+	st.Observed, st.ObservedPeak, st.ObservedSamples = tg.observed.Value(now.UnixNano(), cfg.HalfLife, st.ProbeLatency)
+	if st.ObservedSamples > 0 && cfg.Source != FromProbe {
+		if cfg.Source == FromTraffic || st.ObservedPeak > st.ProbeLatency {
+			st.Latency, st.DecidedBy = st.ObservedPeak, "traffic"
+		}
+	}
 	switch {
 	case cfg.NoBuckets:
 		st.Bucket, st.Label = 0, "all"

@@ -1,0 +1,81 @@
+package latencybucket
+
+import (
+	"net"
+	"sync/atomic"
+	"time"
+
+	"github.com/mholt/caddy-l4/layer4"
+
+	"github.com/edgesteer/edgesteer/internal/pubsel"
+)
+
+// dialTimer times the connect of a proxied layer4 connection. caddy-l4's
+// proxy dials the picked upstream right after Select returns and starts
+// copying as soon as the dial succeeded: its first use of the client
+// connection (a Read or a Write) marks the end of the connect. So the
+// time from the pick to that first use is the connect time (plus the
+// microseconds of the proxy's own setup). A new pick for the same
+// connection before that use (lb_try_duration retrying) or its close
+// means the dial failed: that counts as a failure.
+type dialTimer struct {
+	net.Conn
+	tracker *pubsel.Tracker
+	addr    atomic.Pointer[string]
+	start   atomic.Int64 // unix ns of the pick; 0 once the connect is recorded
+}
+
+// armDial starts timing the connect of conn to addr: it wraps the client
+// connection once (TCP only) and re-arms it on a retry.
+func armDial(conn *layer4.Connection, tr *pubsel.Tracker, addr string) {
+	now := time.Now().UnixNano()
+	if dt, ok := conn.Conn.(*dialTimer); ok {
+		dt.settle(true, now) // a pick while the last one is unused: that dial failed
+		dt.addr.Store(&addr)
+		dt.start.Store(now)
+		return
+	}
+	if la := conn.LocalAddr(); la == nil || la.Network() != "tcp" {
+		return
+	}
+	dt := &dialTimer{Conn: conn.Conn, tracker: tr}
+	dt.addr.Store(&addr)
+	dt.start.Store(now)
+	conn.Conn = dt
+}
+
+// settle records the pending connect, if any, at now.
+func (d *dialTimer) settle(failed bool, now int64) {
+	start := d.start.Load()
+	if start == 0 || !d.start.CompareAndSwap(start, 0) {
+		return
+	}
+	d.tracker.Observe(*d.addr.Load(), time.Duration(now-start), failed, now)
+}
+
+func (d *dialTimer) Read(p []byte) (int, error) {
+	if d.start.Load() != 0 {
+		d.settle(false, time.Now().UnixNano())
+	}
+	return d.Conn.Read(p)
+}
+
+func (d *dialTimer) Write(p []byte) (int, error) {
+	if d.start.Load() != 0 {
+		d.settle(false, time.Now().UnixNano())
+	}
+	return d.Conn.Write(p)
+}
+
+func (d *dialTimer) Close() error {
+	d.settle(true, time.Now().UnixNano())
+	return d.Conn.Close()
+}
+
+// CloseWrite half-closes, as the proxy does to the connection it wraps.
+func (d *dialTimer) CloseWrite() error {
+	if cw, ok := d.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}

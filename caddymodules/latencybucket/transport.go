@@ -1,0 +1,187 @@
+package latencybucket
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
+
+	"github.com/edgesteer/edgesteer/caddymodules/internal/cfparse"
+	"github.com/edgesteer/edgesteer/internal/pubsel"
+)
+
+func init() {
+	caddy.RegisterModule(TrafficTransport{})
+}
+
+// TrafficTransport times every proxied request to its response headers
+// and feeds the latency_bucket policy of the same reverse_proxy (its
+// observed latency, for `latency traffic` and `both`). It wraps the
+// transport that does the work (default http), as peer_rate_limit's
+// egress transport does; either may wrap the other.
+type TrafficTransport struct {
+	// TransportRaw is the wrapped transport; default "http".
+	TransportRaw json.RawMessage `json:"transport,omitempty" caddy:"namespace=http.reverse_proxy.transport inline_key=protocol"`
+
+	inner   http.RoundTripper
+	handler *reverseproxy.Handler
+	tracker *atomic.Pointer[pubsel.Tracker] // set by the policy; made at Provision
+}
+
+// transports maps a reverse_proxy handler to its latency_bucket
+// transport, so that the handler's policy (provisioned after the
+// transport) finds it. Entries live from the transport's Provision to its
+// Cleanup: one per loaded handler.
+var transports sync.Map // *reverseproxy.Handler → *TrafficTransport
+
+// CaddyModule returns the Caddy module information.
+func (TrafficTransport) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "http.reverse_proxy.transport.latency_bucket",
+		New: func() caddy.Module { return new(TrafficTransport) },
+	}
+}
+
+// Provision loads the wrapped transport and registers with the enclosing
+// reverse_proxy.
+func (t *TrafficTransport) Provision(ctx caddy.Context) error {
+	if t.TransportRaw == nil {
+		t.TransportRaw = caddyconfig.JSONModuleObject(struct{}{}, "protocol", "http", nil)
+	}
+	mod, err := ctx.LoadModule(t, "TransportRaw")
+	if err != nil {
+		return fmt.Errorf("latency_bucket: transport: loading the wrapped transport: %v", err)
+	}
+	rt, ok := mod.(http.RoundTripper)
+	if !ok {
+		return fmt.Errorf("latency_bucket: transport: the wrapped transport %T cannot round-trip requests", mod)
+	}
+	t.inner = rt
+	t.tracker = new(atomic.Pointer[pubsel.Tracker])
+	for _, m := range ctx.Modules() {
+		if h, ok := m.(*reverseproxy.Handler); ok {
+			t.handler = h
+		}
+	}
+	if t.handler == nil {
+		return fmt.Errorf("latency_bucket: transport: not inside a reverse_proxy")
+	}
+	transports.Store(t.handler, t)
+	return nil
+}
+
+// transportOf returns the latency_bucket transport of handler h, or nil.
+func transportOf(h *reverseproxy.Handler) *TrafficTransport {
+	if v, ok := transports.Load(h); ok {
+		return v.(*TrafficTransport)
+	}
+	return nil
+}
+
+// Cleanup unregisters and cleans up the wrapped transport.
+func (t *TrafficTransport) Cleanup() error {
+	if t.handler != nil {
+		transports.CompareAndDelete(t.handler, t)
+	}
+	if c, ok := t.inner.(caddy.CleanerUpper); ok {
+		return c.Cleanup()
+	}
+	return nil
+}
+
+// feed makes the transport report to tr.
+func (t *TrafficTransport) feed(tr *pubsel.Tracker) { t.tracker.Store(tr) }
+
+// RoundTrip forwards req with the wrapped transport and records the time
+// to its response headers against the upstream it was sent to. An error,
+// or a 502, 503 or 504 answer, counts as a failure (at least the policy's
+// traffic_failure_latency); a request the client gave up on counts for
+// nothing.
+func (t *TrafficTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	tr := t.tracker.Load()
+	if tr == nil {
+		return t.inner.RoundTrip(req)
+	}
+	start := time.Now()
+	resp, err := t.inner.RoundTrip(req)
+	end := time.Now()
+	di, ok := reverseproxy.GetDialInfo(req.Context())
+	if !ok || (err != nil && req.Context().Err() != nil) {
+		return resp, err
+	}
+	failed := err != nil
+	if resp != nil {
+		switch resp.StatusCode {
+		case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+			failed = true
+		}
+	}
+	tr.Observe(di.Address, end.Sub(start), failed, end.UnixNano())
+	return resp, err
+}
+
+// TLSEnabled reports whether the wrapped transport uses TLS.
+func (t *TrafficTransport) TLSEnabled() bool {
+	tt, ok := t.inner.(reverseproxy.TLSTransport)
+	return ok && tt.TLSEnabled()
+}
+
+// EnableTLS is refused: configure TLS on the wrapped transport.
+func (t *TrafficTransport) EnableTLS(*reverseproxy.TLSConfig) error {
+	return fmt.Errorf("latency_bucket: set tls on the wrapped transport (transport latency_bucket { transport http { tls } })")
+}
+
+// ProxyProtocolEnabled reports the wrapped transport's setting.
+func (t *TrafficTransport) ProxyProtocolEnabled() bool {
+	pp, ok := t.inner.(reverseproxy.ProxyProtocolTransport)
+	return ok && pp.ProxyProtocolEnabled()
+}
+
+// UnmarshalCaddyfile reads
+//
+//	transport latency_bucket {
+//		transport <name> { … }     # the wrapped transport, default http
+//	}
+func (t *TrafficTransport) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	_, o, err := cfparse.Open(d, "latency_bucket: transport", 0, 0)
+	if err != nil {
+		return err
+	}
+	for o.Next() {
+		switch o.Name() {
+		case "transport":
+			if err := o.Once(); err != nil {
+				return err
+			}
+			args, err := o.BlockArgs(1, 1)
+			if err != nil {
+				return err
+			}
+			unm, err := caddyfile.UnmarshalModule(o.Dispenser(), "http.reverse_proxy.transport."+args[0])
+			if err != nil {
+				return err
+			}
+			t.TransportRaw = caddyconfig.JSONModuleObject(unm, "protocol", args[0], nil)
+		default:
+			return o.Unknown()
+		}
+	}
+	return nil
+}
+
+// Interface guards
+var (
+	_ http.RoundTripper                   = (*TrafficTransport)(nil)
+	_ caddy.Provisioner                   = (*TrafficTransport)(nil)
+	_ caddy.CleanerUpper                  = (*TrafficTransport)(nil)
+	_ caddyfile.Unmarshaler               = (*TrafficTransport)(nil)
+	_ reverseproxy.TLSTransport           = (*TrafficTransport)(nil)
+	_ reverseproxy.ProxyProtocolTransport = (*TrafficTransport)(nil)
+)
