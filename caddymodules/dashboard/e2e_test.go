@@ -164,11 +164,13 @@ http://%[2]s {
 	reverse_proxy %[3]s %[4]s {
 		lb_policy latency_bucket {
 			name front-policy
+			latency both
 			probe http /
 			probe_interval 500ms
 			segment %[4]s 40ms
 			sticky_user {http.request.header.X-User}
 		}
+		transport latency_bucket
 	}
 }
 http://%[3]s {
@@ -293,8 +295,26 @@ http://%[5]s {
 	eval(`document.querySelectorAll('main img').length`, &imgs)
 	eval(`Array.from(document.querySelectorAll('.tenant')).filter(s => s.textContent === `+"`"+xssTenant+"`"+`).length`, &xssSpans)
 	eval(`Array.from(document.querySelectorAll('.tenant')).map(s => s.textContent).join("|")`, &xssText)
+	// latency both: each publisher's row has its probe figure, the observed
+	// average / peak of the proxied requests, and which one decided.
+	var lbRows [][]string
+	eval(`Array.from(document.querySelectorAll('.card')).filter(c => c.dataset.id.startsWith("lb")).flatMap(c =>
+		Array.from(c.querySelectorAll('.tablewrap tbody tr')).map(r => Array.from(r.cells).map(d => d.innerText)))`, &lbRows)
+	observed := 0
+	for _, r := range lbRows {
+		if len(r) != 10 || (r[4] != "probe" && r[4] != "traffic") {
+			t.Errorf("publisher row %q: want 10 cells, decided by probe or traffic", r)
+			continue
+		}
+		if r[3] != "—" && strings.Contains(r[3], " / ") {
+			observed++
+		}
+	}
+	if observed == 0 {
+		t.Errorf("no publisher row shows an observed average / peak: %q", lbRows)
+	}
 	for _, want := range []string{
-		"Publisher selection", "front-policy", pub1, pub2, "[32,64)",
+		"Publisher selection", "front-policy", pub1, pub2, "[32,64)", "observed ms avg / peak", "decided by",
 		"Rate limiting", "edge-limiter", "gold-peers", "5.0 / 3",
 		"Tenant routing", "directory", node1, node2, "acme", xssTenant, "1 → 2", // acme's growth, in the placement changes
 		"Gateway selection", "gw1.example.org.", "gw2.example.org.", "192.0.2.0/24", "1. gw2.example.org. (12.0)", "unreachable",

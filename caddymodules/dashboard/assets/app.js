@@ -188,14 +188,19 @@
         "bucket width ", vfmt(p.bucket_width_ms, 0), " ms · latency ", v(p.latency), " · probe window ", v(p.probe_window),
         " · sticky ", p.sticky ? ["on, ", v(p.sticky_entries), " / ", v(p.sticky_max_entries), " entries"] : "off"));
       extras(c, p, ["name", "kind", "state_since", "generations", "bucket_width_ms", "latency", "probe_window", "sticky",
-        "sticky_entries", "sticky_max_entries", "publishers"]);
+        "sticky_entries", "sticky_max_entries", "publishers", "traffic_half_life_ms"]);
       var pubs = arr(p.publishers);
-      add(c.info, table(["publisher", "latency ms", "bucket", "active", "sticky", "picks/s", "last error"],
+      // latency ms is what decided the bucket (decided_by: probe or
+      // traffic); observed is real traffic's moving average and peak.
+      add(c.info, table(["publisher", "latency ms", "probe ms", "observed ms avg / peak", "decided by", "bucket", "active", "sticky", "picks/s", "last error"],
         pubs.map(function (u) {
           var picks = last(pkey(src, "latency_bucket", name, str(u.address), "picks_total"));
-          return [str(u.address), u.measured ? fmt(u.latency_ms, 1) : "—", str(u.bucket) || "—", yesno(!!u.active, "active", "inactive"),
+          return [str(u.address), u.measured ? fmt(u.latency_ms, 1) : "—",
+            u.probe_latency_ms === undefined ? "—" : fmt(u.probe_latency_ms, 1),
+            u.observed_samples ? [vfmt(u.observed_ms, 1), " / ", vfmt(u.observed_peak_ms, 1)] : "—",
+            str(u.decided_by) || "—", str(u.bucket) || "—", yesno(!!u.active, "active", "inactive"),
             str(u.sticky_entries === undefined ? "—" : u.sticky_entries), fmt(picks, 1), v(u.last_error, "err")];
-        }), [1, 4, 5]));
+        }), [1, 2, 3, 7, 8]));
       chart(c, id + SEP + "lat", "latency ms per publisher (probes)", pubs.map(function (u) {
         return {key: pkey(src, "latency_bucket", name, str(u.address), "latency_ms"), label: str(u.address)};
       }), "ms");
