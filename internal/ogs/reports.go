@@ -90,14 +90,14 @@ type Report struct {
 // Refusal is why a report was refused; Reason is a short stable word for
 // metrics and clients, Detail says which value.
 type Refusal struct {
-	Reason string // unknown_gateway, rtt_out_of_range, future, stale, duplicate_gateway, empty, probe_mismatch, disabled
+	Reason string // malformed, unknown_gateway, rtt_out_of_range, future, stale, duplicate_gateway, empty, probe_mismatch, disabled
 	Detail string
 }
 
 func (r *Refusal) Error() string { return r.Reason + ": " + r.Detail }
 
 // ReportReasons lists every Refusal reason.
-var ReportReasons = []string{"unknown_gateway", "rtt_out_of_range", "future", "stale", "duplicate_gateway", "empty", "probe_mismatch", "disabled"}
+var ReportReasons = []string{"malformed", "unknown_gateway", "rtt_out_of_range", "future", "stale", "duplicate_gateway", "empty", "probe_mismatch", "disabled"}
 
 type vote struct {
 	rtt time.Duration // math.MaxInt64: failed
