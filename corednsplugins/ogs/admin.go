@@ -48,7 +48,9 @@ func adminAcquire(o *OGS) error {
 		l = &adminListener{blocks: map[string][]*OGS{}}
 		mux := http.NewServeMux()
 		mux.HandleFunc("/ogs", l.serve)
-		l.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		mux.HandleFunc("/ogs/reports", l.serveReports)
+		// ReadTimeout bounds a report's body in time as report_max_body does in size.
+		l.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second}
 		go l.srv.Serve(ln)
 		admins.m[o.admin] = l
 	}

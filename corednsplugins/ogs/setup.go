@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"strconv"
 	"strings"
 	"time"
 
@@ -188,6 +189,15 @@ var options = map[string]struct {
 	"store":            {"store redis { OPTIONS }", 1, 1, false},
 	"admin":            {"admin HOST:PORT", 1, 1, false},
 	"fallthrough":      {"fallthrough [ZONES...]", 0, many, false},
+
+	"report_tokens":        {"report_tokens FILE", 1, 1, false},
+	"report_window":        {"report_window DURATION", 1, 1, false},
+	"min_reporters":        {"min_reporters COUNT", 1, 1, false},
+	"max_reporters":        {"max_reporters COUNT", 1, 1, false},
+	"max_report_locations": {"max_report_locations COUNT", 1, 1, false},
+	"report_rate":          {"report_rate PER_SECOND [BURST]", 1, 2, false},
+	"report_max_body":      {"report_max_body BYTES", 1, 1, false},
+	"trusted_proxies":      {"trusted_proxies CIDR...", 1, many, false},
 }
 
 const many = -1
@@ -208,6 +218,7 @@ func parse(c *caddy.Controller) (*OGS, error) {
 	minimum := int64(-1) // SOA MINIMUM: default the answers' TTL
 	seen := false
 	given := map[string]string{} // option → "file:line" of its first occurrence
+	rc := &reportConfig{maxBody: defaultReportMaxBody, rate: defaultReportRate, burst: defaultReportBurst}
 	for c.Next() {
 		if seen {
 			return nil, c.Err("ogs: only one ogs block per server block")
@@ -375,6 +386,44 @@ func parse(c *caddy.Controller) (*OGS, error) {
 				}
 			case "fallthrough":
 				o.Fall.SetZonesFromArgs(args)
+			case "report_tokens":
+				if rc.tokens, err = ogs.LoadTokens(args[0]); err != nil {
+					err = bad("%v", err)
+				}
+			case "report_window":
+				cfg.Reports.Window, err = durationArg(args[0])
+				if err == nil && cfg.Reports.Window >= 30*24*time.Hour {
+					err = bad("at most 30 days")
+				}
+			case "min_reporters":
+				cfg.Reports.MinReporters, err = intArg("", args[0], 1, 1_000_000)
+			case "max_reporters":
+				cfg.Reports.MaxReporters, err = intArg("", args[0], 1, 1_000_000)
+			case "max_report_locations":
+				cfg.Reports.MaxLocations, err = intArg("", args[0], 1, math.MaxInt32)
+			case "report_rate":
+				var r float64
+				if r, err = strconv.ParseFloat(args[0], 64); err != nil || r <= 0 || math.IsInf(r, 0) || math.IsNaN(r) {
+					err = bad("PER_SECOND %q: want a positive number", args[0])
+					break
+				}
+				rc.rate = r
+				if len(args) == 2 {
+					rc.burst, err = intArg("BURST: ", args[1], 1, 1_000_000)
+				}
+			case "report_max_body":
+				var n int
+				n, err = intArg("", args[0], 256, 1<<20)
+				rc.maxBody = int64(n)
+			case "trusted_proxies":
+				for _, a := range args {
+					_, n, perr := net.ParseCIDR(a)
+					if perr != nil {
+						err = bad("%q is not a CIDR prefix", a)
+						break
+					}
+					rc.trusted = append(rc.trusted, n)
+				}
 			}
 			if err != nil {
 				return nil, err
@@ -383,6 +432,22 @@ func parse(c *caddy.Controller) (*OGS, error) {
 	}
 	if len(cfg.Gateways) == 0 {
 		return nil, c.Err("ogs: at least one gateway is required")
+	}
+	if rc.tokens == nil {
+		for _, opt := range []string{"report_window", "min_reporters", "max_reporters", "max_report_locations", "report_rate", "report_max_body", "trusted_proxies"} {
+			if at, ok := given[opt]; ok {
+				return nil, c.Errf("ogs: %s (at %s): needs report_tokens FILE (reports are off without it)", opt, at)
+			}
+		}
+	} else {
+		if o.admin == "" {
+			return nil, c.Errf("ogs: report_tokens %s: needs admin HOST:PORT (the report endpoint, POST /ogs/reports, listens there)", rc.tokens.Path)
+		}
+		cfg.Reports.Enabled = true
+		cfg.Reports.Probe = probe
+		rc.byToken = ogs.NewReportLimiter(rc.rate, rc.burst, ogs.MaxTokens)
+		rc.bySource = ogs.NewReportLimiter(rc.rate, rc.burst, reportSources)
+		o.reports = rc
 	}
 	tlsCfg := &tls.Config{InsecureSkipVerify: !verify} //nolint:gosec // latency probe; opt in to verification
 	switch probe {

@@ -423,3 +423,11 @@ func (r *Reports) Firsts(now time.Time) []string {
 	}
 	return out
 }
+
+// Len returns the locations holding reports (some may hold only votes past
+// the window, until their next aggregation).
+func (r *Reports) Len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.locs)
+}
