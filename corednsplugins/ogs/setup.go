@@ -1,7 +1,6 @@
 package ogs
 
 import (
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"math"
@@ -17,16 +16,11 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/edgesteer/edgesteer/internal/cfvalue"
-	"github.com/edgesteer/edgesteer/internal/latency"
 	"github.com/edgesteer/edgesteer/internal/ogs"
 	"github.com/edgesteer/edgesteer/internal/redisconn"
 )
 
 const pluginName = "ogs"
-
-// exchangeProbeTimeout is the default probe_timeout of the tls, http and
-// https probes.
-const exchangeProbeTimeout = 2 * time.Second
 
 var log = clog.NewWithPlugin(pluginName)
 
@@ -449,21 +443,16 @@ func parse(c *caddy.Controller) (*OGS, error) {
 		rc.bySource = ogs.NewReportLimiter(rc.rate, rc.burst, reportSources)
 		o.reports = rc
 	}
-	tlsCfg := &tls.Config{InsecureSkipVerify: !verify} //nolint:gosec // latency probe; opt in to verification
-	switch probe {
-	case "tcp":
-		cfg.Prober = latency.TCPProber{}
-	case "tls":
-		cfg.Prober = latency.TLSProber{Config: tlsCfg}
-	default:
-		// Like the seed: each probe its own connection, timed from the SYN
-		// to the end of the exchange.
-		cfg.Prober = latency.NewHTTPProber(probe, path, "", tlsCfg, true)
+	// The same prober as the reporter's (builds/ogs-report).
+	prober, probeTimeout, err := ogs.NewProber(probe, path, verify)
+	if err != nil {
+		return nil, c.Errf("ogs: %v", err)
 	}
-	if cfg.ProbeTimeout == 0 && probe != "tcp" {
+	cfg.Prober = prober
+	if cfg.ProbeTimeout == 0 {
 		// A TLS handshake or an HTTPS exchange takes several round trips;
-		// a connect takes one (ogs.DefaultProbeTimeout).
-		cfg.ProbeTimeout = exchangeProbeTimeout
+		// a connect takes one.
+		cfg.ProbeTimeout = probeTimeout
 	}
 	cfg.ProbeID = fmt.Sprintf("%s %s verify=%t", probe, path, verify)
 	if probe == "tcp" || probe == "tls" {
