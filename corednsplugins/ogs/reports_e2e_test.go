@@ -132,6 +132,21 @@ func TestReportsOrderTheReportersNetwork(t *testing.T) {
 			t.Errorf("reports_total{result=%q} = %v, want %v", result, got, want)
 		}
 	}
+	// The admin view: the location, its reporters and order; no token.
+	resp, err := http.Get("http://" + adminAddr + "/ogs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	view, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`"reports":{`, `"location":"127.0.0.0/24","reporters":3`, `"source":"reports","order":["gw2.example.test","gw4.example.test","gw3.example.test","gw1.example.test"]`, `"tokens":1`, `"min_reporters":3`, `"window_seconds":14400`} {
+		if !strings.Contains(string(view), want) {
+			t.Errorf("admin view lacks %s:\n%s", want, view)
+		}
+	}
+	if strings.Contains(string(view), e2eToken) {
+		t.Error("admin view shows a token")
+	}
 	// Nothing refused changed the reported order.
 	if got := dig(t, d.Addr, "vpn.example.test", "A", "+short", "+subnet=127.0.0.0/24"); got != reported {
 		t.Fatalf("after the refusals: %q", got)
