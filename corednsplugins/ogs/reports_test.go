@@ -32,7 +32,7 @@ func TestParseReportErrors(t *testing.T) {
 	os.WriteFile(bad, []byte("alice short\n"), 0o600)
 	for extra, want := range map[string]string{
 		"report_tokens " + tokens:                                                           "report_tokens " + tokens + ": needs admin HOST:PORT",
-		"admin 127.0.0.1:1\nreport_tokens /nonexistent/tokens":                              "report_tokens /nonexistent/tokens: ",
+		"admin 127.0.0.1:1\nreport_tokens " + filepath.Dir(tokens):                          "report_tokens " + filepath.Dir(tokens) + ": ",
 		"admin 127.0.0.1:1\nreport_tokens " + bad:                                           "shorter than 16 characters",
 		"min_reporters 3":                                                                   "min_reporters (at ",
 		"admin 127.0.0.1:1\nreport_tokens " + tokens + "\nmin_reporters 0":                  "min_reporters 0: ",

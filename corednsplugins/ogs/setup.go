@@ -383,6 +383,8 @@ func parse(c *caddy.Controller) (*OGS, error) {
 			case "report_tokens":
 				if rc.tokens, err = ogs.LoadTokens(args[0]); err != nil {
 					err = bad("%v", err)
+				} else if terr := rc.tokens.Err(); terr != nil {
+					log.Warningf("report_tokens %s: %v: every report is refused until the file exists", args[0], terr)
 				}
 			case "report_window":
 				cfg.Reports.Window, err = durationArg(args[0])

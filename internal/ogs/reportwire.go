@@ -129,10 +129,12 @@ type tokenSum struct {
 // MaxTokens bounds a tokens file.
 const MaxTokens = 10_000
 
-// LoadTokens reads path now; an error names the line.
+// LoadTokens reads path now; an error names the line. A file that does
+// not exist yet is no error: there is no token (every report is refused)
+// until it appears, and Err says so.
 func LoadTokens(path string) (*Tokens, error) {
 	t := &Tokens{Path: path}
-	if err := t.reload(time.Now(), true); err != nil {
+	if err := t.reload(time.Now(), true); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, err
 	}
 	return t, nil

@@ -100,6 +100,19 @@ func TestTokens(t *testing.T) {
 	if _, ok := tok.Lookup("cccccccccccccccccccc", now); !ok || tok.Err() == nil {
 		t.Fatalf("broken re-read: tokens lost or no error (%v)", tok.Err())
 	}
+	// A file not there yet: no token, no error at load; it is read once it appears.
+	later := filepath.Join(t.TempDir(), "later")
+	lt, err := LoadTokens(later)
+	if err != nil || lt.Len() != 0 || lt.Err() == nil {
+		t.Fatalf("missing file: %v, %d tokens, Err %v", err, lt.Len(), lt.Err())
+	}
+	os.WriteFile(later, []byte("dave dddddddddddddddddddd\n"), 0o600)
+	if id, ok := lt.Lookup("dddddddddddddddddddd", time.Now().Add(2*time.Second)); !ok || id != "dave" {
+		t.Fatal("token file created after start not read")
+	}
+	if _, err := LoadTokens(t.TempDir()); err == nil {
+		t.Fatal("a directory as tokens file accepted")
+	}
 	for body, want := range map[string]string{
 		"a short\n":              "shorter than 16",
 		"a 0123456789abcdef x\n": "want ID TOKEN",
