@@ -27,8 +27,8 @@ import (
 const (
 	DefaultReportWindow       = 4 * time.Hour
 	DefaultMinReporters       = 3
-	DefaultMaxReportLocations = 100_000
-	DefaultMaxReporters       = 64 // per location
+	DefaultMaxReportLocations = 10_000
+	DefaultMaxReporters       = 32 // per location
 	// MaxReportRTT bounds a reported RTT: (0, MaxReportRTT) is accepted.
 	MaxReportRTT = time.Hour
 	// ReportClockSkew is how far in the future a report's time may be
