@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -48,9 +49,19 @@ func TestReportsOrderTheReportersNetwork(t *testing.T) {
 	badTokenFile := filepath.Join(dir, "bad-token")
 	os.WriteFile(badTokenFile, []byte("not-a-known-token-at-all\n"), 0o600)
 	adminAddr, metricsAddr := e2e.Addr(t), e2e.Addr(t)
-	d := e2e.StartCoreDNS(t, corefile(addrs, filepath.Join(dir, "ogs.json"), metricsAddr,
-		"admin "+adminAddr+"\n\t\treport_tokens "+tokens+"\n\t\treport_max_body 1024"), "other.example.test A")
-	d.WaitTCP(t, adminAddr)
+	cf := func(extra string) string {
+		return corefile(addrs, filepath.Join(dir, "ogs.json"), metricsAddr,
+			"admin "+adminAddr+"\n\t\treport_tokens "+tokens+"\n\t\treport_max_body 1024\n\t\treport_rate 50 50"+extra)
+	}
+	r := startReloadable(t, cf(""))
+	r.waitFor(t, "the admin listener", func() bool {
+		c, err := net.Dial("tcp", adminAddr)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
+	d := struct{ Addr string }{r.addr}
 	url := "http://" + adminAddr + "/ogs/reports"
 
 	own := "127.0.0.11\n127.0.0.12\n127.0.0.13\n127.0.0.14\n"
@@ -150,5 +161,23 @@ func TestReportsOrderTheReportersNetwork(t *testing.T) {
 	// Nothing refused changed the reported order.
 	if got := dig(t, d.Addr, "vpn.example.test", "A", "+short", "+subnet=127.0.0.0/24"); got != reported {
 		t.Fatalf("after the refusals: %q", got)
+	}
+
+	// A reload (SIGUSR1, with another report_window) keeps the reports.
+	r.reload(t, cf("\n\t\treport_window 2h"), true)
+	if got := dig(t, d.Addr, "vpn.example.test", "A", "+short", "+subnet=127.0.0.0/24"); got != reported {
+		t.Fatalf("after a reload: %q, want the reported order %q", got, reported)
+	}
+	// The tokens file is re-read on change: the revoked token gets 401.
+	time.Sleep(1100 * time.Millisecond) // a new modification time (the file is looked at once a second)
+	if err := os.WriteFile(tokens, []byte("other-office other-token-0123456789abcdef\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r.waitFor(t, "the revoked token refused", func() bool {
+		code, _ := postRaw(e2eToken, `{}`)
+		return code == 401
+	})
+	if code, body := postRaw("other-token-0123456789abcdef", `{}`); code != 400 || !strings.Contains(body, `"error":"malformed"`) {
+		t.Fatalf("the new token: %d %s", code, body)
 	}
 }
