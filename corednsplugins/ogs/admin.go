@@ -48,7 +48,9 @@ func adminAcquire(o *OGS) error {
 		l = &adminListener{blocks: map[string][]*OGS{}}
 		mux := http.NewServeMux()
 		mux.HandleFunc("/ogs", l.serve)
-		l.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		mux.HandleFunc("/ogs/reports", l.serveReports)
+		// ReadTimeout bounds a report's body in time as report_max_body does in size.
+		l.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second}
 		go l.srv.Serve(ln)
 		admins.m[o.admin] = l
 	}
@@ -116,6 +118,32 @@ type serverView struct {
 	LocationsTotal int            `json:"locations_total"`
 	LastRun        *time.Time     `json:"last_run"`
 	RunsTotal      uint64         `json:"runs_total"`
+	Reports        *reportsView   `json:"reports,omitempty"`
+}
+
+// reportsView is the client reports' state (README, "Reports"); no token
+// appears, only their number.
+type reportsView struct {
+	WindowSeconds  float64              `json:"window_seconds"`
+	MinReporters   int                  `json:"min_reporters"`
+	MaxReporters   int                  `json:"max_reporters"`
+	MaxLocations   int                  `json:"max_locations"`
+	Probe          string               `json:"probe"`
+	Tokens         int                  `json:"tokens"`
+	TokensError    string               `json:"tokens_error,omitempty"`
+	AcceptedTotal  uint64               `json:"accepted_total"`
+	LocationsTotal int                  `json:"locations_total"`
+	Locations      []reportLocationView `json:"locations"`
+}
+
+type reportLocationView struct {
+	Location   string             `json:"location"`
+	Reporters  int                `json:"reporters"`
+	LatestAt   time.Time          `json:"latest_at"`
+	AgeSeconds float64            `json:"age_seconds"`
+	Source     string             `json:"source"` // reports: enough reporters; probed: the plugin's probes answer
+	Order      []string           `json:"order"`
+	RTTsMs     map[string]float64 `json:"rtts_ms"`
 }
 
 type troubleView struct {
@@ -196,6 +224,9 @@ func (o *OGS) view(now time.Time) serverView {
 		_, port, _ := net.SplitHostPort(g.Addr)
 		v.Gateways = append(v.Gateways, gatewayView{Name: g.Name, Address: g.IP.String(), Port: port, Backups: append([]string{}, g.Backups...)})
 	}
+	if o.reports != nil {
+		v.Reports = o.reportsView(now)
+	}
 	for _, l := range snap.Locations {
 		res := l.Result
 		lv := locationView{Location: l.Location, Order: []string{}, RTTsMs: map[string]float64{}, ProbedAt: res.At.UTC(),
@@ -227,4 +258,31 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n] + "…"
+}
+
+func (o *OGS) reportsView(now time.Time) *reportsView {
+	rs := o.sel.Reports().Snapshot(adminLocations, now)
+	rv := &reportsView{WindowSeconds: rs.Config.Window.Seconds(), MinReporters: rs.Config.MinReporters, MaxReporters: rs.Config.MaxReporters,
+		MaxLocations: rs.Config.MaxLocations, Probe: rs.Config.Probe, Tokens: o.reports.tokens.Len(), AcceptedTotal: rs.Accepted,
+		LocationsTotal: rs.Total, Locations: make([]reportLocationView, 0, len(rs.Locations))}
+	if err := o.reports.tokens.Err(); err != nil {
+		rv.TokensError = truncate(err.Error(), 200)
+	}
+	for _, l := range rs.Locations {
+		lv := reportLocationView{Location: l.Location, Reporters: l.Reporters, LatestAt: l.Latest.UTC(),
+			AgeSeconds: math.Round(now.Sub(l.Latest).Seconds()*10) / 10, Source: "probed", Order: []string{}, RTTsMs: map[string]float64{}}
+		if res := l.Result; res != nil {
+			lv.Source = "reports"
+			for _, i := range res.Order {
+				lv.Order = append(lv.Order, res.Gateways[i].Name)
+			}
+			for i, rtt := range res.RTTs {
+				if rtt > 0 {
+					lv.RTTsMs[res.Gateways[i].Name] = math.Round(float64(rtt)/float64(time.Millisecond)*10) / 10
+				}
+			}
+		}
+		rv.Locations = append(rv.Locations, lv)
+	}
+	return rv
 }

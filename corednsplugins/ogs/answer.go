@@ -198,6 +198,8 @@ func happened(sel ogs.Selection, deadline time.Duration) string {
 		return "Results obtained from the shared OGS cache (another replica's ping tests). No ping tests were performed."
 	case ogs.Probed:
 		return "OGS ping tests performed."
+	case ogs.Reported:
+		return fmt.Sprintf("Results obtained from client reports (source reports): %d reporters. No ping tests were performed.", sel.Reporters)
 	}
 	var what string
 	switch sel.Why {

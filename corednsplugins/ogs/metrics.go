@@ -69,3 +69,19 @@ var (
 		Help: "Probe runs not started because another replica held the location's probe lock (this one waited for its result).",
 	})
 )
+
+// Client reports (reports.go).
+var (
+	reportsTotal = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace, Subsystem: pluginName, Name: "reports_total",
+		Help: "Reports received on POST /ogs/reports, by result: accepted, or the reason refused (unauthorized, too_large, rate_limited_token, rate_limited_source, malformed, unknown_gateway, rtt_out_of_range, future, stale, ...).",
+	}, []string{"result"})
+	reportLocations = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace, Subsystem: pluginName, Name: "report_locations",
+		Help: "Locations holding client reports, by state name (after the latest accepted report).",
+	}, []string{"state"})
+	reportAnswers = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace, Subsystem: pluginName, Name: "report_answers_total",
+		Help: "Queries answered from their location's client reports.",
+	}, []string{"server"})
+)

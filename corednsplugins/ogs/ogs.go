@@ -56,6 +56,8 @@ type OGS struct {
 	store     *redisStore
 	admin     string // admin HOST:PORT; "": none
 	adminOn   bool
+
+	reports *reportConfig // the report endpoint (reports.go); nil: off
 }
 
 // Name implements plugin.Handler.
@@ -78,12 +80,12 @@ func (o *OGS) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (i
 	scoped := false // the answer depends on the location
 	switch {
 	case diag && qtype == dns.TypeTXT:
-		loc, _ := o.location(state)
-		m.Answer = []dns.RR{o.results(qname, loc, o.selectFor(ctx, loc))}
+		loc, ecs := o.location(state)
+		m.Answer = []dns.RR{o.results(qname, loc, o.selectFor(ctx, loc, o.reportKey(state, ecs)))}
 		scoped = true
 	case qname == zone && o.selects(qtype):
-		loc, _ := o.location(state)
-		sel := o.selectFor(ctx, loc)
+		loc, ecs := o.location(state)
+		sel := o.selectFor(ctx, loc, o.reportKey(state, ecs))
 		m.Answer = o.answer(qname, qtype, sel.Result, o.ttlOf(sel.Source))
 		scoped = true
 	case qname == zone && qtype == dns.TypeSOA:
@@ -110,11 +112,14 @@ func (o *OGS) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (i
 	return m.Rcode, nil
 }
 
-// selectFor runs the selection for loc and counts it.
-func (o *OGS) selectFor(ctx context.Context, loc string) ogs.Selection {
-	sel := o.sel.Select(ctx, loc)
+// selectFor runs the selection for loc (from its clients' reports under
+// reportKey, when there are enough) and counts it.
+func (o *OGS) selectFor(ctx context.Context, loc, reportKey string) ogs.Selection {
+	sel := o.sel.SelectReported(ctx, loc, reportKey)
 	server := metrics.WithServer(ctx)
 	switch sel.Source {
+	case ogs.Reported:
+		reportAnswers.WithLabelValues(server).Inc()
 	case ogs.Cached:
 		cacheHits.WithLabelValues(server).Inc()
 		storeHits.WithLabelValues("local").Inc()

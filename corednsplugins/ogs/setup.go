@@ -1,11 +1,11 @@
 package ogs
 
 import (
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"math"
 	"net"
+	"strconv"
 	"strings"
 	"time"
 
@@ -16,16 +16,11 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/edgesteer/edgesteer/internal/cfvalue"
-	"github.com/edgesteer/edgesteer/internal/latency"
 	"github.com/edgesteer/edgesteer/internal/ogs"
 	"github.com/edgesteer/edgesteer/internal/redisconn"
 )
 
 const pluginName = "ogs"
-
-// exchangeProbeTimeout is the default probe_timeout of the tls, http and
-// https probes.
-const exchangeProbeTimeout = 2 * time.Second
 
 var log = clog.NewWithPlugin(pluginName)
 
@@ -188,6 +183,15 @@ var options = map[string]struct {
 	"store":            {"store redis { OPTIONS }", 1, 1, false},
 	"admin":            {"admin HOST:PORT", 1, 1, false},
 	"fallthrough":      {"fallthrough [ZONES...]", 0, many, false},
+
+	"report_tokens":        {"report_tokens FILE", 1, 1, false},
+	"report_window":        {"report_window DURATION", 1, 1, false},
+	"min_reporters":        {"min_reporters COUNT", 1, 1, false},
+	"max_reporters":        {"max_reporters COUNT", 1, 1, false},
+	"max_report_locations": {"max_report_locations COUNT", 1, 1, false},
+	"report_rate":          {"report_rate PER_SECOND [BURST]", 1, 2, false},
+	"report_max_body":      {"report_max_body BYTES", 1, 1, false},
+	"trusted_proxies":      {"trusted_proxies CIDR...", 1, many, false},
 }
 
 const many = -1
@@ -208,6 +212,7 @@ func parse(c *caddy.Controller) (*OGS, error) {
 	minimum := int64(-1) // SOA MINIMUM: default the answers' TTL
 	seen := false
 	given := map[string]string{} // option → "file:line" of its first occurrence
+	rc := &reportConfig{maxBody: defaultReportMaxBody, rate: defaultReportRate, burst: defaultReportBurst}
 	for c.Next() {
 		if seen {
 			return nil, c.Err("ogs: only one ogs block per server block")
@@ -375,6 +380,46 @@ func parse(c *caddy.Controller) (*OGS, error) {
 				}
 			case "fallthrough":
 				o.Fall.SetZonesFromArgs(args)
+			case "report_tokens":
+				if rc.tokens, err = ogs.LoadTokens(args[0]); err != nil {
+					err = bad("%v", err)
+				} else if terr := rc.tokens.Err(); terr != nil {
+					log.Warningf("report_tokens %s: %v: every report is refused until the file exists", args[0], terr)
+				}
+			case "report_window":
+				cfg.Reports.Window, err = durationArg(args[0])
+				if err == nil && cfg.Reports.Window >= 30*24*time.Hour {
+					err = bad("at most 30 days")
+				}
+			case "min_reporters":
+				cfg.Reports.MinReporters, err = intArg("", args[0], 1, 1_000_000)
+			case "max_reporters":
+				cfg.Reports.MaxReporters, err = intArg("", args[0], 1, 1_000_000)
+			case "max_report_locations":
+				cfg.Reports.MaxLocations, err = intArg("", args[0], 1, math.MaxInt32)
+			case "report_rate":
+				var r float64
+				if r, err = strconv.ParseFloat(args[0], 64); err != nil || r <= 0 || math.IsInf(r, 0) || math.IsNaN(r) {
+					err = bad("PER_SECOND %q: want a positive number", args[0])
+					break
+				}
+				rc.rate = r
+				if len(args) == 2 {
+					rc.burst, err = intArg("BURST: ", args[1], 1, 1_000_000)
+				}
+			case "report_max_body":
+				var n int
+				n, err = intArg("", args[0], 256, 1<<20)
+				rc.maxBody = int64(n)
+			case "trusted_proxies":
+				for _, a := range args {
+					_, n, perr := net.ParseCIDR(a)
+					if perr != nil {
+						err = bad("%q is not a CIDR prefix", a)
+						break
+					}
+					rc.trusted = append(rc.trusted, n)
+				}
 			}
 			if err != nil {
 				return nil, err
@@ -384,21 +429,32 @@ func parse(c *caddy.Controller) (*OGS, error) {
 	if len(cfg.Gateways) == 0 {
 		return nil, c.Err("ogs: at least one gateway is required")
 	}
-	tlsCfg := &tls.Config{InsecureSkipVerify: !verify} //nolint:gosec // latency probe; opt in to verification
-	switch probe {
-	case "tcp":
-		cfg.Prober = latency.TCPProber{}
-	case "tls":
-		cfg.Prober = latency.TLSProber{Config: tlsCfg}
-	default:
-		// Like the seed: each probe its own connection, timed from the SYN
-		// to the end of the exchange.
-		cfg.Prober = latency.NewHTTPProber(probe, path, "", tlsCfg, true)
+	if rc.tokens == nil {
+		for _, opt := range []string{"report_window", "min_reporters", "max_reporters", "max_report_locations", "report_rate", "report_max_body", "trusted_proxies"} {
+			if at, ok := given[opt]; ok {
+				return nil, c.Errf("ogs: %s (at %s): needs report_tokens FILE (reports are off without it)", opt, at)
+			}
+		}
+	} else {
+		if o.admin == "" {
+			return nil, c.Errf("ogs: report_tokens %s: needs admin HOST:PORT (the report endpoint, POST /ogs/reports, listens there)", rc.tokens.Path)
+		}
+		cfg.Reports.Enabled = true
+		cfg.Reports.Probe = probe
+		rc.byToken = ogs.NewReportLimiter(rc.rate, rc.burst, ogs.MaxTokens)
+		rc.bySource = ogs.NewReportLimiter(rc.rate, rc.burst, reportSources)
+		o.reports = rc
 	}
-	if cfg.ProbeTimeout == 0 && probe != "tcp" {
+	// The same prober as the reporter's (builds/ogs-report).
+	prober, probeTimeout, err := ogs.NewProber(probe, path, verify)
+	if err != nil {
+		return nil, c.Errf("ogs: %v", err)
+	}
+	cfg.Prober = prober
+	if cfg.ProbeTimeout == 0 {
 		// A TLS handshake or an HTTPS exchange takes several round trips;
-		// a connect takes one (ogs.DefaultProbeTimeout).
-		cfg.ProbeTimeout = exchangeProbeTimeout
+		// a connect takes one.
+		cfg.ProbeTimeout = probeTimeout
 	}
 	cfg.ProbeID = fmt.Sprintf("%s %s verify=%t", probe, path, verify)
 	if probe == "tcp" || probe == "tls" {

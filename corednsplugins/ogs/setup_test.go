@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -191,6 +192,7 @@ func TestSetupParse(t *testing.T) {
 // It needs a valid line for each option, so a new option without one
 // fails here.
 func TestSetupOnce(t *testing.T) {
+	tokens := tokensFile(t)
 	lines := map[string][2]string{ // option → two valid lines of it
 		"gateway":          {"gateway b 192.0.2.2:1", "gateway c 192.0.2.3:1"},
 		"probe":            {"probe tcp", "probe https /health"},
@@ -218,6 +220,25 @@ func TestSetupOnce(t *testing.T) {
 		"fallthrough":      {"fallthrough", "fallthrough example.test"},
 		"store":            {"store redis {\n address 127.0.0.1:6379\n }", "store redis {\n address 127.0.0.1:6380\n key_prefix x\n }"},
 		"admin":            {"admin 127.0.0.1:9153", "admin :9154"},
+
+		"report_tokens":        {"report_tokens " + tokens, "report_tokens " + tokens},
+		"report_window":        {"report_window 4h", "report_window 1d"},
+		"min_reporters":        {"min_reporters 3", "min_reporters 5"},
+		"max_reporters":        {"max_reporters 64", "max_reporters 10"},
+		"max_report_locations": {"max_report_locations 10", "max_report_locations 20"},
+		"report_rate":          {"report_rate 1", "report_rate 0.5 20"},
+		"report_max_body":      {"report_max_body 16384", "report_max_body 1024"},
+		"trusted_proxies":      {"trusted_proxies 10.0.0.0/8", "trusted_proxies 10.0.0.0/8 ::1/128"},
+	}
+	// Report options need the endpoint: given before the lines tested.
+	prereq := func(opt string) string {
+		switch {
+		case opt == "report_tokens":
+			return "admin 127.0.0.1:9153\n "
+		case slices.Contains([]string{"report_window", "min_reporters", "max_reporters", "max_report_locations", "report_rate", "report_max_body", "trusted_proxies"}, opt):
+			return "admin 127.0.0.1:9153\n report_tokens " + tokens + "\n "
+		}
+		return ""
 	}
 	repeatable := map[string]bool{"gateway": true, "ns": true} // as the README says
 	for opt := range options {
@@ -226,7 +247,8 @@ func TestSetupOnce(t *testing.T) {
 			t.Errorf("%s: no sample lines", opt)
 			continue
 		}
-		in := "ogs vpn.example.test {\n gateway a 192.0.2.1:1\n " + two[0] + "\n " + two[1] + "\n}"
+		pre := prereq(opt)
+		in := "ogs vpn.example.test {\n gateway a 192.0.2.1:1\n " + pre + two[0] + "\n " + two[1] + "\n}"
 		_, err := parse(caddy.NewTestController("dns", in))
 		if repeatable[opt] {
 			if err != nil {
@@ -234,14 +256,14 @@ func TestSetupOnce(t *testing.T) {
 			}
 			continue
 		}
-		line := 3 + strings.Count(two[0], "\n")
-		want := fmt.Sprintf("Testfile:%d - Error during parsing: ogs: %s given twice (first at Testfile:3)", line+1, opt)
+		line := 3 + strings.Count(pre+two[0], "\n")
+		want := fmt.Sprintf("Testfile:%d - Error during parsing: ogs: %s given twice (first at Testfile:%d)", line+1, opt, 3+strings.Count(pre, "\n"))
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s twice: got %v, want %q", opt, err, want)
 		}
 		// Each line alone is valid.
 		for _, l := range two {
-			if _, err := parse(caddy.NewTestController("dns", "ogs vpn.example.test {\n gateway a 192.0.2.1:1\n "+l+"\n}")); err != nil {
+			if _, err := parse(caddy.NewTestController("dns", "ogs vpn.example.test {\n gateway a 192.0.2.1:1\n "+pre+l+"\n}")); err != nil {
 				t.Errorf("%q: %v", l, err)
 			}
 		}

@@ -123,7 +123,8 @@ func Build() (string, error) {
 	// names); the link of these large binaries is a good part of a test run.
 	ldflags := "-s -w -X github.com/edgesteer/edgesteer/internal/version.Version=test-" + sum[:12]
 	cmd := exec.Command("go", "build", "-ldflags", ldflags, "-o", dir+string(filepath.Separator),
-		"./builds/caddy", "./builds/coredns", "./internal/e2e/testpeer", "./internal/e2e/skew/cmd/skewclock")
+		"./builds/caddy", "./builds/coredns", "./internal/e2e/testpeer", "./internal/e2e/skew/cmd/skewclock",
+		"./builds/ogs-report")
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build: %v\n%s", err, out)

@@ -71,6 +71,9 @@ func (s *Selector) recheckOnce(cfg Config) {
 			firsts[v.Gateways[v.Order[0]].Name] = true
 		}
 	}
+	for _, name := range s.reports.Firsts(now) {
+		firsts[name] = true
+	}
 	var gws []Gateway
 	for name := range firsts {
 		if i, ok := s.byName[name]; ok {

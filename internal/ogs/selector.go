@@ -71,6 +71,10 @@ type Config struct {
 	StoreRetry   time.Duration
 	// OnStore, if set, is told what happened with the store.
 	OnStore func(StoreEvent)
+
+	// Reports, when enabled, orders a location from its clients' reports
+	// (reports.go) once enough of them report.
+	Reports ReportConfig
 }
 
 // Run is one finished probe run, as reported to Config.OnRun.
@@ -127,7 +131,7 @@ func (c *Config) Validate() error {
 	case c.StoreTimeout < 0 || c.StorePoll < 0 || c.StoreRetry < 0:
 		return errors.New("store timings must be positive")
 	}
-	return nil
+	return c.Reports.Validate()
 }
 
 // Wait is how long a query waits for its location's probe run: the answer
@@ -151,6 +155,7 @@ func (c *Config) FillDefaults() {
 	orDefault(&c.StoreTimeout, DefaultStoreTimeout)
 	orDefault(&c.StorePoll, DefaultStorePoll)
 	orDefault(&c.StoreRetry, DefaultStoreRetry)
+	c.Reports.FillDefaults()
 }
 
 // orDefault sets *v to def if *v is the zero value.
@@ -171,15 +176,16 @@ const (
 	Configured               // no fresh result and none before: the configured order
 	Partial                  // a probe run still going at the answer deadline: the gateways answered so far
 	Shared                   // a fresh result read from the shared store (another replica's probe run)
+	Reported                 // the location's clients' reports (reports.go)
 )
 
 func (s Source) String() string {
-	return [...]string{"probed", "cache", "previous", "configured", "partial", "shared"}[s]
+	return [...]string{"probed", "cache", "previous", "configured", "partial", "shared", "reports"}[s]
 }
 
 // Fresh reports whether the selection is a finished probe run's result
 // (answers may carry their full TTL), rather than a stand-in until one is.
-func (s Source) Fresh() bool { return s == Probed || s == Cached || s == Shared }
+func (s Source) Fresh() bool { return s == Probed || s == Cached || s == Shared || s == Reported }
 
 // Why says why a Previous or Configured selection answered.
 type Why int
@@ -205,6 +211,8 @@ type Selection struct {
 	// answered, when that is later than its result (Reasons say why).
 	Failed  *Result
 	RetryAt time.Time // after a run in which no gateway answered: the next run's earliest start
+	// Reporters, with Source Reported, is the distinct reporters counted.
+	Reporters int
 }
 
 // Result is one location's selection. It is never modified once made, so
@@ -266,6 +274,8 @@ type Selector struct {
 	started bool
 	closed  bool
 
+	reports *Reports // client reports; own lock, taken after mu
+
 	runs    uint64    // probe runs made by this selector
 	lastRun time.Time // when the latest one finished
 
@@ -281,7 +291,7 @@ func NewSelector(cfg Config) (*Selector, error) {
 	}
 	cfg.FillDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &Selector{now: time.Now, epoch: 1, entries: map[string]*entry{}, dead: map[string]string{}, troubles: map[StoreKeys]StoreTroubleState{}, ctx: ctx, cancel: cancel, saves: make(chan struct{}, 1)}
+	s := &Selector{now: time.Now, epoch: 1, entries: map[string]*entry{}, dead: map[string]string{}, troubles: map[StoreKeys]StoreTroubleState{}, ctx: ctx, cancel: cancel, saves: make(chan struct{}, 1), reports: NewReports()}
 	s.setConfig(cfg)
 	return s, nil
 }
@@ -293,7 +303,12 @@ func (s *Selector) setConfig(cfg Config) {
 	for i, g := range cfg.Gateways {
 		s.byName[g.Name] = i
 	}
+	s.reports.Configure(cfg.Reports, cfg.Gateways, cfg.OmitUnmeasured)
 }
+
+// Reports returns the selector's client reports (process state, kept
+// across reloads with the selector).
+func (s *Selector) Reports() *Reports { return s.reports }
 
 // Config returns the configuration in force, with defaults filled in.
 func (s *Selector) Config() Config {
@@ -319,8 +334,24 @@ func (s *Selector) fresh(e *entry, now time.Time) bool {
 // the location's previous selection; the configured order. A run that
 // finished with no gateway answering gives the last two at once.
 func (s *Selector) Select(ctx context.Context, location string) Selection {
+	return s.SelectReported(ctx, location, "")
+}
+
+// SelectReported is Select, except that a location whose clients' reports
+// (under reportKey, the network the reports came from) are enough answers
+// from them, with the re-check's findings applied, and starts no probe run.
+func (s *Selector) SelectReported(ctx context.Context, location, reportKey string) Selection {
 	now := s.now()
 	s.mu.Lock()
+	if reportKey != "" {
+		if res, n, ok := s.reports.Order(reportKey, now); ok {
+			if len(s.dead) > 0 {
+				res = s.demote(res)
+			}
+			s.mu.Unlock()
+			return Selection{Result: res, Source: Reported, Reporters: n}
+		}
+	}
 	e := s.entries[location]
 	if e == nil {
 		e = &entry{}

@@ -1,0 +1,232 @@
+package ogs
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/coredns/coredns/request"
+	"github.com/miekg/dns"
+
+	"github.com/edgesteer/edgesteer/internal/ogs"
+)
+
+// Report endpoint defaults (README, "Reports").
+const (
+	defaultReportMaxBody = 16 << 10
+	defaultReportRate    = 1.0 // reports per second, per token and per source address
+	defaultReportBurst   = 10
+	reportSources        = 100_000 // source addresses whose rate is tracked, at most
+)
+
+// reportConfig is the endpoint's part of an ogs block.
+type reportConfig struct {
+	tokens   *ogs.Tokens
+	maxBody  int64
+	rate     float64
+	burst    int
+	trusted  []*net.IPNet
+	byToken  *ogs.ReportLimiter
+	bySource *ogs.ReportLimiter
+}
+
+// reportKey is the network a client's reports and queries share: its
+// address masked to the configured prefix, for an ECS subnet at least that
+// long as for a source address. A shorter ECS subnet, or a location from
+// the resolver configuration, has none (reports do not apply).
+func (o *OGS) reportKey(state request.Request, ecs *dns.EDNS0_SUBNET) string {
+	if o.reports == nil {
+		return ""
+	}
+	if ecs != nil {
+		bits := o.v4Prefix
+		if ecs.Family == 2 {
+			bits = o.v6Prefix
+		}
+		if int(ecs.SourceNetmask) < bits {
+			return ""
+		}
+		return o.maskedKey(ecs.Address)
+	}
+	if o.resolv != nil {
+		return ""
+	}
+	return o.maskedKey(net.ParseIP(state.IP()))
+}
+
+func (o *OGS) maskedKey(ip net.IP) string {
+	if ip == nil {
+		return ""
+	}
+	if v4 := ip.To4(); v4 != nil {
+		return (&net.IPNet{IP: v4.Mask(net.CIDRMask(o.v4Prefix, 32)), Mask: net.CIDRMask(o.v4Prefix, 32)}).String()
+	}
+	return (&net.IPNet{IP: ip.Mask(net.CIDRMask(o.v6Prefix, 128)), Mask: net.CIDRMask(o.v6Prefix, 128)}).String()
+}
+
+// reportAnswer is the endpoint's JSON answer.
+type reportAnswer struct {
+	Accepted  bool   `json:"accepted"`
+	Location  string `json:"location,omitempty"`
+	Reporter  string `json:"reporter,omitempty"`
+	Reporters int    `json:"reporters,omitempty"`
+	Source    string `json:"source,omitempty"` // what the location answers from now: reports or probed
+	Error     string `json:"error,omitempty"`
+	Detail    string `json:"detail,omitempty"`
+}
+
+func writeReportAnswer(w http.ResponseWriter, status int, a reportAnswer) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(a)
+}
+
+// refuse answers an error and counts it by reason.
+func refuse(w http.ResponseWriter, status int, reason, detail string) {
+	reportsTotal.WithLabelValues(reason).Inc()
+	writeReportAnswer(w, status, reportAnswer{Error: reason, Detail: detail})
+}
+
+// serveReports is POST /ogs/reports on the admin listener.
+func (l *adminListener) serveReports(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", "POST")
+		refuse(w, http.StatusMethodNotAllowed, "method", "POST a report")
+		return
+	}
+	admins.Lock()
+	var cands []*OGS
+	zone := strings.ToLower(strings.TrimSuffix(r.URL.Query().Get("zone"), ".")) + "."
+	for _, bs := range l.blocks {
+		b := bs[len(bs)-1]
+		if b.reports == nil || b.sel == nil {
+			continue
+		}
+		if zone == "." || containsName(b.names, zone) {
+			cands = append(cands, b)
+		}
+	}
+	admins.Unlock()
+	switch {
+	case len(cands) == 0:
+		refuse(w, http.StatusNotFound, "no_reports", "no ogs block here takes reports for this zone")
+		return
+	case len(cands) > 1:
+		refuse(w, http.StatusBadRequest, "ambiguous", "several ogs blocks take reports here: name one with ?zone=NAME")
+		return
+	}
+	cands[0].serveReport(w, r)
+}
+
+func containsName(names []string, n string) bool {
+	for _, x := range names {
+		if x == n {
+			return true
+		}
+	}
+	return false
+}
+
+func (o *OGS) serveReport(w http.ResponseWriter, r *http.Request) {
+	rc := o.reports
+	now := time.Now()
+	src := rc.source(r)
+	if src == nil {
+		refuse(w, http.StatusBadRequest, "source", "no source address")
+		return
+	}
+	if !rc.bySource.Allow(src.String(), now) {
+		w.Header().Set("Retry-After", "1")
+		refuse(w, http.StatusTooManyRequests, "rate_limited_source", "too many reports from this address")
+		return
+	}
+	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	id, known := rc.tokens.Lookup(strings.TrimSpace(token), now)
+	if !ok || !known {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="ogs reports"`)
+		refuse(w, http.StatusUnauthorized, "unauthorized", "a known bearer token is required")
+		return
+	}
+	if !rc.byToken.Allow(id, now) {
+		w.Header().Set("Retry-After", "1")
+		refuse(w, http.StatusTooManyRequests, "rate_limited_token", "too many reports with this token")
+		return
+	}
+	if r.ContentLength > rc.maxBody {
+		refuse(w, http.StatusRequestEntityTooLarge, "too_large", "body above report_max_body")
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, rc.maxBody))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			refuse(w, http.StatusRequestEntityTooLarge, "too_large", "body above report_max_body")
+			return
+		}
+		refuse(w, http.StatusBadRequest, "malformed", "reading the body: "+err.Error())
+		return
+	}
+	rep, err := ogs.DecodeReport(body)
+	key := o.maskedKey(src)
+	reporter := id + "|" + src.String()
+	if err == nil {
+		err = o.sel.Reports().Add(key, reporter, rep, now)
+	}
+	var ref *ogs.Refusal
+	if errors.As(err, &ref) {
+		refuse(w, http.StatusBadRequest, ref.Reason, ref.Detail)
+		return
+	} else if err != nil {
+		refuse(w, http.StatusBadRequest, "malformed", err.Error())
+		return
+	}
+	reportsTotal.WithLabelValues("accepted").Inc()
+	reportLocations.WithLabelValues(o.state).Set(float64(o.sel.Reports().Len()))
+	a := reportAnswer{Accepted: true, Location: key, Reporter: reporter, Source: "probed"}
+	if _, n, ok := o.sel.Reports().Order(key, now); ok {
+		a.Source, a.Reporters = "reports", n
+	} else {
+		a.Reporters = n
+	}
+	writeReportAnswer(w, http.StatusAccepted, a)
+}
+
+// source is the report's source address: the peer's, or, when the peer is
+// a trusted proxy, the right-most X-Forwarded-For address that is not one
+// (the nearest hop the trusted proxies saw). A body never names it.
+func (rc *reportConfig) source(r *http.Request) net.IP {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return nil
+	}
+	ip := net.ParseIP(host)
+	if ip == nil || !rc.isTrusted(ip) {
+		return ip
+	}
+	hops := strings.Split(strings.Join(r.Header.Values("X-Forwarded-For"), ","), ",")
+	for i := len(hops) - 1; i >= 0; i-- {
+		hop := net.ParseIP(strings.TrimSpace(hops[i]))
+		if hop == nil {
+			return ip // a hop we cannot read: the proxy itself is the source
+		}
+		if !rc.isTrusted(hop) {
+			return hop
+		}
+		ip = hop
+	}
+	return ip
+}
+
+func (rc *reportConfig) isTrusted(ip net.IP) bool {
+	for _, n := range rc.trusted {
+		if n.Contains(ip) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,276 @@
+package ogs
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"math"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/edgesteer/edgesteer/internal/bounded"
+)
+
+// The report's JSON, as the reporter (builds/ogs-report) sends it and the
+// endpoint reads it (README, "Reports").
+type ReportJSON struct {
+	Probe    string           `json:"probe"`
+	Time     time.Time        `json:"time"`
+	Gateways []GatewayRTTJSON `json:"gateways"`
+}
+
+// GatewayRTTJSON is one gateway's lowest RTT, or the reason every probe failed.
+type GatewayRTTJSON struct {
+	Name  string   `json:"name"`
+	RTTMs *float64 `json:"rtt_ms,omitempty"`
+	Error string   `json:"error,omitempty"`
+}
+
+// MaxReportGateways bounds the gateways one report may name.
+const MaxReportGateways = 256
+
+// DecodeReport parses a report body strictly (unknown fields, trailing
+// data, a gateway with both or neither of rtt_ms and error are refused);
+// the error is a *Refusal with reason "malformed". Range checks are Add's.
+func DecodeReport(body []byte) (Report, error) {
+	var j ReportJSON
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&j); err != nil {
+		return Report{}, &Refusal{"malformed", truncateDetail(err.Error())}
+	}
+	if dec.More() {
+		return Report{}, &Refusal{"malformed", "data after the report"}
+	}
+	if j.Time.IsZero() {
+		return Report{}, &Refusal{"malformed", "no time"}
+	}
+	if len(j.Gateways) > MaxReportGateways {
+		return Report{}, &Refusal{"malformed", fmt.Sprintf("%d gateways, at most %d", len(j.Gateways), MaxReportGateways)}
+	}
+	rep := Report{Probe: j.Probe, At: j.Time}
+	for _, g := range j.Gateways {
+		m := Measurement{Gateway: g.Name}
+		switch {
+		case g.RTTMs != nil && g.Error != "":
+			return Report{}, &Refusal{"malformed", fmt.Sprintf("gateway %q: both rtt_ms and error", truncateDetail(g.Name))}
+		case g.RTTMs != nil:
+			ms := *g.RTTMs
+			if math.IsNaN(ms) || ms <= 0 || ms >= float64(MaxReportRTT/time.Millisecond) {
+				return Report{}, &Refusal{"rtt_out_of_range", fmt.Sprintf("gateway %q: rtt_ms %v outside (0, %d)", truncateDetail(g.Name), ms, MaxReportRTT/time.Millisecond)}
+			}
+			m.RTT = time.Duration(ms * float64(time.Millisecond))
+			if m.RTT <= 0 {
+				m.RTT = 1 // below a nanosecond: the least positive
+			}
+		case g.Error != "":
+			m.Failed = true
+		default:
+			return Report{}, &Refusal{"malformed", fmt.Sprintf("gateway %q: neither rtt_ms nor error", truncateDetail(g.Name))}
+		}
+		rep.Measurements = append(rep.Measurements, m)
+	}
+	return rep, nil
+}
+
+// EncodeReport is the reporter's side of DecodeReport.
+func EncodeReport(rep Report) ([]byte, error) {
+	j := ReportJSON{Probe: rep.Probe, Time: rep.At.UTC(), Gateways: []GatewayRTTJSON{}}
+	for _, m := range rep.Measurements {
+		g := GatewayRTTJSON{Name: m.Gateway}
+		if m.Failed {
+			g.Error = "failed"
+		} else {
+			ms := float64(m.RTT) / float64(time.Millisecond)
+			g.RTTMs = &ms
+		}
+		j.Gateways = append(j.Gateways, g)
+	}
+	return json.MarshalIndent(j, "", "  ")
+}
+
+func truncateDetail(s string) string {
+	if len(s) > 120 {
+		return s[:120] + "…"
+	}
+	return s
+}
+
+// Tokens are the report tokens of a file of lines "ID TOKEN" ('#' starts a
+// comment), re-read when its modification time or size changes (looked at
+// most once a second). Only the tokens' SHA-256 sums are kept, and a token
+// is matched in constant time against each sum, so the time a check takes
+// tells nothing of the tokens.
+type Tokens struct {
+	Path string
+
+	mu      sync.Mutex
+	checked time.Time
+	mtime   time.Time
+	size    int64
+	sums    []tokenSum
+	err     error // the last re-read's error; the previous tokens stay
+}
+
+type tokenSum struct {
+	id  string
+	sum [32]byte
+}
+
+// MaxTokens bounds a tokens file.
+const MaxTokens = 10_000
+
+// LoadTokens reads path now; an error names the line. A file that does
+// not exist yet is no error: there is no token (every report is refused)
+// until it appears, and Err says so.
+func LoadTokens(path string) (*Tokens, error) {
+	t := &Tokens{Path: path}
+	if err := t.reload(time.Now(), true); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	return t, nil
+}
+
+// Lookup returns the id of token (ok false: not a known token). A file
+// that fails to re-read keeps the tokens last read (Err says why).
+func (t *Tokens) Lookup(token string, now time.Time) (string, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if now.Sub(t.checked) >= time.Second {
+		t.reloadLocked(now, false)
+	}
+	if token == "" {
+		return "", false
+	}
+	sum := sha256.Sum256([]byte(token))
+	id, found := "", 0
+	for _, s := range t.sums {
+		eq := subtle.ConstantTimeCompare(sum[:], s.sum[:])
+		if eq == 1 && found == 0 {
+			id = s.id
+		}
+		found |= eq
+	}
+	return id, found == 1
+}
+
+// Err returns why the last re-read failed (nil: it did not).
+func (t *Tokens) Err() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.err
+}
+
+// Len returns the number of tokens held.
+func (t *Tokens) Len() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.sums)
+}
+
+func (t *Tokens) reload(now time.Time, force bool) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.reloadLocked(now, force)
+}
+
+func (t *Tokens) reloadLocked(now time.Time, force bool) error {
+	t.checked = now
+	fi, err := os.Stat(t.Path)
+	if err != nil {
+		t.err = err
+		return err
+	}
+	if !force && fi.ModTime().Equal(t.mtime) && fi.Size() == t.size {
+		return nil
+	}
+	sums, err := readTokens(t.Path)
+	if err != nil {
+		t.err = err
+		return err
+	}
+	t.sums, t.mtime, t.size, t.err = sums, fi.ModTime(), fi.Size(), nil
+	return nil
+}
+
+func readTokens(path string) ([]tokenSum, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []tokenSum
+	ids := map[string]bool{}
+	sc := bufio.NewScanner(f)
+	line := 0
+	for sc.Scan() {
+		line++
+		text := sc.Text()
+		if i := strings.IndexByte(text, '#'); i >= 0 {
+			text = text[:i]
+		}
+		f := strings.Fields(text)
+		switch {
+		case len(f) == 0:
+			continue
+		case len(f) != 2:
+			return nil, fmt.Errorf("%s:%d: want ID TOKEN", path, line)
+		case len(f[1]) < 16:
+			return nil, fmt.Errorf("%s:%d: token of id %q: shorter than 16 characters", path, line, f[0])
+		case ids[f[0]]:
+			return nil, fmt.Errorf("%s:%d: id %q given twice", path, line, f[0])
+		case strings.Contains(f[0], "|"):
+			return nil, fmt.Errorf("%s:%d: id %q: '|' is not allowed", path, line, f[0])
+		}
+		ids[f[0]] = true
+		out = append(out, tokenSum{id: f[0], sum: sha256.Sum256([]byte(f[1]))})
+		if len(out) > MaxTokens {
+			return nil, fmt.Errorf("%s: more than %d tokens", path, MaxTokens)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("%s:%d: %v", path, line+1, err)
+	}
+	if len(out) == 0 {
+		return nil, errors.New(path + ": no token")
+	}
+	return out, nil
+}
+
+// ReportLimiter bounds the reports accepted per key (a token id, a source
+// address): a token bucket each, in a bounded table (a key pushed out
+// starts again with a full bucket, so the bound keeps memory, not rate, for
+// the keys beyond it).
+type ReportLimiter struct {
+	limit rate.Limit
+	burst int
+	table *bounded.Table[*rate.Limiter]
+	seed  maphash.Seed
+}
+
+// NewReportLimiter allows perSecond reports a key, burst at once, for at
+// most maxKeys keys.
+func NewReportLimiter(perSecond float64, burst, maxKeys int) *ReportLimiter {
+	l := &ReportLimiter{limit: rate.Limit(perSecond), burst: burst, table: bounded.New[*rate.Limiter](maxKeys), seed: maphash.MakeSeed()}
+	l.table.SetLimits(maxKeys, 3600)
+	return l
+}
+
+// Allow takes one report from key's bucket.
+func (l *ReportLimiter) Allow(key string, now time.Time) bool {
+	h := maphash.String(l.seed, key)
+	lim := l.table.GetOrPut(h, uint32(now.Unix()), func() *rate.Limiter { return rate.NewLimiter(l.limit, l.burst) })
+	return lim.AllowN(now, 1)
+}
+
+// Len returns the keys held.
+func (l *ReportLimiter) Len() int { return l.table.Len() }
