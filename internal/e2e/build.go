@@ -64,7 +64,7 @@ var (
 )
 
 // Bin returns the path of a freshly built binary: "caddy", "coredns",
-// "testpeer" (internal/e2e/testpeer) "skewclock" (internal/e2e/skew) or "ogs-report" (builds/ogs-report). All are built together into bin/test/<hash of the sources>/, so every test
+// "testpeer" (internal/e2e/testpeer), "skewclock" (internal/e2e/skew) or "ogs-report" (builds/ogs-report). All are built together into bin/test/<hash of the sources>/, so every test
 // package of one `go test ./...` run, and later runs with unchanged sources,
 // share one build; a file lock keeps concurrent test processes from building
 // twice.
