@@ -3,7 +3,10 @@ package peerratelimit_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"math"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -159,8 +162,11 @@ http://%s {
 }
 
 // clusterReloadConfig: an HTTP handler and a layer4 handler, each with a
-// cluster-wide profile; httpCluster is the HTTP profile's cluster line.
-func clusterReloadConfig(redisAddr, front, l4, upstream, httpCluster string) string {
+// cluster-wide profile that tracks at most one peer (max_peers 1: a
+// second peer's requests are counted in overflowed_total, a count of the
+// quota's own); httpCluster is the HTTP profile's cluster line (or
+// block), body what the site answers.
+func clusterReloadConfig(redisAddr, front, l4, upstream, httpCluster, body string) string {
 	return fmt.Sprintf(`{
 	edgesteer_redis main {
 		address %s
@@ -172,6 +178,7 @@ func clusterReloadConfig(redisAddr, front, l4, upstream, httpCluster string) str
 					name conns
 					profile p {
 						rate 100
+						max_peers 1
 						cluster redis main
 					}
 				}
@@ -184,25 +191,80 @@ http://%s {
 	peer_rate_limit {
 		name edge
 		profile p {
+			peer {http.request.header.X-Peer}
 			rate 50
+			max_peers 1
 			%s
 		}
 	}
-	respond ok
+	respond %s
 }
-`, redisAddr, l4, upstream, front, httpCluster)
+`, redisAddr, l4, upstream, front, httpCluster, body)
 }
 
-// Reloads keep a profile's quota and sync (layer4 untouched, same replica
-// identity, syncing on), apply a changed sync interval, and stop the sync
-// of a profile whose cluster block is removed (its metric series go).
+// l4Connect opens one connection to front from the loopback address src,
+// sends a request line and reads the answer to its end.
+func l4Connect(t *testing.T, src, front string) {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 5 * time.Second}
+	conn, err := d.Dial("tcp", front)
+	if err != nil {
+		t.Fatalf("dial from %s: %v", src, err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprint(conn, "GET / HTTP/1.0\r\nHost: x\r\n\r\n")
+	io.ReadAll(conn)
+}
+
+// sendUntilStopped sends peer's requests to url at rate per second until stopped.
+func sendUntilStopped(t *testing.T, url, peer string, rate float64) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		client := &http.Client{Timeout: 5 * time.Second}
+		tick := time.NewTicker(time.Duration(float64(time.Second) / rate))
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			req, _ := http.NewRequestWithContext(ctx, "POST", url, nil)
+			req.Header.Set("X-Peer", peer)
+			if resp, err := client.Do(req); err == nil {
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		}
+	}()
+	stop = func() { cancel(); <-done }
+	t.Cleanup(stop)
+	return stop
+}
+
+// Reloads keep a profile's quota — its shares, its counts, its replica
+// identity and its sync — when its cluster settings are unchanged (HTTP
+// and layer4 alike), start a new one when they change (a changed sync
+// interval: applied, the counts from zero), and stop the sync of a
+// profile whose cluster block is removed (its metric series go).
+//
+// What a new quota would lose is made visible before the reload: peer a
+// sends at twice the limit throughout, so its share is the whole limit
+// (one replica), and with max_peers 1 a second peer's requests are
+// counted in overflowed_total — in both handlers. A new quota starts
+// with a at the floor share (5/s) until one or two syncs (1 s apart)
+// have passed, and with no overflow counted.
 func TestClusterReload(t *testing.T) {
 	e2e.SkipShort(t)
 	_, redisAddr := e2e.StartRedis(t)
 	front, l4 := e2e.Addr(t), e2e.Addr(t)
 	up := e2e.Addr(t)
 	e2e.StartPeer(t, "up", up, 0)
-	c := e2e.StartCaddy(t, "caddyfile", clusterReloadConfig(redisAddr, front, l4, up, "cluster redis main"))
+	const slowSync = "cluster redis main {\nsync 1s\n}"
+	c := e2e.StartCaddy(t, "caddyfile", clusterReloadConfig(redisAddr, front, l4, up, slowSync, "ok"))
 	l4view := func() *peerratelimit.ClusterView {
 		p := handlerView(adminView(t, c), "conns").Profiles
 		if len(p) == 0 {
@@ -217,29 +279,90 @@ func TestClusterReload(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	before := l4view()
 	waitCluster(t, c, "http first sync", func(v *peerratelimit.ClusterView) bool { return v.RedisHealthy })
 
-	c.Reload(t, "caddyfile", clusterReloadConfig(redisAddr, front, l4, up, "cluster redis main {\nsync 200ms\n}"))
-	waitCluster(t, c, "changed sync applied", func(v *peerratelimit.ClusterView) bool {
+	// Layer4: 127.0.0.1 is the tracked peer, 127.0.0.2's connections
+	// overflow.
+	for range 3 {
+		l4Connect(t, "127.0.0.1", l4)
+	}
+	for range 3 {
+		l4Connect(t, "127.0.0.2", l4)
+	}
+	beforeL4 := l4view()
+	if beforeL4 == nil || beforeL4.OverflowedTotal == 0 {
+		t.Fatalf("layer4: no overflow counted after a second peer's connections: %+v", beforeL4)
+	}
+
+	// HTTP: a sends at 2× the limit from now to the last reload; b's
+	// requests overflow once a is tracked.
+	stopA := sendUntilStopped(t, "http://"+front+"/", "a", 100)
+	waitCluster(t, c, "peer a tracked", func(v *peerratelimit.ClusterView) bool {
+		return len(v.Shares) == 1 && v.Shares[0].Peer == "a"
+	})
+	if o := burstWith(t, "http://"+front+"/", 200*time.Millisecond, 1, func() string { return "b" }); o.ok.Load()+o.rejected.Load() == 0 {
+		t.Fatal("peer b got no answer")
+	}
+	before := waitCluster(t, c, "a's share the whole limit", func(v *peerratelimit.ClusterView) bool {
+		return len(v.Shares) == 1 && v.Shares[0].Peer == "a" && v.Shares[0].SharePerSecond >= 45 && v.OverflowedTotal > 0
+	})
+
+	// A reload that leaves both cluster settings as they are (the site's
+	// answer changes): the same quotas, read at once after it.
+	c.Load(t, "caddyfile", clusterReloadConfig(redisAddr, front, l4, up, slowSync, "ok2"))
+	_, after := clusterView(t, c, "edge", "p")
+	afterL4 := l4view()
+	if after == nil || afterL4 == nil {
+		t.Fatalf("cluster views after the reload: http %+v, layer4 %+v", after, afterL4)
+	}
+	if after.OverflowedTotal != before.OverflowedTotal || after.PeersTracked != 1 || len(after.Shares) != 1 ||
+		after.Shares[0].Peer != "a" || after.Shares[0].SharePerSecond < 45 || after.Replica != before.Replica ||
+		after.LastSync.Before(before.LastSync) {
+		t.Errorf("http quota across a reload that keeps its settings: before overflowed %d, peers %d, shares %+v, last sync %v; after overflowed %d, peers %d, shares %+v, last sync %v (a new quota: a at the floor, no overflow)",
+			before.OverflowedTotal, before.PeersTracked, before.Shares, before.LastSync, after.OverflowedTotal, after.PeersTracked, after.Shares, after.LastSync)
+	}
+	if afterL4.OverflowedTotal != beforeL4.OverflowedTotal || afterL4.Replica != beforeL4.Replica || afterL4.LastSync.Before(beforeL4.LastSync) {
+		t.Errorf("layer4 quota across a reload that keeps its settings: before overflowed %d, last sync %v; after overflowed %d, last sync %v",
+			beforeL4.OverflowedTotal, beforeL4.LastSync, afterL4.OverflowedTotal, afterL4.LastSync)
+	}
+	resp, err := http.Get("http://" + front + "/") // no X-Peer: keyed by address, a peer of its own
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode == 200 && string(body) != "ok2" {
+		t.Fatalf("after the reload the site answers %q, want ok2 (the reload did not apply)", body)
+	}
+
+	// A changed sync interval: applied, on a new quota (its counts from 0).
+	c.Reload(t, "caddyfile", clusterReloadConfig(redisAddr, front, l4, up, "cluster redis main {\nsync 200ms\n}", "ok2"))
+	v := waitCluster(t, c, "changed sync applied", func(v *peerratelimit.ClusterView) bool {
 		return v.SyncIntervalMs == 200 && v.RedisHealthy && v.LastSync.After(time.Now().Add(-2*time.Second))
 	})
-	var after *peerratelimit.ClusterView
+	if v.OverflowedTotal != 0 || v.Replica != before.Replica {
+		t.Errorf("after a changed sync: overflowed %d (want 0: a new quota), replica %s (was %s)", v.OverflowedTotal, v.Replica, before.Replica)
+	}
+	waitCluster(t, c, "a's share again", func(v *peerratelimit.ClusterView) bool {
+		return len(v.Shares) == 1 && v.Shares[0].Peer == "a" && v.Shares[0].SharePerSecond >= 45
+	})
+	stopA()
+	var later *peerratelimit.ClusterView
 	for deadline := time.Now().Add(30 * time.Second); ; {
-		after = l4view()
-		if after != nil && after.LastSync.After(before.LastSync.Add(time.Second)) {
+		later = l4view()
+		if later != nil && later.LastSync.After(beforeL4.LastSync.Add(time.Second)) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("layer4 cluster stopped syncing across the reload: before %+v, after %+v", before, after)
+			t.Fatalf("layer4 cluster stopped syncing across the reloads: before %+v, after %+v", beforeL4, later)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if after.Replica != before.Replica || !after.RedisHealthy || after.SyncErrors != 0 {
-		t.Fatalf("layer4 cluster across the reload: before %+v, after %+v", before, after)
+	if later.Replica != beforeL4.Replica || !later.RedisHealthy || later.SyncErrors != 0 || later.OverflowedTotal != beforeL4.OverflowedTotal {
+		t.Fatalf("layer4 cluster across two reloads: before %+v, after %+v", beforeL4, later)
 	}
 
-	c.Reload(t, "caddyfile", clusterReloadConfig(redisAddr, front, l4, up, ""))
+	c.Reload(t, "caddyfile", clusterReloadConfig(redisAddr, front, l4, up, "", "ok2"))
 	if _, v := clusterView(t, c, "edge", "p"); v != nil {
 		t.Fatalf("cluster view after removing cluster: %+v", v)
 	}

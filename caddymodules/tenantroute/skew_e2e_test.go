@@ -45,7 +45,8 @@ type skewOutcome struct {
 func TestSkewThroughRouter(t *testing.T) {
 	e2e.SkipShort(t)
 	sc := skewScale{nodes: 6, tenants: 30, conns: 240, wave: 40, target: 10}
-	if os.Getenv("TENANT_SKEW_FULL") != "" {
+	full := os.Getenv("TENANT_SKEW_FULL") != ""
+	if full {
 		sc = skewScale{nodes: 8, tenants: 200, conns: 1600, wave: 100, target: 25}
 	}
 	names := make([]string, sc.tenants)
@@ -92,15 +93,39 @@ func TestSkewThroughRouter(t *testing.T) {
 	if auto := out[2]; auto.topK <= 2 || auto.topNodes <= 2 || fixed2.topNodes > 2 {
 		t.Errorf("%s: the hottest tenant at k = %d reached %d nodes (fixed k=2: %d)", auto.mode, auto.topK, auto.topNodes, fixed2.topNodes)
 	}
-	// Both auto modes keep fewer tenants per node than k = N and keep the
-	// spread; the share trigger grows only tenants whose connections per
-	// node exceed the router's mean (in this mix it may grow none).
+	// Both auto modes keep fewer tenants per node than k = N; the target
+	// keeps the spread. The share trigger grows only tenants whose
+	// connections per node exceed the router's mean (in this mix it grows
+	// none, so its spread is fixed k = 2's: 1.07–1.55 between runs).
 	for _, auto := range out[2:] {
 		if auto.tenantsMean >= fixedN.tenantsMean {
 			t.Errorf("%s: %.1f tenants per node, k=N %.1f", auto.mode, auto.tenantsMean, fixedN.tenantsMean)
 		}
-		if auto.maxMean > 1.5 {
-			t.Errorf("%s: per-node max/mean %.2f", auto.mode, auto.maxMean)
+	}
+	if auto := out[2]; auto.maxMean > 1.5 {
+		t.Errorf("%s: per-node max/mean %.2f", auto.mode, auto.maxMean)
+	}
+	if full {
+		return
+	}
+	// The CI size's figures that BENCHMARKS.md quotes, each within the
+	// band stated there (wide enough for the order in which a wave's
+	// binds reach the router, which varies between runs).
+	auto, share := out[2], out[3]
+	for _, c := range []struct {
+		what   string
+		got    float64
+		lo, hi float64
+	}{
+		{"fixed k=N: per-node max/mean", fixedN.maxMean, 1, 1.10},
+		{"auto target: per-node max/mean", auto.maxMean, 1, 1.10},
+		{"auto target: the hottest tenant's k", float64(auto.topK), 5, 6},
+		{"auto target: nodes its connections reached", float64(auto.topNodes), 4, 6},
+		{"auto target: tenants per node ÷ k=N's", auto.tenantsMean / fixedN.tenantsMean, 0.55, 0.92},
+		{"share_factor 1: tenants grown", float64(share.grown), 0, 0},
+	} {
+		if c.got < c.lo || c.got > c.hi {
+			t.Errorf("%s = %.3g, want %g–%g (BENCHMARKS.md)", c.what, c.got, c.lo, c.hi)
 		}
 	}
 }
