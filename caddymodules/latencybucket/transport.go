@@ -9,11 +9,11 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
-	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 
 	"github.com/edgesteer/edgesteer/caddymodules/internal/cfparse"
+	"github.com/edgesteer/edgesteer/caddymodules/internal/wrapped"
 	"github.com/edgesteer/edgesteer/internal/pubsel"
 )
 
@@ -52,16 +52,9 @@ func (TrafficTransport) CaddyModule() caddy.ModuleInfo {
 // Provision loads the wrapped transport and registers with the enclosing
 // reverse_proxy.
 func (t *TrafficTransport) Provision(ctx caddy.Context) error {
-	if t.TransportRaw == nil {
-		t.TransportRaw = caddyconfig.JSONModuleObject(struct{}{}, "protocol", "http", nil)
-	}
-	mod, err := ctx.LoadModule(t, "TransportRaw")
+	rt, err := wrapped.Load(ctx, t, &t.TransportRaw, "latency_bucket: transport")
 	if err != nil {
-		return fmt.Errorf("latency_bucket: transport: loading the wrapped transport: %v", err)
-	}
-	rt, ok := mod.(http.RoundTripper)
-	if !ok {
-		return fmt.Errorf("latency_bucket: transport: the wrapped transport %T cannot round-trip requests", mod)
+		return err
 	}
 	t.inner = rt
 	t.tracker = new(atomic.Pointer[pubsel.Tracker])
@@ -90,10 +83,7 @@ func (t *TrafficTransport) Cleanup() error {
 	if t.handler != nil {
 		transports.CompareAndDelete(t.handler, t)
 	}
-	if c, ok := t.inner.(caddy.CleanerUpper); ok {
-		return c.Cleanup()
-	}
-	return nil
+	return wrapped.Cleanup(t.inner)
 }
 
 // feed makes the transport report to tr.
@@ -129,8 +119,7 @@ func (t *TrafficTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 
 // TLSEnabled reports whether the wrapped transport uses TLS.
 func (t *TrafficTransport) TLSEnabled() bool {
-	tt, ok := t.inner.(reverseproxy.TLSTransport)
-	return ok && tt.TLSEnabled()
+	return wrapped.TLSEnabled(t.inner)
 }
 
 // EnableTLS is refused: configure TLS on the wrapped transport.
@@ -140,8 +129,7 @@ func (t *TrafficTransport) EnableTLS(*reverseproxy.TLSConfig) error {
 
 // ProxyProtocolEnabled reports the wrapped transport's setting.
 func (t *TrafficTransport) ProxyProtocolEnabled() bool {
-	pp, ok := t.inner.(reverseproxy.ProxyProtocolTransport)
-	return ok && pp.ProxyProtocolEnabled()
+	return wrapped.ProxyProtocolEnabled(t.inner)
 }
 
 // UnmarshalCaddyfile reads
@@ -157,18 +145,9 @@ func (t *TrafficTransport) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	for o.Next() {
 		switch o.Name() {
 		case "transport":
-			if err := o.Once(); err != nil {
+			if t.TransportRaw, err = wrapped.Unmarshal(o); err != nil {
 				return err
 			}
-			args, err := o.BlockArgs(1, 1)
-			if err != nil {
-				return err
-			}
-			unm, err := caddyfile.UnmarshalModule(o.Dispenser(), "http.reverse_proxy.transport."+args[0])
-			if err != nil {
-				return err
-			}
-			t.TransportRaw = caddyconfig.JSONModuleObject(unm, "protocol", args[0], nil)
 		default:
 			return o.Unknown()
 		}

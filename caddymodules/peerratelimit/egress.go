@@ -10,11 +10,11 @@ import (
 	"strings"
 
 	"github.com/caddyserver/caddy/v2"
-	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 
 	"github.com/edgesteer/edgesteer/caddymodules/internal/cfparse"
+	"github.com/edgesteer/edgesteer/caddymodules/internal/wrapped"
 )
 
 func init() {
@@ -73,16 +73,9 @@ func (t *EgressTransport) Provision(ctx caddy.Context) error {
 		}
 		t.Name = name
 	}
-	if t.TransportRaw == nil {
-		t.TransportRaw = caddyconfig.JSONModuleObject(struct{}{}, "protocol", "http", nil)
-	}
-	mod, err := ctx.LoadModule(t, "TransportRaw")
+	rt, err := wrapped.Load(ctx, t, &t.TransportRaw, "peer_rate_limit")
 	if err != nil {
-		return fmt.Errorf("peer_rate_limit: loading the wrapped transport: %v", err)
-	}
-	rt, ok := mod.(http.RoundTripper)
-	if !ok {
-		return fmt.Errorf("peer_rate_limit: the wrapped transport %T cannot round-trip requests", mod)
+		return err
 	}
 	t.inner = rt
 	cfgs := make([]ProfileConfig, len(t.Groups))
@@ -124,10 +117,7 @@ func (t *EgressTransport) Cleanup() error {
 	if t.lease != nil {
 		t.lease.release()
 	}
-	if c, ok := t.inner.(caddy.CleanerUpper); ok {
-		return c.Cleanup()
-	}
-	return nil
+	return wrapped.Cleanup(t.inner)
 }
 
 // RoundTrip limits the request by the group of the upstream it is about to
@@ -187,8 +177,7 @@ func (t *EgressTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 
 // TLSEnabled reports whether the wrapped transport uses TLS.
 func (t *EgressTransport) TLSEnabled() bool {
-	tt, ok := t.inner.(reverseproxy.TLSTransport)
-	return ok && tt.TLSEnabled()
+	return wrapped.TLSEnabled(t.inner)
 }
 
 // EnableTLS is refused: configure TLS on the wrapped transport.
@@ -198,8 +187,7 @@ func (t *EgressTransport) EnableTLS(*reverseproxy.TLSConfig) error {
 
 // ProxyProtocolEnabled reports the wrapped transport's setting.
 func (t *EgressTransport) ProxyProtocolEnabled() bool {
-	pp, ok := t.inner.(reverseproxy.ProxyProtocolTransport)
-	return ok && pp.ProxyProtocolEnabled()
+	return wrapped.ProxyProtocolEnabled(t.inner)
 }
 
 // UnmarshalCaddyfile reads
@@ -257,22 +245,10 @@ func (t *EgressTransport) unmarshalGroup(o *cfparse.Block) error {
 	return nil
 }
 
-// unmarshalTransport reads "transport <name> { … }", the wrapped transport,
-// whose block is that module's own.
-func (t *EgressTransport) unmarshalTransport(o *cfparse.Block) error {
-	if err := o.Once(); err != nil {
-		return err
-	}
-	args, err := o.BlockArgs(1, 1)
-	if err != nil {
-		return err
-	}
-	unm, err := caddyfile.UnmarshalModule(o.Dispenser(), "http.reverse_proxy.transport."+args[0])
-	if err != nil {
-		return err
-	}
-	t.TransportRaw = caddyconfig.JSONModuleObject(unm, "protocol", args[0], nil)
-	return nil
+// unmarshalTransport reads "transport <name> { … }", the wrapped transport.
+func (t *EgressTransport) unmarshalTransport(o *cfparse.Block) (err error) {
+	t.TransportRaw, err = wrapped.Unmarshal(o)
+	return err
 }
 
 // Interface guards
