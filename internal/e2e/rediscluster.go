@@ -108,8 +108,16 @@ func (s *Sentinel) Failover(t testing.TB) {
 	t.Helper()
 	c := redis.NewClient(&redis.Options{Addr: s.SentinelAddr, Protocol: 2})
 	defer c.Close()
-	if err := c.Do(context.Background(), "SENTINEL", "FAILOVER", s.Master).Err(); err != nil {
-		t.Fatalf("SENTINEL FAILOVER: %v", err)
+	// Sentinel refuses with NOGOODSLAVE until it has the replica's INFO
+	// (it asks every 10 s at first): try again until then.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		err := c.Do(context.Background(), "SENTINEL", "FAILOVER", s.Master).Err()
+		if err == nil {
+			break
+		}
+		if !strings.Contains(err.Error(), "NOGOODSLAVE") || time.Now().After(deadline) {
+			t.Fatalf("SENTINEL FAILOVER: %v", err)
+		}
 	}
 	waitRedis(t, s.SentinelAddr, s.ReplAddr, func(c *redis.Client) (string, error) {
 		a, err := c.Do(context.Background(), "SENTINEL", "GET-MASTER-ADDR-BY-NAME", s.Master).StringSlice()
