@@ -276,6 +276,10 @@ func TestClusterStickyStoreOutage(t *testing.T) {
 	for _, h := range replicaHosts {
 		c.waitView(h, func(v latencybucket.PolicyView) bool { return !v.StickyStore.Healthy }, "Redis unreachable")
 	}
+	// Once more with every replica knowing Redis down (a loaded host may
+	// have got there only after the bursts above): these skip the store.
+	c.burstLog(during, duringUsers, apps, 3)
+	c.burstLog(known, names("before", 30), apps, 1)
 	for pair, byHost := range known {
 		want := before[pair]["r1"][0]
 		for h, peers := range byHost {
