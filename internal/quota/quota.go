@@ -576,6 +576,11 @@ func (q *Quota) finish(ps *pending, ans *Answer, err error) error {
 	// failed sync then, or none in it), peers keep their share one more
 	// interval instead of reading as idle here.
 	known := q.lastFailed < e-1 && (prevOK == e-1 || prevOK == math.MinInt64)
+	// Returning: this replica missed syncs without failing any (paused,
+	// stalled), so epoch e−1 lacks its counts and the others' shares grew
+	// into the room it left. Until it reads an epoch with its counts, each
+	// peer's share is what the others leave of e−1 (see share).
+	returning := prevOK != math.MinInt64 && e-prevOK > 1 && q.lastFailed < prevOK
 	fresh := make(map[*peer]float64, len(read))
 	for i, p := range read {
 		raw, key := ans.Totals[i], PeerKey(b.Prefix, b.Read[i], e-1)
@@ -592,7 +597,7 @@ func (q *Quota) finish(ps *pending, ans *Answer, err error) error {
 		if troubled[p] != nil {
 			continue
 		}
-		f, v := q.share(p, raw, e, n, known && p.lostAt < e-1)
+		f, v := q.share(p, raw, e, n, known && p.lostAt < e-1, returning)
 		switch v {
 		case badValue:
 			malformed++
@@ -624,7 +629,7 @@ func (q *Quota) finish(ps *pending, ans *Answer, err error) error {
 		p.trouble = nil
 		if f, ok := fresh[p]; ok {
 			p.frac = f
-		} else if p.idle > 0 && known && p.fallbackAt < e-1 {
+		} else if p.idle > 0 && (known || returning) && p.fallbackAt < e-1 {
 			p.frac = q.floorFrac(n)
 		}
 		if p.idle >= q.cfg.IdleSyncs && p.lim.full(now.UnixNano()) {
@@ -680,8 +685,10 @@ const (
 )
 
 // share computes p's new fraction from the totals of epoch e−1; −1 keeps
-// the current one.
-func (q *Quota) share(p *peer, raw Raw, e int64, n int, known bool) (float64, verdict) {
+// the current one. known: this replica's counts of e−1 are all in the
+// store; returning: it wrote none there (it missed that sync), so the
+// total is the others' demand alone.
+func (q *Quota) share(p *peer, raw Raw, e int64, n int, known, returning bool) (float64, verdict) {
 	if _, ok := parseCount(raw.Admitted); !ok {
 		return -1, badValue
 	}
@@ -710,10 +717,17 @@ func (q *Quota) share(p *peer, raw Raw, e int64, n int, known bool) (float64, ve
 			return max(floor, (p.ownE+spare/float64(n))/perEpoch), fine
 		}
 		return max(floor, p.ownE/p.totE), fine
+	case total == 0 && (known || returning):
+		return 1 / float64(n), fine
+	case returning:
+		// The others' shares give each of them its demand and an equal
+		// part of what is spare: this replica takes that part (none when
+		// their demand fills the limit), not its share of before, which
+		// the others have been admitting meanwhile.
+		perEpoch := q.effective() * q.cfg.Interval.Seconds()
+		return max(floor, (perEpoch-float64(total))/float64(n)/perEpoch), fine
 	case !known:
 		return -1, fine
-	case total == 0:
-		return 1 / float64(n), fine
 	default:
 		return floor, fine
 	}
