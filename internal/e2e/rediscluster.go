@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -21,16 +22,26 @@ type RedisCluster struct {
 }
 
 // StartRedisCluster starts n (at least 3) cluster-enabled redis-servers
-// and joins them into one cluster; it returns once every node reports
-// cluster_state:ok.
-func StartRedisCluster(t testing.TB, n int) *RedisCluster {
+// and joins them into one cluster of n masters; it returns once every
+// node reports cluster_state:ok.
+func StartRedisCluster(t testing.TB, n int) *RedisCluster { return startRedisCluster(t, n, 0) }
+
+// StartReplicatedRedisCluster starts a cluster of masters (at least 3),
+// each with one replica (2 × masters redis-servers), so that a master's
+// death is a shard failover: the cluster promotes its replica after the
+// node timeout (2 s). Addrs lists every node, masters and replicas.
+func StartReplicatedRedisCluster(t testing.TB, masters int) *RedisCluster {
+	return startRedisCluster(t, masters, 1)
+}
+
+func startRedisCluster(t testing.TB, n, replicas int) *RedisCluster {
 	t.Helper()
 	SkipShort(t)
 	if n < 3 {
 		t.Fatalf("a Redis Cluster needs 3 masters, got %d", n)
 	}
 	rc := &RedisCluster{}
-	for i := 0; i < n; i++ {
+	for i := 0; i < n*(1+replicas); i++ {
 		addr := Addr(t)
 		dir := t.TempDir()
 		args := append(RedisArgs(dir, addr), "--cluster-enabled", "yes",
@@ -39,7 +50,8 @@ func StartRedisCluster(t testing.TB, n int) *RedisCluster {
 		p.WaitFor(t, "redis PING", 30*time.Second, func() error { return RedisPing(addr) })
 		rc.Addrs, rc.Procs = append(rc.Addrs, addr), append(rc.Procs, p)
 	}
-	create := exec.Command("redis-cli", append(append([]string{"--cluster", "create"}, rc.Addrs...), "--cluster-yes")...)
+	create := exec.Command("redis-cli", append(append([]string{"--cluster", "create"}, rc.Addrs...),
+		"--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")...)
 	if out, err := create.CombinedOutput(); err != nil {
 		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
 	}
@@ -48,7 +60,83 @@ func StartRedisCluster(t testing.TB, n int) *RedisCluster {
 			return c.ClusterInfo(context.Background()).Result()
 		})
 	}
+	if replicas > 0 { // every replica has synced with its master
+		for _, a := range rc.Addrs {
+			waitRedis(t, a, "", func(c *redis.Client) (string, error) {
+				info, err := c.Info(context.Background(), "replication").Result()
+				if err == nil && strings.Contains(info, "role:slave") && !strings.Contains(info, "master_link_status:up") {
+					err = fmt.Errorf("replica not in sync yet")
+				}
+				return info, err
+			})
+		}
+	}
 	return rc
+}
+
+// MasterOf returns the index in Addrs of the master that serves key's
+// slot.
+func (rc *RedisCluster) MasterOf(t testing.TB, key string) int {
+	t.Helper()
+	ctx := context.Background()
+	for _, a := range rc.Addrs {
+		if rc.Procs[rc.index(a)].Exited() {
+			continue
+		}
+		c := redisClient(a)
+		defer c.Close()
+		slot, err := c.ClusterKeySlot(ctx, key).Result()
+		if err != nil {
+			continue
+		}
+		slots, err := c.ClusterSlots(ctx).Result()
+		if err != nil {
+			continue
+		}
+		for _, r := range slots {
+			if int64(r.Start) <= slot && slot <= int64(r.End) && len(r.Nodes) > 0 {
+				if i := rc.index(r.Nodes[0].Addr); i >= 0 {
+					return i
+				}
+			}
+		}
+	}
+	t.Fatalf("no live node of the cluster names the master of %q", key)
+	return -1
+}
+
+func (rc *RedisCluster) index(addr string) int {
+	for i, a := range rc.Addrs {
+		if a == addr {
+			return i
+		}
+	}
+	return -1
+}
+
+// FailMaster kills (SIGKILL) the master that serves key's slot and waits
+// until another node serves the slot (its replica, promoted after the
+// node timeout) and the survivors report cluster_state:ok. It returns
+// the index of the dead node.
+func (rc *RedisCluster) FailMaster(t testing.TB, key string) int {
+	t.Helper()
+	dead := rc.MasterOf(t, key)
+	rc.Procs[dead].Kill()
+	deadline := time.Now().Add(60 * time.Second)
+	for rc.MasterOf(t, key) == dead {
+		if time.Now().After(deadline) {
+			t.Fatalf("no replica took over %q's slot from %s", key, rc.Addrs[dead])
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for i, a := range rc.Addrs {
+		if i != dead {
+			waitRedis(t, a, "cluster_state:ok", func(c *redis.Client) (string, error) {
+				return c.ClusterInfo(context.Background()).Result()
+			})
+		}
+	}
+	return dead
 }
 
 // Sentinel is a Redis master, one replica of it and one Sentinel that
@@ -62,10 +150,9 @@ type Sentinel struct {
 }
 
 // StartSentinel starts a master, a replica (replicaof the master) and a
-// Sentinel (quorum 1, down-after 1 s). The Sentinel is redis-server in
-// sentinel mode (the program Debian's redis-sentinel links to), so it needs
-// no package beside redis-server. It returns once the Sentinel knows the
-// master and its replica.
+// Sentinel (quorum 1, down-after 1 s): Debian's redis-sentinel (package
+// redis-sentinel, which make test installs). It returns once the Sentinel
+// knows the master and its replica.
 func StartSentinel(t testing.TB) *Sentinel {
 	t.Helper()
 	SkipShort(t)
@@ -87,7 +174,10 @@ func StartSentinel(t testing.TB) *Sentinel {
 	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s.SentinelProc = Start(t, "redis-sentinel", "redis-server", nil, conf, "--sentinel")
+	if _, err := exec.LookPath("redis-sentinel"); err != nil {
+		t.Fatal("redis-sentinel is needed (Debian package redis-sentinel; make test installs it)")
+	}
+	s.SentinelProc = Start(t, "redis-sentinel", "redis-sentinel", nil, conf)
 	waitRedis(t, s.SentinelAddr, "num-slaves", func(c *redis.Client) (string, error) {
 		m, err := c.Do(context.Background(), "SENTINEL", "MASTER", s.Master).StringSlice()
 		for i := 0; i+1 < len(m); i += 2 {
