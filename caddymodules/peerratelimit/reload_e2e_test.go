@@ -135,42 +135,29 @@ func TestReloadSteadyStreamAndChangedRate(t *testing.T) {
 
 	var n streamCount
 	var gens sync.Map // X-Gen seen → true
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for range 2 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				req, _ := http.NewRequest("GET", url, nil)
-				req.Header.Set("X-Peer", "stream")
-				resp, err := http.DefaultClient.Do(req)
-				if err != nil {
-					n.failed.Add(1)
-					n.lastErr.Store(err.Error())
-					continue
-				}
-				io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				gens.Store(resp.Header.Get("X-Gen"), true)
-				switch resp.StatusCode {
-				case 200:
-					n.ok.Add(1)
-				case 429:
-					n.refused.Add(1)
-				default:
-					n.failed.Add(1)
-					n.lastErr.Store(resp.Status)
-				}
-			}
-		}()
-	}
-	stopStream := sync.OnceFunc(func() { close(stop); wg.Wait() })
+	stopStream := e2e.Loop(2, func(int) bool {
+		req, _ := http.NewRequest("GET", url, nil)
+		req.Header.Set("X-Peer", "stream")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			n.failed.Add(1)
+			n.lastErr.Store(err.Error())
+			return true
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		gens.Store(resp.Header.Get("X-Gen"), true)
+		switch resp.StatusCode {
+		case 200:
+			n.ok.Add(1)
+		case 429:
+			n.refused.Add(1)
+		default:
+			n.failed.Add(1)
+			n.lastErr.Store(resp.Status)
+		}
+		return true
+	})
 	defer stopStream()
 	waitGen := func(gen int) {
 		t.Helper()

@@ -3,7 +3,6 @@ package tenantroute_test
 import (
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -39,28 +38,16 @@ func TestBusyTenantGrowsByRequestRate(t *testing.T) {
 		}
 	}
 
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for _, b := range acme {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				if node, err := searchOn(b.conn); err != nil || node != b.node {
-					t.Errorf("a search on %s answered by %q: %v", b.node, node, err)
-					return
-				}
-			}
-		}()
-	}
+	stop := e2e.Loop(len(acme), func(i int) bool {
+		b := acme[i]
+		if node, err := searchOn(b.conn); err != nil || node != b.node {
+			t.Errorf("a search on %s answered by %q: %v", b.node, node, err)
+			return false
+		}
+		return true
+	})
 	v := waitView(t, c, "acme grown by its request rate", func(v viewT) bool { return v.Tenants["acme"].Partitions == 3 })
-	close(stop)
-	wg.Wait()
+	stop()
 	at := v.Tenants["acme"]
 	if at.Connections != 4 || !strings.Contains(at.PartitionsChangeReason, "requests per second over 2 nodes: above target_requests_per_node 20") {
 		t.Fatalf("acme %+v", at)

@@ -294,7 +294,57 @@ func New(c *Config) (redis.UniversalClient, error) {
 	if err != nil {
 		return nil, err
 	}
-	return redis.NewUniversalClient(o), nil
+	c2 := redis.NewUniversalClient(o)
+	if cc, ok := c2.(*redis.ClusterClient); ok {
+		cc.AddHook(reloadOnLostNode{cc})
+	}
+	return c2, nil
+}
+
+// reloadOnLostNode makes a Redis Cluster client reload its slot map when
+// a command finds its node gone. go-redis reloads it on MOVED, ASK and
+// READONLY, and otherwise only every ClusterStateReloadInterval (60 s):
+// after a shard's failover (its master dead, a replica promoted) every
+// command for that shard's slots went on to the dead address and failed
+// until then — through two bin/coredns replicas, each new location there
+// was probed by both, for up to a minute. Now the first such failure asks
+// for a reload (go-redis runs one at a time, 200 ms apart at most), and
+// the calls after it reach the promoted master.
+type reloadOnLostNode struct{ c *redis.ClusterClient }
+
+// lostNode says whether err means the node may be gone: no answer, or a
+// slot the cluster says is down.
+func lostNode(err error) bool {
+	switch Reason(err) {
+	case "timeout", "closed", "refused", "reset", "network", "clusterdown", "tryagain":
+		return true
+	}
+	return false
+}
+
+func (h reloadOnLostNode) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h reloadOnLostNode) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if lostNode(err) {
+			h.c.ReloadState(ctx)
+		}
+		return err
+	}
+}
+
+func (h reloadOnLostNode) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, cmd := range cmds {
+			if lostNode(cmd.Err()) {
+				h.c.ReloadState(ctx)
+				break
+			}
+		}
+		return err
+	}
 }
 
 // Key joins the prefix, the module and the name of its policy or profile
