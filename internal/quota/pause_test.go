@@ -13,6 +13,13 @@ import (
 // at once when it resumes. It returns the admissions per 10 ms slot and
 // the slot of replica 0's first sync after the pause.
 func pauseRun(t *testing.T, limit, demand float64, pauseAt, pause, total time.Duration) (slots []int, firstSync int) {
+	return faultRun(t, limit, demand, pauseAt, pause, total, false)
+}
+
+// faultRun is pauseRun; with stall, the store instead stalls from
+// pauseAt for pause: every replica's syncs meanwhile time out (the sync's
+// deadline), and each replica goes on deciding.
+func faultRun(t *testing.T, limit, demand float64, pauseAt, pause, total time.Duration, stall bool) (slots []int, firstSync int) {
 	c := newCluster(t, 3, []string{"x"}, Config{Prefix: "p", Limit: limit})
 	const step = time.Millisecond
 	const slot = 10 * time.Millisecond
@@ -23,6 +30,14 @@ func pauseRun(t *testing.T, limit, demand float64, pauseAt, pause, total time.Du
 	for c.now.Sub(start) < total {
 		el := c.now.Sub(start)
 		paused := el >= pauseAt && el < pauseAt+pause
+		if stall {
+			if paused {
+				c.store.SetDown(context.DeadlineExceeded)
+			} else {
+				c.store.SetDown(nil)
+			}
+			paused = false
+		}
 		for i, q := range c.reps {
 			ns := c.now.UnixNano()
 			c.acc[i][0] += demand * step.Seconds()
@@ -108,6 +123,23 @@ func TestPausedReplicaBelowLimit(t *testing.T) {
 		t.Logf("pause %v: from its first sync after the pause: least %d, most %d (offered %v)", pause, lo, hi, offered)
 		if float64(lo) < 0.95*offered {
 			t.Errorf("pause %v: a 1 s window admitted %d of %v offered", pause, lo, offered)
+		}
+	}
+}
+
+// A store stall of 300 ms and 600 ms (sync 250 ms): the syncs meanwhile
+// time out and every replica enforces the fallback share, limit ÷ 3, so
+// with 3R offered no 1 s window admits more than 1.1 R, and from the
+// first sync after the stall none admits below 0.9 R.
+func TestStoreStall(t *testing.T) {
+	const limit = 300.0
+	for _, stall := range []time.Duration{300 * time.Millisecond, 600 * time.Millisecond} {
+		slots, first := faultRun(t, limit, limit, 5*time.Second, stall, 12*time.Second, true)
+		_, hiAll := windows(slots, 300)
+		lo, hi := windows(slots, first)
+		t.Logf("stall %v: 1 s windows from 3 s: most %d; from the first sync after it: least %d, most %d (R %v)", stall, hiAll, lo, hi, limit)
+		if float64(lo) < 0.9*limit || float64(hiAll) > 1.1*limit {
+			t.Errorf("stall %v: 1 s windows between %d and %d, want within 0.9 R and 1.1 R of R = %v", stall, lo, hiAll, limit)
 		}
 	}
 }
