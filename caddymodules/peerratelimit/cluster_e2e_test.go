@@ -379,16 +379,11 @@ func TestClusterReload(t *testing.T) {
 	}
 }
 
-// Diameter mode with a cluster-wide overall limit, through bin/caddy: the
-// peer is the CER's Origin-Host, requests past the replica's share (here
-// the whole limit: one replica) get 3002, and the admin view shows the
-// share of pgw2.example.
-func TestClusterDiameter(t *testing.T) {
-	e2e.SkipShort(t)
-	_, redisAddr := e2e.StartRedis(t)
-	pcrf, pcrfCounts := diamServer(t)
-	front := e2e.Addr(t)
-	c := e2e.StartCaddy(t, "caddyfile", fmt.Sprintf(`{
+// diameterClusterCaddyfile is a Diameter-mode replica at front: profile
+// pgw limits each peer to rate per second cluster-wide through store main
+// (store: the lines of its edgesteer_redis block), proxied to pcrf.
+func diameterClusterCaddyfile(store, front, pcrf string, rate int) string {
+	return fmt.Sprintf(`{
 	edgesteer_redis main {
 		address %s
 	}
@@ -402,7 +397,7 @@ func TestClusterDiameter(t *testing.T) {
 						origin_realm example
 					}
 					profile pgw {
-						rate 100
+						rate %d
 						cluster redis main {
 							sync 100ms
 						}
@@ -413,7 +408,19 @@ func TestClusterDiameter(t *testing.T) {
 		}
 	}
 }
-`, redisAddr, front, pcrf))
+`, store, front, rate, pcrf)
+}
+
+// Diameter mode with a cluster-wide overall limit, through bin/caddy: the
+// peer is the CER's Origin-Host, requests past the replica's share (here
+// the whole limit: one replica) get 3002, and the admin view shows the
+// share of pgw2.example.
+func TestClusterDiameter(t *testing.T) {
+	e2e.SkipShort(t)
+	_, redisAddr := e2e.StartRedis(t)
+	pcrf, pcrfCounts := diamServer(t)
+	front := e2e.Addr(t)
+	c := e2e.StartCaddy(t, "caddyfile", diameterClusterCaddyfile(redisAddr, front, pcrf, 100))
 	c.WaitTCP(t, front)
 	pgw := dialDiameter(t, front)
 	// 300 rounds 5 ms apart of 2 CCR-U: ~400/s against 100/s.
