@@ -88,14 +88,22 @@ type CoreDNS struct {
 // with any response code.
 func StartCoreDNS(t testing.TB, corefile, probe string) *CoreDNS {
 	t.Helper()
+	return StartCoreDNSVia(t, corefile, probe, nil)
+}
+
+// StartCoreDNSVia is StartCoreDNS with bin/coredns run through the
+// command via (e.g. skewclock's: program and flags, ending in "--").
+func StartCoreDNSVia(t testing.TB, corefile, probe string, via []string) *CoreDNS {
+	t.Helper()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "Corefile")
 	if err := os.WriteFile(path, []byte(corefile), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	port := FreePort(t)
+	cmd := append(append([]string{}, via...), Bin(t, "coredns"))
 	d := &CoreDNS{
-		Proc: Start(t, "coredns", Bin(t, "coredns"), nil, "-conf", path, "-dns.port", fmt.Sprint(port)),
+		Proc: Start(t, "coredns", cmd[0], nil, append(cmd[1:], "-conf", path, "-dns.port", fmt.Sprint(port))...),
 		Addr: fmt.Sprintf("127.0.0.1:%d", port),
 	}
 	name, qtype := splitProbe(t, probe)
