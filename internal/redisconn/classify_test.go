@@ -132,3 +132,36 @@ func TestAcquireSharesOneClient(t *testing.T) {
 		t.Fatalf("pool holds %d clients after every release, want %d", n, before)
 	}
 }
+
+// BenchmarkClassify is the classification each command's result gets:
+// no error, a missing key, an error reply, a timeout.
+func BenchmarkClassify(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		err  error
+		want Kind
+	}{
+		{"ok", nil, OK},
+		{"not_found", redis.Nil, NotFound},
+		{"noperm", noperm(), Trouble},
+		{"timeout", context.DeadlineExceeded, Trouble},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			for b.Loop() {
+				if Classify(c.err) != c.want {
+					b.Fatal(c.name)
+				}
+			}
+		})
+	}
+}
+
+// replyErr is an error reply as go-redis returns it (a redis.Error).
+type replyErr string
+
+func (e replyErr) Error() string { return string(e) }
+func (replyErr) RedisError()     {}
+
+func noperm() error {
+	return replyErr("NOPERM User part has no permissions to access one of the keys used as arguments")
+}
