@@ -72,6 +72,10 @@ func (p *Proc) Kill() {
 	<-p.done
 }
 
+// Signal sends sig to the program (SIGSTOP and SIGCONT pause and resume
+// it, as a GC pause or a stalled VM would).
+func (p *Proc) Signal(sig os.Signal) error { return p.cmd.Process.Signal(sig) }
+
 // Exited reports whether the program has ended.
 func (p *Proc) Exited() bool {
 	select {
