@@ -7,13 +7,22 @@
 #     variant is the like-for-like comparison of the pick itself;
 #  2. tail latency: one of 4 publishers 10x slower (50 ms vs 5 ms): p99 with
 #     latency_bucket, with random, and with 4 fast publishers (goal: <= 1.2x
-#     all-fast).
+#     all-fast);
+#  3. the latency_bucket transport (issue 31): the same policy (latency probe,
+#     sticky off) with and without `transport latency_bucket { transport http }`,
+#     10 interleaved pairs, median ratio (goal >= 0.98x);
+#  4. tail latency with one publisher slow to answer (50 ms) but fast to probe
+#     (GET /probe at once): p99 with latency probe, latency both (the transport
+#     timing real answers), and Caddy's least_conn, against 4 fast publishers.
+#     sticky off: wrk's connections are all one user (127.0.0.1).
+# PARTS selects what runs (default: all four), e.g. PARTS="transport traffic_tail".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/lib.sh
 need wrk wrk
 go build -o bin/testpeer ./internal/e2e/testpeer
-PAIRS=${PAIRS:-10} DUR=${DUR:-5s}
+PAIRS=${PAIRS:-10} DUR=${DUR:-5s} PARTS=${PARTS:-throughput tail transport traffic_tail}
+want() { [[ " $PARTS " == *" $1 "* ]]; }
 
 peer() { # port name delay
 	bg bin/testpeer -listen "127.0.0.1:$1" -name "$2" -delay "$3" -probe-delay 0 2>/dev/null
@@ -25,6 +34,9 @@ for i in 1 2 3 4; do peer $((18100 + i)) "p$i" 0; done
 for i in 1 2 3; do peer $((18110 + i)) "t$i" 5ms; done
 peer 18114 t4 50ms
 for i in 1 2 3 4; do peer $((18120 + i)) "f$i" 5ms; done
+# Slow to answer, fast to probe: 18131-18134, 18134 answers in 50 ms, /probe at once.
+for i in 1 2 3; do peer $((18130 + i)) "s$i" 5ms; done
+peer 18134 s4 50ms
 
 site() { # port policy upstream-base
 	local ups="" i
@@ -33,6 +45,11 @@ site() { # port policy upstream-base
 		local sticky=on
 		[ "$2" = latency_bucket_nosticky ] && sticky=off
 		printf 'http://127.0.0.1:%s {\n\tbind 127.0.0.1\n\treverse_proxy%s {\n\t\tlb_policy latency_bucket {\n\t\t\tprobe http /\n\t\t\tprobe_interval 1s\n\t\t\tsticky %s\n\t\t}\n\t}\n}\n' "$1" "$ups" "$sticky"
+	elif [ "$2" = probe_nowrap ] || [ "$2" = probe_wrap ] || [ "$2" = traffic_probe ] || [ "$2" = traffic_both ]; then
+		local latency=probe transport=""
+		[ "$2" = traffic_both ] && latency=both
+		[ "$2" != probe_nowrap ] && transport='\t\ttransport latency_bucket {\n\t\t\ttransport http\n\t\t}\n'
+		printf "http://127.0.0.1:%s {\n\tbind 127.0.0.1\n\treverse_proxy%s {\n\t\tlb_policy latency_bucket {\n\t\t\tname %s\n\t\t\tlatency %s\n\t\t\tprobe http /probe\n\t\t\tprobe_interval 1s\n\t\t\tsticky off\n\t\t}\n$transport\t}\n}\n" "$1" "$ups" "$2" "$latency"
 	else
 		printf 'http://127.0.0.1:%s {\n\tbind 127.0.0.1\n\treverse_proxy%s {\n\t\tlb_policy %s\n\t}\n}\n' "$1" "$ups" "$2"
 	fi
@@ -45,9 +62,14 @@ site() { # port policy upstream-base
 	site 18011 latency_bucket 18110
 	site 18012 random 18110
 	site 18021 random 18120
+	site 18004 probe_nowrap 18100
+	site 18005 probe_wrap 18100
+	site 18031 traffic_probe 18130
+	site 18032 traffic_both 18130
+	site 18033 least_conn 18130
 } >"$work/Caddyfile"
 bg env XDG_DATA_HOME="$work" XDG_CONFIG_HOME="$work" bin/caddy run --adapter caddyfile --config "$work/Caddyfile" 2>"$work/caddy.log"
-for p in 18001 18002 18003 18011 18012 18021 18101 18114 18124; do wait_port $p; done
+for p in 18001 18002 18003 18004 18005 18011 18012 18021 18031 18032 18033 18101 18114 18124 18134; do wait_port $p; done
 sleep 3 # a few probe rounds
 
 rps() { wrk_rps "http://127.0.0.1:$1/" -t2 -c50 -d"$DUR"; }
@@ -58,6 +80,7 @@ p99() {
 }
 
 echo "machine: $(nproc) cores shared by wrk, caddy and the upstreams; wrk -t2 -c50 -d$DUR, $PAIRS interleaved rounds"
+if want throughput; then
 ratios=() ratios_ns=() lb_all=() ns_all=() rnd_all=()
 for i in $(seq "$PAIRS"); do
 	a=$(rps 18001)
@@ -70,6 +93,9 @@ for i in $(seq "$PAIRS"); do
 done
 echo "throughput medians: latency_bucket $(printf '%s\n' "${lb_all[@]}" | median), sticky off $(printf '%s\n' "${ns_all[@]}" | median), random $(printf '%s\n' "${rnd_all[@]}" | median) req/s"
 echo "throughput ratios (median of per-round ratios): latency_bucket/random $(printf '%s\n' "${ratios[@]}" | median)x, latency_bucket sticky off/random $(printf '%s\n' "${ratios_ns[@]}" | median)x (goal >= 0.98x)"
+fi
+
+if want tail; then
 
 lbp=() rp=() fp=()
 for i in $(seq 5); do
@@ -81,3 +107,36 @@ done
 l=$(printf '%s\n' "${lbp[@]}" | median) r=$(printf '%s\n' "${rp[@]}" | median) f=$(printf '%s\n' "${fp[@]}" | median)
 echo "tail (one publisher 10x slower, wrk -c10, median of 5): p99 latency_bucket ${l} ms, random ${r} ms, all-fast ${f} ms"
 awk -v l="$l" -v r="$r" -v f="$f" 'BEGIN {printf "tail ratios: latency_bucket/all-fast %.2fx (goal <= 1.2x), random/all-fast %.2fx\n", l/f, r/f}'
+fi
+
+if want transport; then
+	wr=() nw=() wr_all=() nw_all=()
+	for i in $(seq "$PAIRS"); do
+		if [ $((i % 2)) = 1 ]; then
+			a=$(rps 18005)
+			b=$(rps 18004)
+		else
+			b=$(rps 18004)
+			a=$(rps 18005)
+		fi
+		wr_all+=("$a") nw_all+=("$b")
+		wr+=("$(ratio "$a" "$b")")
+		echo "round $i: with the latency_bucket transport $a, without $b req/s"
+	done
+	echo "transport medians: with $(printf '%s\n' "${wr_all[@]}" | median), without $(printf '%s\n' "${nw_all[@]}" | median) req/s"
+	echo "transport ratio (median of per-round ratios): with/without $(printf '%s\n' "${wr[@]}" | median)x (goal >= 0.98x)"
+fi
+
+if want traffic_tail; then
+	tp=() tb=() tl=() tf=()
+	for i in $(seq 5); do
+		tp+=("$(p99 18031)")
+		tb+=("$(p99 18032)")
+		tl+=("$(p99 18033)")
+		tf+=("$(p99 18021)")
+		echo "round $i: p99 probe ${tp[-1]} ms, both ${tb[-1]} ms, least_conn ${tl[-1]} ms, all-fast ${tf[-1]} ms"
+	done
+	p=$(printf '%s\n' "${tp[@]}" | median) b=$(printf '%s\n' "${tb[@]}" | median) l=$(printf '%s\n' "${tl[@]}" | median) f=$(printf '%s\n' "${tf[@]}" | median)
+	echo "tail (one publisher 50 ms to answer, fast to probe; wrk -c10, median of 5): p99 probe ${p} ms, both ${b} ms, least_conn ${l} ms, all-fast ${f} ms"
+	awk -v p="$p" -v b="$b" -v l="$l" -v f="$f" 'BEGIN {printf "tail ratios to all-fast: probe %.2fx, both %.2fx, least_conn %.2fx\n", p/f, b/f, l/f}'
+fi

@@ -23,14 +23,26 @@ import (
 // benchPool provisions an HTTPPolicy over n real loopback listeners and
 // waits until every one is measured (all land in [0,32)).
 func benchPool(b *testing.B, n int, sticky string) (*HTTPPolicy, reverseproxy.UpstreamPool) {
+	return benchPoolLatency(b, n, sticky, "")
+}
+
+// benchPoolLatency is benchPool with the latency option given. Outside a
+// reverse_proxy there is no transport to observe requests, which latency
+// traffic and both require at Provision: for those the selector is made
+// as Provision makes it, past that check.
+func benchPoolLatency(b *testing.B, n int, sticky, latency string) (*HTTPPolicy, reverseproxy.UpstreamPool) {
 	pool := make(reverseproxy.UpstreamPool, n)
 	for i := range pool {
 		pool[i] = &reverseproxy.Upstream{Host: new(reverseproxy.Host), Dial: e2e.ClosingListener(b)}
 	}
 	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
 	b.Cleanup(cancel)
-	h := &HTTPPolicy{Config: Config{Name: fmt.Sprintf("bench-%d-%s", n, sticky), Sticky: sticky, StickyMaxEntries: 1 << 21}}
-	if err := h.Provision(ctx); err != nil {
+	h := &HTTPPolicy{Config: Config{Name: fmt.Sprintf("bench-%d-%s-%s", n, sticky, latency), Sticky: sticky, Latency: latency, StickyMaxEntries: 1 << 21}}
+	provision := h.Provision
+	if latency == "traffic" || latency == "both" {
+		provision = func(ctx caddy.Context) error { return h.provisionSelector(ctx, nil) }
+	}
+	if err := provision(ctx); err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { h.Cleanup() })
@@ -91,6 +103,55 @@ func BenchmarkSelect(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkSelectLatencySource is Select with latency both against latency
+// probe (the anchor), same pools, same run: a new pick without stickiness
+// and a sticky hit, at 4 and 64 upstreams. With both, every upstream has
+// observed traffic (fast answers, folded every 250 ms) and a sticky hit
+// also checks that its publisher is still in the lowest bucket.
+func BenchmarkSelectLatencySource(b *testing.B) {
+	req, _ := http.NewRequest("GET", "http://app.example/", nil)
+	req.RemoteAddr = "192.0.2.1:1234"
+	for _, n := range []int{4, 64} {
+		for _, sticky := range []string{"off", "on"} {
+			kind := "new_pick"
+			if sticky == "on" {
+				kind = "sticky_hit"
+			}
+			for _, latency := range []string{"probe", "both"} {
+				h, pool := benchPoolLatency(b, n, sticky, latency)
+				tr := h.policy.state.Tracker()
+				for _, u := range pool {
+					for range 3 {
+						tr.Observe(u.Dial, time.Millisecond, false)
+					}
+				}
+				for deadline := time.Now().Add(5 * time.Second); latency == "both"; time.Sleep(10 * time.Millisecond) {
+					if st := tr.Statuses(); st[0].ObservedSamples > 0 && st[len(st)-1].ObservedSamples > 0 {
+						break
+					}
+					if time.Now().After(deadline) {
+						b.Fatal("observed traffic not folded")
+					}
+				}
+				want := h.Select(pool, req, nil)
+				name := latency
+				if latency == "probe" {
+					name = "anchor_probe"
+				}
+				b.Run(fmt.Sprintf("%s/%s/upstreams=%d", name, kind, n), func(b *testing.B) {
+					b.ReportAllocs()
+					for b.Loop() {
+						u := h.Select(pool, req, nil)
+						if u == nil || (sticky == "on" && u != want) {
+							b.Fatal("no upstream, or not the pinned one")
+						}
+					}
+				})
+			}
+		}
 	}
 }
 
@@ -217,8 +278,8 @@ func (n nopTransport) RoundTrip(*http.Request) (*http.Response, error) { return 
 
 // BenchmarkTrafficTransport is the request-path cost of the latency_bucket
 // transport: the wrapped transport alone (anchor) against it wrapped, which
-// adds two clock reads, the dial info lookup and one lock-free update of
-// the upstream's peak-EWMA. Serial and parallel (one upstream: the worst
+// adds two monotonic clock reads, the dial info lookup, the upstream's
+// lookup and one lock-free record into its peak-EWMA (two atomic adds). Serial and parallel (one upstream: the worst
 // case for contention on its figures).
 func BenchmarkTrafficTransport(b *testing.B) {
 	tr, err := pubsel.NewTracker(pubsel.Config{Source: pubsel.FromBoth})

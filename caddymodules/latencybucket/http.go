@@ -61,6 +61,18 @@ func (h *HTTPPolicy) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("latency_bucket: latency %s: this reverse_proxy's requests are not observed; "+
 			"wrap its transport: transport latency_bucket { transport http { … } }", h.Latency)
 	}
+	if err := h.provisionSelector(ctx, dials); err != nil {
+		return err
+	}
+	if t != nil {
+		t.feed(h.policy.state.Tracker())
+	}
+	return nil
+}
+
+// provisionSelector adopts the policy state and makes the selector over
+// the upstreams dials.
+func (h *HTTPPolicy) provisionSelector(ctx caddy.Context, dials []string) error {
 	h.policy = new(policy)
 	if err := h.policy.provision(ctx, &h.Config, "http", dials); err != nil {
 		return err
@@ -72,9 +84,6 @@ func (h *HTTPPolicy) Provision(ctx caddy.Context) error {
 		LeastConn: h.Within == "least_conn",
 		Sticky:    h.policy.table,
 		Shared:    h.policy.shared,
-	}
-	if t != nil {
-		t.feed(h.policy.state.Tracker())
 	}
 	return nil
 }

@@ -22,13 +22,13 @@ type dialTimer struct {
 	net.Conn
 	tracker *pubsel.Tracker
 	addr    atomic.Pointer[string]
-	start   atomic.Int64 // unix ns of the pick; 0 once the connect is recorded
+	start   atomic.Int64 // mono() ns of the pick; 0 once the connect is recorded
 }
 
 // armDial starts timing the connect of conn to addr: it wraps the client
 // connection once (TCP only) and re-arms it on a retry.
 func armDial(conn *layer4.Connection, tr *pubsel.Tracker, addr string) {
-	now := time.Now().UnixNano()
+	now := max(int64(mono()), 1)
 	if dt, ok := conn.Conn.(*dialTimer); ok {
 		dt.settle(true, now) // a pick while the last one is unused: that dial failed
 		dt.addr.Store(&addr)
@@ -50,25 +50,25 @@ func (d *dialTimer) settle(failed bool, now int64) {
 	if start == 0 || !d.start.CompareAndSwap(start, 0) {
 		return
 	}
-	d.tracker.Observe(*d.addr.Load(), time.Duration(now-start), failed, now)
+	d.tracker.Observe(*d.addr.Load(), time.Duration(now-start), failed)
 }
 
 func (d *dialTimer) Read(p []byte) (int, error) {
 	if d.start.Load() != 0 {
-		d.settle(false, time.Now().UnixNano())
+		d.settle(false, int64(mono()))
 	}
 	return d.Conn.Read(p)
 }
 
 func (d *dialTimer) Write(p []byte) (int, error) {
 	if d.start.Load() != 0 {
-		d.settle(false, time.Now().UnixNano())
+		d.settle(false, int64(mono()))
 	}
 	return d.Conn.Write(p)
 }
 
 func (d *dialTimer) Close() error {
-	d.settle(true, time.Now().UnixNano())
+	d.settle(true, int64(mono()))
 	return d.Conn.Close()
 }
 

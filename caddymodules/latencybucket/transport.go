@@ -93,15 +93,17 @@ func (t *TrafficTransport) feed(tr *pubsel.Tracker) { t.tracker.Store(tr) }
 // to its response headers against the upstream it was sent to. An error,
 // or a 502, 503 or 504 answer, counts as a failure (at least the policy's
 // traffic_failure_latency); a request the client gave up on counts for
-// nothing.
+// nothing. Its own cost is two monotonic clock reads, one context lookup
+// (reverse_proxy set the dial info last), one map lookup in the tracker's
+// copy-on-write index and two atomic adds: no lock, no allocation.
 func (t *TrafficTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	tr := t.tracker.Load()
 	if tr == nil {
 		return t.inner.RoundTrip(req)
 	}
-	start := time.Now()
+	start := mono()
 	resp, err := t.inner.RoundTrip(req)
-	end := time.Now()
+	took := mono() - start
 	di, ok := reverseproxy.GetDialInfo(req.Context())
 	if !ok || (err != nil && req.Context().Err() != nil) {
 		return resp, err
@@ -113,9 +115,17 @@ func (t *TrafficTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 			failed = true
 		}
 	}
-	tr.Observe(di.Address, end.Sub(start), failed, end.UnixNano())
+	tr.Observe(di.Address, took, failed)
 	return resp, err
 }
+
+// monoEpoch anchors mono. time.Since of a time that carries a monotonic
+// reading reads the monotonic clock alone, where time.Now also reads the
+// wall clock: two clock reads per request instead of four.
+var monoEpoch = time.Now()
+
+// mono is the monotonic time since the process started.
+func mono() time.Duration { return time.Since(monoEpoch) }
 
 // TLSEnabled reports whether the wrapped transport uses TLS.
 func (t *TrafficTransport) TLSEnabled() bool {

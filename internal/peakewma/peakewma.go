@@ -1,23 +1,34 @@
 // Package peakewma keeps a peak-sensitive moving average of latencies
-// (peak-EWMA, as Finagle and tower use for load balancing), updated
-// lock-free: a few atomic operations per sample, no allocation.
+// (peak-EWMA, as Finagle and tower use for load balancing). Recording a
+// sample (Observe, on the request path) is two atomic read-modify-writes
+// and a load: no lock, no allocation, no clock read. The samples recorded
+// since the last read are folded into the figures when the owner reads
+// them (Value), which it does on its own schedule (the latency_bucket
+// policy: every 250 ms and at every probe round).
 //
-// The rule, per sample x at time now:
+// The rule, per sample x:
 //   - x is first confirmed by the answer before it: the figure is fed
 //     c = min(x, previous sample). One slow answer among fast ones so
 //     counts as fast; two slow answers in a row count as slow. This is
 //     what keeps a single slow request from moving anything.
-//   - peak: if c is above the current peak it becomes the peak at once;
-//     otherwise the peak decays towards c with the half-life:
-//     peak = c + (peak-c)·2^(-Δt/halfLife), Δt the time since the last
-//     counted sample.
-//   - avg: a plain time-weighted EWMA with the same half-life:
-//     avg = c + (avg-c)·2^(-Δt/halfLife).
+//
+// and per fold, of the k confirmed samples since the last one (mean m,
+// highest top), Δt after the last fold that had samples:
+//   - avg: a time-weighted EWMA with the half-life:
+//     avg = m + (avg-m)·2^(-Δt/halfLife);
+//   - peak: decays towards the samples with the same half-life, and a
+//     sample above it becomes the peak at once:
+//     peak = max(top, m + (peak-m)·2^(-Δt/halfLife)).
+//
+// Folded one sample at a time this is exactly tower's per-sample
+// peak-EWMA; folded every 250 ms it differs from it only by the decay
+// within one fold interval (at a 10 s half-life, under 2 %).
 //
 // Reading (Value) also decays both figures towards a floor (the caller's
-// probe latency) over the time since the last sample, so a publisher that
-// stopped receiving traffic after a slow spell is not judged by it for
-// ever: after k half-lives idle only 2^-k of its excess remains.
+// probe latency) over the time since the last fold with samples, so a
+// publisher that stopped receiving traffic after a slow spell is not
+// judged by it for ever: after k half-lives idle only 2^-k of its excess
+// remains.
 package peakewma
 
 import (
@@ -26,50 +37,68 @@ import (
 	"time"
 )
 
+// A batch packs the confirmed samples since the last fold into one word,
+// so that recording one is a single atomic add: their count in the low
+// countBits bits, the sum of their latencies in microseconds above. A fold
+// interval may hold up to 2^20-1 samples (a million per 250 ms: 4 million
+// requests a second to one upstream) whose sum stays below 2^44 µs
+// (200 days), far above what one proxy sends.
+const (
+	countBits = 20
+	countMask = 1<<countBits - 1
+)
+
 // EWMA is one upstream's observed latency. The zero value is empty and
-// ready; it must not be copied after first use.
+// ready; it must not be copied after first use. Observe may run at any
+// time, concurrently with anything; Value and Reset must not run
+// concurrently with each other (the owner's lock orders them).
 type EWMA struct {
 	last  atomic.Int64  // previous raw sample, ns (0: none yet)
-	stamp atomic.Int64  // unix ns of the last counted sample (0: none)
-	peak  atomic.Uint64 // float64 bits, ns
-	avg   atomic.Uint64 // float64 bits, ns
-	n     atomic.Uint64 // counted samples
+	batch atomic.Uint64 // confirmed samples since the last fold: sum µs << countBits | count
+	top   atomic.Int64  // highest confirmed sample since the last fold, ns
+
+	// Owned by Value and Reset.
+	stamp     int64   // time of the last fold that had samples (0: none)
+	peak, avg float64 // ns
+	n         uint64  // samples folded
 }
 
-// Observe folds sample d taken at now (unix ns) into the figures, with
-// halfLife the decay half-life.
-func (e *EWMA) Observe(d time.Duration, now int64, halfLife time.Duration) {
+// Observe records sample d.
+func (e *EWMA) Observe(d time.Duration) {
 	x := max(int64(d), 1)
 	prev := e.last.Swap(x)
 	if prev == 0 {
 		return // nothing to confirm it yet
 	}
-	c := float64(min(x, prev))
-	then := e.stamp.Swap(now)
-	if e.n.Add(1) == 1 || then == 0 {
-		e.peak.Store(math.Float64bits(c))
-		e.avg.Store(math.Float64bits(c))
+	c := min(x, prev)
+	e.batch.Add(uint64(c/1e3)<<countBits | 1)
+	for {
+		top := e.top.Load()
+		if c <= top || e.top.CompareAndSwap(top, c) {
+			return
+		}
+	}
+}
+
+// fold moves the samples recorded since the last fold into the figures.
+func (e *EWMA) fold(now int64, halfLife time.Duration) {
+	b := e.batch.Swap(0)
+	k := b & countMask
+	if k == 0 {
 		return
 	}
-	w := decay(now-then, halfLife)
-	for {
-		old := e.peak.Load()
-		p := math.Float64frombits(old)
-		np := c
-		if c < p {
-			np = c + (p-c)*w
-		}
-		if e.peak.CompareAndSwap(old, math.Float64bits(np)) {
-			break
-		}
+	top := float64(e.top.Swap(0))
+	mean := float64(b>>countBits) * 1e3 / float64(k)
+	top = max(top, mean) // µs rounding, or a top taken by the next fold
+	if e.n == 0 || e.stamp == 0 {
+		e.avg, e.peak = mean, top
+	} else {
+		w := decay(now-e.stamp, halfLife)
+		e.avg = mean + (e.avg-mean)*w
+		e.peak = max(top, mean+(e.peak-mean)*w)
 	}
-	for {
-		old := e.avg.Load()
-		a := math.Float64frombits(old)
-		if e.avg.CompareAndSwap(old, math.Float64bits(c+(a-c)*w)) {
-			break
-		}
-	}
+	e.n += k
+	e.stamp = now
 }
 
 // decay is 2^(-dt/halfLife), the weight the old figure keeps after dt.
@@ -83,15 +112,17 @@ func decay(dt int64, halfLife time.Duration) float64 {
 	return math.Exp2(-float64(dt) / float64(halfLife))
 }
 
-// Value returns the average and peak at now, each decayed towards floor
-// over the time since the last counted sample, and how many samples were
-// counted (0: none, the figures are then 0).
+// Value folds the samples recorded since the last call at now (ns, any
+// clock the owner keeps to) with halfLife, and returns the average and
+// peak, each decayed towards floor over the time since the last fold that
+// had samples, and how many samples were counted (0: none, the figures are
+// then 0).
 func (e *EWMA) Value(now int64, halfLife, floor time.Duration) (avg, peak time.Duration, n uint64) {
-	n = e.n.Load()
-	if n == 0 {
+	e.fold(now, halfLife)
+	if e.n == 0 {
 		return 0, 0, 0
 	}
-	w := decay(now-e.stamp.Load(), halfLife)
+	w := decay(now-e.stamp, halfLife)
 	f := float64(floor)
 	at := func(v float64) time.Duration {
 		if v > f {
@@ -99,14 +130,13 @@ func (e *EWMA) Value(now int64, halfLife, floor time.Duration) (avg, peak time.D
 		}
 		return time.Duration(v)
 	}
-	return at(math.Float64frombits(e.avg.Load())), at(math.Float64frombits(e.peak.Load())), n
+	return at(e.avg), at(e.peak), e.n
 }
 
 // Reset forgets every sample.
 func (e *EWMA) Reset() {
-	e.n.Store(0)
-	e.stamp.Store(0)
 	e.last.Store(0)
-	e.peak.Store(0)
-	e.avg.Store(0)
+	e.batch.Store(0)
+	e.top.Store(0)
+	e.stamp, e.peak, e.avg, e.n = 0, 0, 0, 0
 }

@@ -13,7 +13,8 @@ const hl = 10 * time.Second
 func feed(e *EWMA, now *int64, step time.Duration, ds ...time.Duration) {
 	for _, d := range ds {
 		*now += int64(step)
-		e.Observe(d, *now, hl)
+		e.Observe(d)
+		e.Value(*now, hl, 0) // fold each sample on its own: tower's per-sample rule
 	}
 }
 
@@ -79,42 +80,86 @@ func TestEmptyAndReset(t *testing.T) {
 	if _, _, n := e.Value(1, hl, 0); n != 0 {
 		t.Fatal("empty has samples")
 	}
-	e.Observe(ms, 1, hl)
+	e.Observe(ms)
 	if _, _, n := e.Value(1, hl, 0); n != 0 {
 		t.Fatal("a single sample is not confirmed yet")
 	}
-	e.Observe(ms, 2, hl)
+	e.Observe(ms)
 	e.Reset()
 	if _, _, n := e.Value(3, hl, 0); n != 0 {
 		t.Fatal("reset kept samples")
 	}
 }
 
-// Concurrent observers (run with -race) keep the figures within the
-// samples' range.
+// Samples recorded between two folds are folded together: the average
+// moves towards their mean, and the highest of them is the peak at once.
+func TestFoldOfABatch(t *testing.T) {
+	var e EWMA
+	now := int64(1e18)
+	feed(&e, &now, ms, 10*ms, 10*ms)
+	for _, d := range []time.Duration{10 * ms, 40 * ms, 40 * ms, 20 * ms, 20 * ms} {
+		e.Observe(d) // confirmed: 10, 10, 40, 20, 20 (mean 20)
+	}
+	now += int64(hl)
+	avg, peak, n := e.Value(now, hl, 0)
+	if n != 6 || !near(avg, 15*ms) || !near(peak, 40*ms) {
+		t.Fatalf("avg %v peak %v n %d, want avg 15ms (halfway from 10 to the mean 20), peak 40ms, 6 samples", avg, peak, n)
+	}
+	if _, _, n := e.Value(now+1, hl, 0); n != 6 {
+		t.Fatalf("an empty fold counted samples: %d", n)
+	}
+}
+
+// Concurrent observers and one folder (run with -race) keep the figures
+// within the samples' range and lose no sample.
 func TestConcurrentObserve(t *testing.T) {
 	var e EWMA
 	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	folded := make(chan int64)
+	go func() { // the owner folds on its own schedule meanwhile
+		for now := int64(1e18); ; now += int64(ms) {
+			select {
+			case <-stop:
+				folded <- now
+				return
+			default:
+				e.Value(now, hl, 0)
+			}
+		}
+	}()
 	for g := range 4 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := range 1000 {
-				e.Observe(time.Duration(1+g)*ms, int64(1e18)+int64(i)*int64(ms), hl)
+			for range 1000 {
+				e.Observe(time.Duration(1+g) * ms)
 			}
 		}()
 	}
 	wg.Wait()
-	avg, peak, n := e.Value(int64(1e18)+int64(1000*ms), hl, 0)
-	if n == 0 || avg < ms || avg > 4*ms || peak < ms || peak > 4*ms {
-		t.Fatalf("avg %v peak %v n %d", avg, peak, n)
+	close(stop)
+	last := <-folded
+	avg, peak, n := e.Value(last, hl, 0)
+	if n != 3999 || avg < ms || avg > 4*ms || peak < ms || peak > 4*ms {
+		t.Fatalf("avg %v peak %v n %d (want 3999 samples: all but the first)", avg, peak, n)
 	}
 }
 
 func BenchmarkObserve(b *testing.B) {
 	var e EWMA
 	b.ReportAllocs()
-	for i := range b.N {
-		e.Observe(5*ms, int64(i)*1000, hl)
+	for b.Loop() {
+		e.Observe(5 * ms)
 	}
+}
+
+func BenchmarkObserveParallel(b *testing.B) {
+	var e EWMA
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			e.Observe(5 * ms)
+		}
+	})
 }

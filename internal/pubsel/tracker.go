@@ -180,7 +180,7 @@ type target struct {
 	mu     sync.Mutex      // orders rounds and re-applied settings
 	window []time.Duration // best RTT of recent successful rounds, newest last
 
-	observed peakewma.EWMA // real traffic, lock-free
+	observed peakewma.EWMA // real traffic: recorded lock-free, folded under mu
 }
 
 // Tracker probes publishers in the background and keeps their status. Its
@@ -305,19 +305,21 @@ func (t *Tracker) publishAddrs() {
 }
 
 // Observe records the latency of one real request or connection to addr
-// (time to response headers, or connect time), taken at now (unix ns); a
-// failed one (error or timeout) counts as at least FailureLatency. It is
-// lock-free and allocates nothing; an address not probed is ignored.
-func (t *Tracker) Observe(addr string, d time.Duration, failed bool, now int64) {
+// (time to response headers, or connect time); a failed one (error or
+// timeout) counts as at least FailureLatency. It is the request path: one
+// lookup in a copy-on-write index, two atomic read-modify-writes, no lock,
+// no allocation, no clock read. The samples are folded into the figures
+// at the next Reevaluate (every 250 ms) or probe round. An address not
+// probed is ignored.
+func (t *Tracker) Observe(addr string, d time.Duration, failed bool) {
 	tg := (*t.byAddr.Load())[addr]
 	if tg == nil {
 		return
 	}
-	cfg := t.cfg.Load()
 	if failed {
-		d = max(d, cfg.FailureLatency)
+		d = max(d, t.cfg.Load().FailureLatency)
 	}
-	tg.observed.Observe(d, now, cfg.HalfLife)
+	tg.observed.Observe(d)
 }
 
 // Reevaluate derives every measured target's figure and bucket again

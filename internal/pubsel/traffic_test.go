@@ -23,7 +23,7 @@ func trafficSetup(t *testing.T, src Source) (*Tracker, []*up) {
 func observeN(tr *Tracker, addr string, d time.Duration, n int, now *time.Time) {
 	for range n {
 		*now = now.Add(ms)
-		tr.Observe(addr, d, false, now.UnixNano())
+		tr.Observe(addr, d, false)
 	}
 }
 
@@ -116,7 +116,7 @@ func TestOneSlowRequestMovesNoPin(t *testing.T) {
 		}
 		for _, u := range p {
 			now = now.Add(ms)
-			tr.Observe(u.addr, time.Millisecond, true, now.UnixNano()) // failed: counts as the 2 s timeout
+			tr.Observe(u.addr, time.Millisecond, true) // failed: counts as the 2 s timeout
 			observeN(tr, u.addr, 5*ms, 1, &now)
 		}
 		tr.Reevaluate(now)
@@ -140,7 +140,7 @@ func TestFailureCountsAsTimeout(t *testing.T) {
 	now := time.Now()
 	for range 3 {
 		now = now.Add(ms)
-		tr.Observe(p[0].addr, time.Microsecond, true, now.UnixNano())
+		tr.Observe(p[0].addr, time.Microsecond, true)
 	}
 	tr.Reevaluate(now)
 	if st := tr.StatusOf(0); st.Latency < DefaultTimeout-ms || st.DecidedBy != "traffic" {
