@@ -214,3 +214,131 @@ func TestClusterSharesReports(t *testing.T) {
 		t.Fatalf("a's backlog after Redis returned: %v", w)
 	}
 }
+
+// Reporters of two networks on loopback, A (127.0.6.0/24) and B
+// (127.0.7.0/24), each with its own token; every group sent at once.
+// CoreDNS's own order is .12, .13, .11. A's three honest reporters measure
+// gw1 5, gw3 10, gw2 50 ms (.11, .13, .12); B's measure gw2 5, gw1 10, gw3
+// 60 ms (.12, .11, .13): each network gets its own order. A fourth
+// reporter in A claiming the far gw2 at 1 ms changes nothing (its vote is
+// one of four: the median stays 50 ms). A report whose body names network
+// B (an unknown field) is refused as malformed and B is unchanged; an
+// unknown token gets 401, an oversized body 413, and a flood with one
+// token (20 at once from 20 addresses, report_rate 5 5) 429
+// rate_limited_token beyond the burst; each refusal is counted by reason.
+func TestReportsAdversaries(t *testing.T) {
+	e2e.SkipShort(t)
+	gws := clusterGateways(t)
+	_, redisAddr := e2e.StartRedis(t)
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	tok := map[string]string{"honest-a": "honest-a-token-0123456789", "honest-b": "honest-b-token-0123456789", "liar": "liar-token-0123456789abc", "flooder": "flooder-token-0123456789"}
+	var lines []string
+	for id, tk := range tok {
+		lines = append(lines, id+" "+tk)
+	}
+	if err := os.WriteFile(tokens, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := startReplica(t, gws, redisAddr, "\t\treport_tokens "+tokens+"\n\t\treport_rate 5 5\n\t\treport_max_body 1024\n")
+	own := []string{"127.0.0.12", "127.0.0.13", "127.0.0.11"}
+	orderA, orderB := []string{"127.0.0.11", "127.0.0.13", "127.0.0.12"}, []string{"127.0.0.12", "127.0.0.11", "127.0.0.13"}
+	const netA, netB = "127.0.6.0/24", "127.0.7.0/24"
+	for _, n := range []string{netA, netB} {
+		if ips, _ := query(t, r.Addr, n); !slices.Equal(ips, own) {
+			t.Fatalf("%s before reports: %v, want CoreDNS's own %v", n, ips, own)
+		}
+	}
+	burst := func(srcs []string, token string, rtts [3]float64) (codes []int) {
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		for _, src := range srcs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				code, _ := postReport(t, r.admin, src, token, rtts)
+				mu.Lock()
+				codes = append(codes, code)
+				mu.Unlock()
+			}()
+		}
+		wg.Wait()
+		return codes
+	}
+	accepted := func(codes []int) bool {
+		for _, c := range codes {
+			if c != http.StatusAccepted {
+				return false
+			}
+		}
+		return true
+	}
+	if c := burst([]string{"127.0.6.1", "127.0.6.2", "127.0.6.3"}, tok["honest-a"], [3]float64{5, 50, 10}); !accepted(c) {
+		t.Fatalf("A's reports: %v", c)
+	}
+	if c := burst([]string{"127.0.7.1", "127.0.7.2", "127.0.7.3"}, tok["honest-b"], [3]float64{10, 5, 60}); !accepted(c) {
+		t.Fatalf("B's reports: %v", c)
+	}
+	check := func(stage string) {
+		t.Helper()
+		for n, want := range map[string][]string{netA: orderA, netB: orderB} {
+			if ips, ttl := query(t, r.Addr, n); !slices.Equal(ips, want) || ttl != 30 {
+				t.Fatalf("%s, %s: %v ttl %d, want %v ttl 30", stage, n, ips, ttl, want)
+			}
+			txt := fmt.Sprint(ask(t, r.Addr, "_ogs.vpn.example.test", dns.TypeTXT, n).Answer)
+			if !strings.Contains(txt, "source reports") {
+				t.Fatalf("%s, %s TXT: %s", stage, n, txt)
+			}
+		}
+		if ips, _ := query(t, r.Addr, "10.9.0.0/24"); !slices.Equal(ips, own) {
+			t.Fatalf("%s, a network without reports: %v", stage, ips)
+		}
+	}
+	check("after the honest reports")
+
+	if c := burst([]string{"127.0.6.9"}, tok["liar"], [3]float64{300, 1, 300}); !accepted(c) {
+		t.Fatalf("the liar's report: %v", c)
+	}
+	check("after a liar in A")
+
+	// A body naming B: no such field; the location is where it comes from.
+	body := fmt.Sprintf(`{"probe":"http","time":%q,"location":"127.0.7.0/24","gateways":[{"name":"gw3.example.test","rtt_ms":1}]}`, time.Now().UTC().Format(time.RFC3339))
+	post := func(src, token, body string) int {
+		c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}).DialContext}}
+		req, _ := http.NewRequest(http.MethodPost, "http://"+r.admin+"/ogs/reports", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := post("127.0.6.8", tok["liar"], body); code != http.StatusBadRequest {
+		t.Fatalf("a body naming network B: %d, want 400", code)
+	}
+	if code := post("127.0.6.7", "no-such-token-0123456789", body); code != http.StatusUnauthorized {
+		t.Fatalf("an unknown token: %d, want 401", code)
+	}
+	if code := post("127.0.6.6", tok["liar"], strings.Repeat(" ", 2048)+"{}"); code != http.StatusRequestEntityTooLarge {
+		t.Fatalf("a body above report_max_body: %d, want 413", code)
+	}
+	var flood []string
+	for i := range 20 {
+		flood = append(flood, fmt.Sprintf("127.0.8.%d", i+1))
+	}
+	limited := 0
+	for _, c := range burst(flood, tok["flooder"], [3]float64{1, 1, 1}) {
+		if c == http.StatusTooManyRequests {
+			limited++
+		}
+	}
+	if limited < 15-1 { // the burst of 5, and at most one refill in the flood
+		t.Fatalf("flood of 20 with one token: %d refused with 429, want about 15", limited)
+	}
+	check("after the refused reports")
+	for reason, want := range map[string]float64{"malformed": 1, "unauthorized": 1, "too_large": 1, "rate_limited_token": float64(limited)} {
+		if n := metricWith(t, r.metrics, "coredns_ogs_reports_total", `result="`+reason+`"`); n != want {
+			t.Errorf("reports_total{result=%q} %v, want %v", reason, n, want)
+		}
+	}
+}
