@@ -188,6 +188,17 @@ func (r *Reports) storedVotes(location, reporter string) (votes []StoredVote, la
 	return votes, st.latest
 }
 
+// reportStoreUsable reports whether a ReportStore is configured and the
+// store is not resting after an error (of any kind of key: one Redis).
+func (s *Selector) reportStoreUsable(cfg *Config) bool {
+	if cfg.ReportStore == nil {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !s.now().Before(s.storeDownUntil)
+}
+
 // reportKey is a reporter of a location, waiting to be written again.
 type reportKey struct{ location, reporter string }
 
@@ -214,7 +225,7 @@ func (s *Selector) putReporter(cfg *Config, k reportKey) error {
 	if len(votes) == 0 {
 		return nil // evicted meanwhile: nothing to write
 	}
-	if !s.storeUsable(cfg) {
+	if !s.reportStoreUsable(cfg) {
 		s.queueReport(k)
 		return &StoreTrouble{Op: "put_reports", Keys: KeysReports, Reason: "resting", Err: errors.New("the store rests after an error")}
 	}
@@ -264,11 +275,11 @@ func (s *Selector) syncReports() {
 // SyncReportsNow runs one sync step at once (tests; the timer calls it).
 func (s *Selector) SyncReportsNow() {
 	cfg := s.Config()
-	if cfg.ReportStore == nil || !cfg.Reports.Enabled || !s.storeUsable(&cfg) {
+	if !cfg.Reports.Enabled || !s.reportStoreUsable(&cfg) {
 		return
 	}
 	s.reconcileReports(&cfg)
-	if !s.storeUsable(&cfg) {
+	if !s.reportStoreUsable(&cfg) {
 		return
 	}
 	s.pullReports(&cfg)
