@@ -5,7 +5,8 @@
 # (127.0.0.0/24 has no reporter); reports on, answered from the querier's
 # network's reports (three reporters from 127.0.0.2-4 posted first). RUNS
 # interleaved runs of SECS seconds each; median qps and median per-run
-# ratios against reports off. The bench/ogs.sh method; kept here with the
+# ratios against reports off, the three servers' order rotating run by run.
+# The bench/ogs.sh method; kept here with the
 # plugin it measures.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
@@ -52,7 +53,12 @@ echo "vpn.example.test A" >"$work/queries.txt"
 qps() { dnsperf_qps "$1" "$work/queries.txt" -l "$SECS" -c 4 -Q 500000; }
 o_all=() n_all=() r_all=() rn=() rr=()
 for i in $(seq "$RUNS"); do
-	o=$(qps 18651); n=$(qps 18652); r=$(qps 18653)
+	# The order rotates run by run: none of the three always goes first.
+	case $((i % 3)) in
+	0) o=$(qps 18651); n=$(qps 18652); r=$(qps 18653) ;;
+	1) n=$(qps 18652); r=$(qps 18653); o=$(qps 18651) ;;
+	2) r=$(qps 18653); o=$(qps 18651); n=$(qps 18652) ;;
+	esac
 	o_all+=("$o") n_all+=("$n") r_all+=("$r")
 	rn+=("$(ratio "$n" "$o")") rr+=("$(ratio "$r" "$o")")
 	echo "run $i: off $o, on-none $n, on-reported $r"
