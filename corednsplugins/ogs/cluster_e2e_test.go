@@ -38,11 +38,14 @@ func clusterCorefile(gws []*countingGateway, redisAddr, metricsAddr, adminAddr, 
 }
 
 // clusterGateways are three counting gateways whose measured order is
-// 127.0.0.12, .13, .11: 30, 60 and 90 ms, far enough apart that a loaded
+// 127.0.0.12, .13, .11: 100, 200 and 300 ms, far enough apart that a loaded
 // machine does not swap two of them (10, 20 and 30 ms did: a probe of the
-// 10 ms gateway measured over 20 ms in a busy make test).
+// 10 ms gateway measured over 20 ms in a busy make test; so did 30, 60 and
+// 90 ms: with two busy loops on the two cores, 3 in 12 runs of
+// TestClusterRedisDownAndBack measured the 60 ms gateway behind the 90 ms
+// one while some 20 probe runs went at once).
 func clusterGateways(t *testing.T) []*countingGateway {
-	return []*countingGateway{startCountingGateway(t, "127.0.0.11", 90*ms), startCountingGateway(t, "127.0.0.12", 30*ms), startCountingGateway(t, "127.0.0.13", 60*ms)}
+	return []*countingGateway{startCountingGateway(t, "127.0.0.11", 300*ms), startCountingGateway(t, "127.0.0.12", 100*ms), startCountingGateway(t, "127.0.0.13", 200*ms)}
 }
 
 func startReplica(t *testing.T, gws []*countingGateway, redisAddr, extra string) *replica {

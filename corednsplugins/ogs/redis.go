@@ -47,6 +47,8 @@ func (r *redisStore) keyPattern(k ogs.StoreKeys) string {
 		return r.ns + "lock:*"
 	case ogs.KeysBoth:
 		return r.ns + "* (values and locks)"
+	case ogs.KeysReports:
+		return r.reportsNS() + "*"
 	}
 	return "every key (the connection)"
 }
@@ -196,8 +198,12 @@ func (o *OGS) onStore(ev ogs.StoreEvent) {
 		storeAdopted.Inc()
 	case ogs.StoreDown:
 		t := ev.Trouble
-		log.Warningf("store redis %s: %s failed on %s (%s, location %s): %v; probing locally until it answers again",
-			strings.Join(o.redis.Addresses, ","), t.Op, o.store.keyPattern(t.Keys), t.Reason, ev.Location, errors.Unwrap(t))
+		fallback := "probing locally"
+		if t.Op == "put_reports" || t.Op == "sync_reports" {
+			fallback = "answering from this replica's reports (writing them again then)"
+		}
+		log.Warningf("store redis %s: %s failed on %s (%s, location %s): %v; %s until it answers again",
+			strings.Join(o.redis.Addresses, ","), t.Op, o.store.keyPattern(t.Keys), t.Reason, ev.Location, errors.Unwrap(t), fallback)
 	case ogs.StoreUp:
 		log.Infof("store redis %s: answering again on %s", strings.Join(o.redis.Addresses, ","), o.store.keyPattern(ev.Trouble.Keys))
 	}

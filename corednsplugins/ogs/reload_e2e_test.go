@@ -209,10 +209,12 @@ func totalConns(gws ...*countingGateway) (n int64) {
 // locations probe again, and the new list answers. A second ogs block,
 // same gateways, keeps state of its own.
 func TestReloadKeepsLocations(t *testing.T) {
+	// 100 ms apart: a loaded machine's probe noise (a 5 ms gateway measured
+	// below a 1 ms one in CI) stays inside.
 	gw := []*countingGateway{
-		startCountingGateway(t, "127.0.0.11", 60*ms),
-		startCountingGateway(t, "127.0.0.12", 5*ms),
-		startCountingGateway(t, "127.0.0.13", 30*ms),
+		startCountingGateway(t, "127.0.0.11", 300*ms),
+		startCountingGateway(t, "127.0.0.12", 100*ms),
+		startCountingGateway(t, "127.0.0.13", 200*ms),
 		startCountingGateway(t, "127.0.0.14", 1*ms),
 	}
 	names := []string{"gw1", "gw2", "gw3", "gw4"}

@@ -175,7 +175,14 @@ func (o *OGS) serveReport(w http.ResponseWriter, r *http.Request) {
 	key := o.maskedKey(src)
 	reporter := id + "|" + src.String()
 	if err == nil {
-		err = o.sel.Reports().Add(key, reporter, rep, now)
+		err = o.sel.AddReport(key, reporter, rep, now)
+	}
+	var trouble *ogs.StoreTrouble
+	if errors.As(err, &trouble) {
+		// Accepted here, answered from this replica's reports; counted
+		// (store_errors_total, through onStore) and written again once
+		// Redis answers.
+		err = nil
 	}
 	var ref *ogs.Refusal
 	if errors.As(err, &ref) {

@@ -34,6 +34,7 @@ func TestParseReportErrors(t *testing.T) {
 		"report_tokens " + tokens:                                                           "report_tokens " + tokens + ": needs admin HOST:PORT",
 		"admin 127.0.0.1:1\nreport_tokens " + filepath.Dir(tokens):                          "report_tokens " + filepath.Dir(tokens) + ": ",
 		"admin 127.0.0.1:1\nreport_tokens " + bad:                                           "shorter than 16 characters",
+		"admin 127.0.0.1:1\nreport_tokens " + bad + ".missing":                              "report_tokens " + bad + ".missing: stat " + bad + ".missing: no such file or directory",
 		"min_reporters 3":                                                                   "min_reporters (at ",
 		"admin 127.0.0.1:1\nreport_tokens " + tokens + "\nmin_reporters 0":                  "min_reporters 0: ",
 		"admin 127.0.0.1:1\nreport_tokens " + tokens + "\nreport_window 1x":                 "report_window 1x: ",

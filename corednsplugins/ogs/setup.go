@@ -381,10 +381,13 @@ func parse(c *caddy.Controller) (*OGS, error) {
 			case "fallthrough":
 				o.Fall.SetZonesFromArgs(args)
 			case "report_tokens":
+				// A file named in the configuration must be there at load,
+				// as Caddy's and CoreDNS's own file options must (tls,
+				// hosts): a typo would otherwise refuse every report.
 				if rc.tokens, err = ogs.LoadTokens(args[0]); err != nil {
 					err = bad("%v", err)
 				} else if terr := rc.tokens.Err(); terr != nil {
-					log.Warningf("report_tokens %s: %v: every report is refused until the file exists", args[0], terr)
+					err = bad("%v", terr)
 				}
 			case "report_window":
 				cfg.Reports.Window, err = durationArg(args[0])
@@ -472,6 +475,9 @@ func parse(c *caddy.Controller) (*OGS, error) {
 		cfg.Store = o.store
 		cfg.StoreTimeout = time.Duration(max(o.redis.ReadTimeout, o.redis.WriteTimeout))
 		cfg.OnStore = o.onStore
+		if cfg.Reports.Enabled {
+			cfg.ReportStore = o.store
+		}
 	}
 	cfg.OnRun = o.logRun
 	cfg.OnRecheck = o.logRecheck

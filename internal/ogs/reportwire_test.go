@@ -117,12 +117,22 @@ func TestTokens(t *testing.T) {
 		"a short\n":              "shorter than 16",
 		"a 0123456789abcdef x\n": "want ID TOKEN",
 		"a 0123456789abcdef\na 0123456789abcdeg\n": "given twice",
-		"# none\n": "no token",
 	} {
 		write(body, t0)
 		if _, err := LoadTokens(path); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: %v, want %q", body, err, want)
 		}
+	}
+	// A file without a token is valid: every report is refused. Emptying
+	// it revokes the last token at once, as removing any line does.
+	write("erin eeeeeeeeeeeeeeeeeeee\n", t0)
+	et, err := LoadTokens(path)
+	if err != nil || et.Len() != 1 {
+		t.Fatalf("one token: %v, %d", err, et.Len())
+	}
+	write("# none left\n", t0.Add(3*time.Minute))
+	if _, ok := et.Lookup("eeeeeeeeeeeeeeeeeeee", time.Now().Add(2*time.Second)); ok || et.Err() != nil || et.Len() != 0 {
+		t.Fatalf("the last token's line removed: still accepted, or error %v, %d tokens", et.Err(), et.Len())
 	}
 }
 

@@ -71,6 +71,9 @@ type Config struct {
 	StoreRetry   time.Duration
 	// OnStore, if set, is told what happened with the store.
 	OnStore func(StoreEvent)
+	// ReportStore, if set, shares client reports with other replicas
+	// (reportshare.go), within StoreTimeout per call.
+	ReportStore ReportStore
 
 	// Reports, when enabled, orders a location from its clients' reports
 	// (reports.go) once enough of them report.
@@ -282,6 +285,10 @@ type Selector struct {
 	storeDown      bool                            // some keys are in trouble (troubles is not empty)
 	storeDownUntil time.Time                       // the store rests until then after an error
 	troubles       map[StoreKeys]StoreTroubleState // keys the store fails on, until a call on them succeeds
+
+	reportCursor         int64              // ReportStore: changes before this (store clock, ms) are merged
+	reportBacklog        map[reportKey]bool // reporters whose write to the ReportStore failed
+	reportBacklogDropped uint64             // reporters not queued: the backlog was full
 }
 
 // NewSelector returns a selector with defaults filled in.
@@ -632,8 +639,9 @@ func (s *Selector) Start() {
 		return
 	}
 	s.started = true
-	s.wg.Add(2)
+	s.wg.Add(3)
 	go s.recheck()
+	go s.syncReports()
 	// Whether the file is there now: deleting it later forgets every location.
 	_, err := os.Stat(s.cfg.CacheFile)
 	go s.persist(time.Second, s.cfg.CacheFile, s.cfg.CacheFile != "" && err == nil)

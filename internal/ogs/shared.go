@@ -66,9 +66,14 @@ const (
 	KeysValue StoreKeys = 1 << (iota - 1)      // location values
 	KeysLock                                   // probe locks
 	KeysBoth  StoreKeys = KeysValue | KeysLock // both, or either (the store did not say which)
+	// KeysReports are the shared client reports (reportshare.go).
+	KeysReports StoreKeys = 4
 )
 
 func (k StoreKeys) String() string {
+	if k == KeysReports {
+		return "reports"
+	}
 	return [...]string{"any", "value", "lock", "value+lock"}[k&KeysBoth]
 }
 
