@@ -51,7 +51,7 @@ func adminRaw(addr string) (string, error) {
 // listener.
 func TestAdminAcrossBlocksAndReloads(t *testing.T) {
 	e2e.SkipShort(t)
-	gws := []*countingGateway{startCountingGateway(t, "127.0.0.11", 30*ms), startCountingGateway(t, "127.0.0.12", 10*ms)}
+	gws := []*countingGateway{startCountingGateway(t, "127.0.0.11", 200*ms), startCountingGateway(t, "127.0.0.12", 10*ms)}
 	admin := e2e.Addr(t)
 	d := startReloadable(t, adminCorefile(gws, 30, admin, admin))
 	ask(t, d.addr, "vpn.example.test", dns.TypeA, "10.1.0.0/24")

@@ -118,9 +118,9 @@ func TestFastFailuresSayWhy(t *testing.T) {
 // apex, and ECS is echoed with scope 0 where the location does not matter.
 func TestRecheckOmitDedupeSOAAndECS(t *testing.T) {
 	gw1 := startRestartable(t, "127.0.0.11", 1*ms)
-	gw2 := startCountingGateway(t, "127.0.0.12", 20*ms)
-	gw3 := startCountingGateway(t, "127.0.0.13", 40*ms)
-	gw2b := startCountingGateway(t, "127.0.0.12", 60*ms) // gw2's IP, another port
+	gw2 := startCountingGateway(t, "127.0.0.12", 100*ms)
+	gw3 := startCountingGateway(t, "127.0.0.13", 200*ms)
+	gw2b := startCountingGateway(t, "127.0.0.12", 300*ms) // gw2's IP, another port
 	deadPort := e2e.FreePort(t)                          // nothing listens: a dead backup
 	metricsAddr := e2e.Addr(t)
 	cf := fmt.Sprintf(`vpn.example.test {
