@@ -121,7 +121,7 @@ func TestRecheckOmitDedupeSOAAndECS(t *testing.T) {
 	gw2 := startCountingGateway(t, "127.0.0.12", 100*ms)
 	gw3 := startCountingGateway(t, "127.0.0.13", 200*ms)
 	gw2b := startCountingGateway(t, "127.0.0.12", 300*ms) // gw2's IP, another port
-	deadPort := e2e.FreePort(t)                          // nothing listens: a dead backup
+	deadPort := e2e.FreePort(t)                           // nothing listens: a dead backup
 	metricsAddr := e2e.Addr(t)
 	cf := fmt.Sprintf(`vpn.example.test {
 	bind 127.0.0.1
