@@ -203,9 +203,8 @@ func BuildXcaddy() (string, error) {
 }
 
 // sourceHash digests everything that goes into the binaries: go.mod, go.sum,
-// xcaddy.json,
-// every non-test Go file outside bin/, testdata and hidden directories, and
-// the files embedded with go:embed (those under an assets/ directory).
+// xcaddy.json, every non-test Go file outside bin/, testdata and hidden
+// directories, and the files embedded with go:embed (those under an assets/ directory).
 func sourceHash(root string) (string, error) {
 	var files []string
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
