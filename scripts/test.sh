@@ -61,14 +61,11 @@ trap 'kill "$race_prebuild" 2>/dev/null || true' EXIT # when go test fails
 # does both (go vet ./... first analysed every dependency a second time).
 # -s -w: test binaries without symbol table and DWARF, which cuts link time;
 # stack traces keep their names.
-# The packages whose tests run longest (minutes each, much of it waiting on
-# real binaries, peers and timers) come first, so they start as soon as they are built
-# and not at the end; -p 3 lets a third job (compile, vet, link or a short
-# package's tests) go on while two of them run. go test tests each package
-# once however often the list names it.
-slow="./caddymodules/peerratelimit ./caddymodules/tenantroute ./corednsplugins/ogs
-	./caddymodules/latencybucket ./caddymodules/dashboard ./internal/e2e"
-go test -p 3 -vet=all -ldflags='-s -w' -count=1 -timeout 40m ${GOTEST_FLAGS:-} $slow ./...
+# Not -p 3 with the slow packages first: in a cold run on a loaded host that
+# failed two rate- and latency-measuring tests (peer_rate_limit
+# TestClusterACLRefusesPeerKeys counted 0.90 x the limit, ogs
+# TestReloadKeepsLocations got another gateway order).
+go test -vet=all -ldflags='-s -w' -count=1 -timeout 40m ${GOTEST_FLAGS:-} ./...
 wait "$race_prebuild" || true
 
 stage "go test -race"
