@@ -2,6 +2,9 @@
 GO      ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/edgesteer/edgesteer/internal/version.Version=$(VERSION)
+# TAGS=coredns_all builds bin/coredns with every stock CoreDNS plugin (the
+# default leaves out the cloud, Kubernetes and tracing ones: README, CoreDNS).
+TAGS    ?=
 
 .PHONY: all build run test bench xcaddy vet clean
 
@@ -9,7 +12,7 @@ all: build
 
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/caddy ./builds/caddy
-	$(GO) build -ldflags '$(LDFLAGS)' -o bin/coredns ./builds/coredns
+	$(GO) build -tags '$(TAGS)' -ldflags '$(LDFLAGS)' -o bin/coredns ./builds/coredns
 
 # Builds both binaries and starts the demo on loopback; Ctrl-C stops it and
 # make exits 0. In a terminal the demo runs as a job of its own (set -m), so

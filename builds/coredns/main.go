@@ -1,12 +1,13 @@
-// Command coredns is CoreDNS with its stock plugins and every edgesteer
-// plugin under corednsplugins/, placed in the plugin chain by directives.go.
+// Command coredns is CoreDNS with its stock plugins (all but the cloud-provider,
+// Kubernetes and tracing ones, which plugins.go names; -tags coredns_all adds
+// them) and every edgesteer plugin under corednsplugins/, placed in the plugin
+// chain by directives.go.
 package main
 
 import (
 	"log"
 
 	"github.com/coredns/coredns/core/dnsserver"
-	_ "github.com/coredns/coredns/core/plugin"
 	"github.com/coredns/coredns/coremain"
 
 	"github.com/edgesteer/edgesteer/internal/version"

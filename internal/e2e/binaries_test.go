@@ -3,7 +3,6 @@ package e2e_test
 import (
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -57,19 +56,7 @@ func TestCoreDNSVersionAndPlugins(t *testing.T) {
 // The xcaddy build from xcaddy.json must hold exactly the modules of the go
 // build from builds/caddy, so the two cannot drift apart.
 func TestXcaddyBuildListsSameModules(t *testing.T) {
-	e2e.SkipShort(t)
-	root := e2e.Root(t)
-	bin := filepath.Join(t.TempDir(), "caddy-xcaddy")
-	cmd := exec.Command("go", "run", "./builds/xcaddy", "-manifest", "xcaddy.json",
-		"-output", bin, "-tools", filepath.Join(root, "bin", "tools"))
-	cmd.Dir = root
-	// xcaddy's default go build flags (-trimpath, -tags nobadger,nomysql,nopgx)
-	// change every package's build ID, so the build compiled all of Caddy a
-	// second time. Neither can change which modules register: with only
-	// -ldflags the build reuses the packages e2e.Bin's build compiled and
-	// just links.
-	cmd.Env = append(os.Environ(), "XCADDY_GO_BUILD_FLAGS=-ldflags='-s -w'")
-	run(t, cmd)
+	bin := e2e.XcaddyBin(t) // built by `go run ./builds/xcaddy` from xcaddy.json
 
 	list := func(bin string) []string {
 		c := exec.Command(bin, "list-modules")

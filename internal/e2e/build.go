@@ -93,18 +93,11 @@ func Build() (string, error) {
 		return "", err
 	}
 	base := filepath.Join(root, "bin", "test")
-	if err := os.MkdirAll(base, 0o755); err != nil {
-		return "", err
-	}
-	lock, err := os.OpenFile(filepath.Join(base, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	unlock, err := lockDir(base)
 	if err != nil {
 		return "", err
 	}
-	defer lock.Close()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		return "", err
-	}
-	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
+	defer unlock()
 
 	dir := filepath.Join(base, sum[:16])
 	stamp := filepath.Join(dir, ".complete")
@@ -132,9 +125,86 @@ func Build() (string, error) {
 	return dir, os.WriteFile(stamp, []byte(sum+"\n"), 0o644)
 }
 
+// lockDir creates dir and takes its file lock, which keeps concurrent test
+// processes from building the same binaries twice.
+func lockDir(dir string) (unlock func(), err error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	lock, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		lock.Close()
+		return nil, err
+	}
+	return func() {
+		syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
+		lock.Close()
+	}, nil
+}
+
+var (
+	xcaddyOnce sync.Once
+	xcaddyBin  string
+	xcaddyErr  error
+)
+
+// XcaddyBin returns the path of bin/test/<hash>/caddy-xcaddy, Caddy built by
+// xcaddy from xcaddy.json (`make xcaddy`), building it first unless the build
+// for the current sources is there.
+func XcaddyBin(t testing.TB) string {
+	t.Helper()
+	SkipShort(t)
+	xcaddyOnce.Do(func() { xcaddyBin, xcaddyErr = BuildXcaddy() })
+	if xcaddyErr != nil {
+		t.Fatalf("building caddy with xcaddy: %v", xcaddyErr)
+	}
+	return xcaddyBin
+}
+
+// BuildXcaddy builds caddy-xcaddy beside the binaries of Build (and those
+// first, if need be), unless it is there already, and returns its path.
+// scripts/test.sh builds it (through internal/e2e/buildbins) in its build
+// stage, so the test that compares its modules with bin/caddy's only runs
+// it, and a run with unchanged sources builds nothing.
+func BuildXcaddy() (string, error) {
+	dir, err := Build()
+	if err != nil {
+		return "", err
+	}
+	root, err := findRoot()
+	if err != nil {
+		return "", err
+	}
+	unlock, err := lockDir(filepath.Dir(dir))
+	if err != nil {
+		return "", err
+	}
+	defer unlock()
+	bin := filepath.Join(dir, "caddy-xcaddy")
+	stamp := filepath.Join(dir, ".complete-xcaddy")
+	if _, err := os.Stat(stamp); err == nil {
+		return bin, nil
+	}
+	cmd := exec.Command("go", "run", "./builds/xcaddy", "-manifest", "xcaddy.json",
+		"-output", bin, "-tools", filepath.Join(root, "bin", "tools"))
+	cmd.Dir = root
+	// xcaddy's default go build flags (-trimpath, -tags nobadger,nomysql,nopgx)
+	// change every package's build ID, so the build compiled all of Caddy a
+	// second time. Neither can change which modules register: with only
+	// -ldflags the build reuses the packages Build compiled and just links.
+	cmd.Env = append(os.Environ(), "XCADDY_GO_BUILD_FLAGS=-ldflags='-s -w'")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("%s: %v\n%s", cmd, err, out)
+	}
+	return bin, os.WriteFile(stamp, nil, 0o644)
+}
+
 // sourceHash digests everything that goes into the binaries: go.mod, go.sum,
-// every non-test Go file outside bin/, testdata and hidden directories, and
-// the files embedded with go:embed (those under an assets/ directory).
+// xcaddy.json, every non-test Go file outside bin/, testdata and hidden
+// directories, and the files embedded with go:embed (those under an assets/ directory).
 func sourceHash(root string) (string, error) {
 	var files []string
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
@@ -148,7 +218,7 @@ func sourceHash(root string) (string, error) {
 			}
 			return nil
 		}
-		if name == "go.mod" || name == "go.sum" ||
+		if name == "go.mod" || name == "go.sum" || name == "xcaddy.json" ||
 			(strings.HasSuffix(name, ".go") && !strings.HasSuffix(name, "_test.go")) ||
 			filepath.Base(filepath.Dir(path)) == "assets" {
 			files = append(files, path)

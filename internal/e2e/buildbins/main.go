@@ -1,6 +1,6 @@
 // Command buildbins builds the end-to-end binaries (bin/test/<hash of the
-// sources>/caddy, coredns, testpeer) exactly as the tests' e2e.Bin would,
-// and prints their directory. scripts/test.sh runs it before `go test`.
+// sources>/caddy, coredns, testpeer, …, and caddy-xcaddy) exactly as the
+// tests' e2e.Bin and e2e.XcaddyBin would, and prints their directory. scripts/test.sh runs it before `go test`.
 package main
 
 import (
@@ -12,6 +12,9 @@ import (
 
 func main() {
 	dir, err := e2e.Build()
+	if err == nil {
+		_, err = e2e.BuildXcaddy()
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "buildbins:", err)
 		os.Exit(1)
