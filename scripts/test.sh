@@ -47,15 +47,6 @@ race_full=$(go list ./internal/... | grep -v '/internal/e2e$')
 race_short="./internal/e2e ./caddymodules/... ./corednsplugins/..."
 
 stage "go test (vet and every test)"
-# Beside it, at the lowest CPU priority, `go build -race` compiles what the
-# race stage will test (every non-main package of both lists and their
-# dependencies) into the build cache: go test's test runs leave the CPU idle
-# much of the time, which this fills, and nice 19 takes nothing from them
-# when they need it. The race stage then compiles only the test files. Its
-# errors, if any, show again in the race stage, so its status is ignored.
-nice -n 19 go build -race $(go list -f '{{if ne .Name "main"}}{{.ImportPath}}{{end}}' $race_full $race_short) &
-race_prebuild=$!
-trap 'kill "$race_prebuild" 2>/dev/null || true' EXIT # when go test fails
 # -vet=all: go test runs all of go vet's checks on every package, test files
 # included, while it builds it (packages without tests too), so one pass
 # does both (go vet ./... first analysed every dependency a second time).
@@ -66,7 +57,6 @@ trap 'kill "$race_prebuild" 2>/dev/null || true' EXIT # when go test fails
 # TestClusterACLRefusesPeerKeys counted 0.90 x the limit, ogs
 # TestReloadKeepsLocations got another gateway order).
 go test -vet=all -ldflags='-s -w' -count=1 -timeout 40m ${GOTEST_FLAGS:-} ./...
-wait "$race_prebuild" || true
 
 stage "go test -race"
 # The engines (internal/), with every test, and the adapters, with their
