@@ -194,6 +194,30 @@ func (l pairLog) describe(pairs [][2]string, n int) string {
 
 func port(addr string) string { return addr[strings.LastIndexByte(addr, ':')+1:] }
 
+// stickyStoreCaddyfile is a loopback replica at front: policy name over
+// pubs with sticky_store redis main (store: the lines of its
+// edgesteer_redis block), the publisher in X-Publisher.
+func stickyStoreCaddyfile(store, front, name string, pubs []string) string {
+	return fmt.Sprintf(`{
+	edgesteer_redis main {
+		address %s
+	}
+}
+http://app.example:%s {
+	bind 127.0.0.1
+	reverse_proxy %s {
+		lb_policy latency_bucket {
+			name %s
+			probe_interval 300ms
+			sticky_user {http.request.header.X-User}
+			sticky_store redis main
+		}
+		header_down X-Publisher {http.reverse_proxy.latency_bucket.publisher}
+	}
+}
+`, store, port(front), strings.Join(pubs, " "), name)
+}
+
 func (c *cluster) storeViews() map[string]latencybucket.StoreView {
 	out := map[string]latencybucket.StoreView{}
 	for _, h := range replicaHosts {
@@ -369,26 +393,7 @@ func TestClusterStickyStoreACLRefusesSomeKeys(t *testing.T) {
 	fronts := []string{e2e.Addr(t), e2e.Addr(t)}
 	var caddies []*e2e.Caddy
 	for _, f := range fronts {
-		c := e2e.StartCaddy(t, "caddyfile", fmt.Sprintf(`{
-	edgesteer_redis main {
-		address %s
-		username lb
-		password pw
-	}
-}
-http://app.example:%s {
-	bind 127.0.0.1
-	reverse_proxy %s {
-		lb_policy latency_bucket {
-			name acl
-			probe_interval 300ms
-			sticky_user {http.request.header.X-User}
-			sticky_store redis main
-		}
-		header_down X-Publisher {http.reverse_proxy.latency_bucket.publisher}
-	}
-}
-`, redisAddr, port(f), strings.Join(pubs, " ")))
+		c := e2e.StartCaddy(t, "caddyfile", stickyStoreCaddyfile(redisAddr+"\n\t\tusername lb\n\t\tpassword pw", f, "acl", pubs))
 		c.WaitTCP(t, f)
 		adminView(t, c, "acl", 3)
 		caddies = append(caddies, c)

@@ -44,24 +44,7 @@ func stickyModesRun(t *testing.T, store string, direct *redisconn.Config, failov
 	fronts := []string{e2e.Addr(t), e2e.Addr(t)}
 	var caddies []*e2e.Caddy
 	for _, f := range fronts {
-		c := e2e.StartCaddy(t, "caddyfile", fmt.Sprintf(`{
-	edgesteer_redis main {
-		address %s
-	}
-}
-http://app.example:%s {
-	bind 127.0.0.1
-	reverse_proxy %s {
-		lb_policy latency_bucket {
-			name modes
-			probe_interval 300ms
-			sticky_user {http.request.header.X-User}
-			sticky_store redis main
-		}
-		header_down X-Publisher {http.reverse_proxy.latency_bucket.publisher}
-	}
-}
-`, store, port(f), strings.Join(pubs, " ")))
+		c := e2e.StartCaddy(t, "caddyfile", stickyStoreCaddyfile(store, f, "modes", pubs))
 		c.WaitTCP(t, f)
 		adminView(t, c, "modes", 3)
 		caddies = append(caddies, c)

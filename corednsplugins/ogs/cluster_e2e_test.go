@@ -81,6 +81,14 @@ type adminJSON struct {
 
 func fetchAdmin(t *testing.T, addr string) adminJSON {
 	t.Helper()
+	var v adminJSON
+	getAdmin(t, addr, &v)
+	return v
+}
+
+// getAdmin decodes the admin view at addr into v (the README's JSON).
+func getAdmin(t *testing.T, addr string, v any) {
+	t.Helper()
 	resp, err := http.Get("http://" + addr + "/ogs")
 	if err != nil {
 		t.Fatal(err)
@@ -89,11 +97,9 @@ func fetchAdmin(t *testing.T, addr string) adminJSON {
 	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "application/json" {
 		t.Fatalf("GET /ogs: %s %s", resp.Status, resp.Header.Get("Content-Type"))
 	}
-	var v adminJSON
-	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
 		t.Fatal(err)
 	}
-	return v
 }
 
 // query asks for vpn.example.test A from an ECS subnet and wants NOERROR

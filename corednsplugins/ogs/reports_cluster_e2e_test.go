@@ -2,7 +2,6 @@ package ogs_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -86,15 +85,8 @@ type reportsAdmin struct {
 
 func fetchReportsAdmin(t *testing.T, addr string) reportsAdmin {
 	t.Helper()
-	resp, err := http.Get("http://" + addr + "/ogs")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
 	var v reportsAdmin
-	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
-		t.Fatal(err)
-	}
+	getAdmin(t, addr, &v)
 	return v
 }
 

@@ -1,57 +1,26 @@
 package ogs_test
 
 import (
-	"context"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/edgesteer/edgesteer/internal/e2e"
 )
-
-// inNamespace runs f on a locked thread switched into the network
-// namespace ns (a socket stays in the namespace it was made in).
-func inNamespace(ns string, f func() error) error {
-	target, err := os.Open("/var/run/netns/" + ns)
-	if err != nil {
-		return err
-	}
-	defer target.Close()
-	runtime.LockOSThread()
-	own, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
-	if err != nil {
-		runtime.UnlockOSThread()
-		return err
-	}
-	defer own.Close()
-	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-		runtime.UnlockOSThread()
-		return err
-	}
-	ferr := f()
-	if err := unix.Setns(int(own.Fd()), unix.CLONE_NEWNET); err != nil {
-		return err // the thread stays locked and ends with this goroutine
-	}
-	runtime.UnlockOSThread()
-	return ferr
-}
 
 // netGateway is an HTTP gateway listening at addr in ns that answers after
 // a delay chosen by the client's /28: each client network sees its own
 // distance to it.
-func netGateway(t *testing.T, ns, addr string, delays map[string]time.Duration) {
+func netGateway(t *testing.T, tp *e2e.Topology, host, addr string, delays map[string]time.Duration) {
 	t.Helper()
 	var l net.Listener
-	if err := inNamespace(ns, func() (err error) { l, err = net.Listen("tcp", addr); return }); err != nil {
+	if err := tp.In(host, func() (err error) { l, err = net.Listen("tcp", addr); return }); err != nil {
 		t.Fatal(err)
 	}
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -92,7 +61,7 @@ func TestReportsPerNetworkInNamespaces(t *testing.T) {
 	const dnsNet, netA, netB = "10.77.0.0/28", "10.77.0.16/28", "10.77.0.32/28"
 	for i, d := range [][3]time.Duration{{50 * ms, 250 * ms, 150 * ms}, {150 * ms, 50 * ms, 250 * ms}, {250 * ms, 150 * ms, 50 * ms}} {
 		name := fmt.Sprintf("gw%d", i+1)
-		netGateway(t, tp.NS(name), tp.IP(name)+":8080", map[string]time.Duration{dnsNet: d[0], netA: d[1], netB: d[2]})
+		netGateway(t, tp, name, tp.IP(name)+":8080", map[string]time.Duration{dnsNet: d[0], netA: d[1], netB: d[2]})
 	}
 	dir := t.TempDir()
 	tokens := filepath.Join(dir, "tokens")
@@ -219,13 +188,7 @@ func TestReportsPerNetworkInNamespaces(t *testing.T) {
 
 	// A liar in A: gw1 (A's farthest) at 1 ms.
 	body := fmt.Sprintf(`{"probe":"http","time":%q,"gateways":[{"name":"gw1.example.test","rtt_ms":1},{"name":"gw2.example.test","rtt_ms":900},{"name":"gw3.example.test","rtt_ms":900}]}`, time.Now().UTC().Format(time.RFC3339))
-	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: func(ctx context.Context, network, addr string) (conn net.Conn, err error) {
-		err = inNamespace(tp.NS("netA"), func() (err error) {
-			conn, err = (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("10.77.0.20")}}).DialContext(ctx, network, addr)
-			return
-		})
-		return
-	}}}
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: tp.Dialer("netA", &net.TCPAddr{IP: net.ParseIP("10.77.0.20")})}}
 	req, _ := http.NewRequest(http.MethodPost, "http://"+reps[0].admin+"/ogs/reports", strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer liar-token-0123456789abc")
 	resp, err := c.Do(req)

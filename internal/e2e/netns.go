@@ -225,7 +225,7 @@ func (tp *Topology) HTTPClient(host string) *http.Client {
 func (tp *Topology) Dialer(host string, local net.Addr) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		var conn net.Conn
-		err := tp.in(host, func() error {
+		err := tp.In(host, func() error {
 			var err error
 			conn, err = (&net.Dialer{LocalAddr: local}).DialContext(ctx, network, addr)
 			return err

@@ -8,8 +8,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// in runs f on a locked thread switched into host's namespace.
-func (tp *Topology) in(host string, f func() error) error {
+// In runs f on a locked thread switched into host's network namespace (a
+// socket stays in the namespace it was made in: a listener made in f
+// listens there).
+func (tp *Topology) In(host string, f func() error) error {
 	target, err := os.Open("/var/run/netns/" + tp.NS(host))
 	if err != nil {
 		return err

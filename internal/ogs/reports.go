@@ -198,22 +198,8 @@ func (r *Reports) Add(location, reporter string, rep Report, now time.Time) erro
 	if at.After(now) {
 		at = now // a vote never outlives its window because of a fast clock
 	}
-	l := r.locs[location]
-	if l == nil {
-		for len(r.locs) >= r.cfg.MaxLocations {
-			r.evictOldestLocation()
-		}
-		l = &reportLocation{reporters: map[string]*reporterState{}}
-		r.locs[location] = l
-	}
-	st := l.reporters[reporter]
-	if st == nil {
-		for len(l.reporters) >= r.cfg.MaxReporters {
-			evictOldestReporter(l)
-		}
-		st = &reporterState{votes: map[string]vote{}}
-		l.reporters[reporter] = st
-	}
+	l := r.location(location)
+	st := r.reporter(l, reporter)
 	for _, m := range rep.Measurements {
 		if old, ok := st.votes[m.Gateway]; ok && old.at.After(at) {
 			continue // an older run arriving late does not replace a newer vote
@@ -430,4 +416,32 @@ func (r *Reports) Len() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return len(r.locs)
+}
+
+// location returns location's reports, made (the oldest location evicted
+// past MaxLocations) if there are none.
+func (r *Reports) location(location string) *reportLocation {
+	l := r.locs[location]
+	if l == nil {
+		for len(r.locs) >= r.cfg.MaxLocations {
+			r.evictOldestLocation()
+		}
+		l = &reportLocation{reporters: map[string]*reporterState{}}
+		r.locs[location] = l
+	}
+	return l
+}
+
+// reporter returns reporter's votes in l, made (the oldest reporter
+// evicted past MaxReporters) if there are none.
+func (r *Reports) reporter(l *reportLocation, reporter string) *reporterState {
+	st := l.reporters[reporter]
+	if st == nil {
+		for len(l.reporters) >= r.cfg.MaxReporters {
+			evictOldestReporter(l)
+		}
+		st = &reporterState{votes: map[string]vote{}}
+		l.reporters[reporter] = st
+	}
+	return st
 }

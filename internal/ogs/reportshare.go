@@ -142,22 +142,9 @@ func (r *Reports) Merge(location string, stored map[string]string, now time.Time
 			v.at = now
 		}
 		if l == nil {
-			if l = r.locs[location]; l == nil {
-				for len(r.locs) >= r.cfg.MaxLocations {
-					r.evictOldestLocation()
-				}
-				l = &reportLocation{reporters: map[string]*reporterState{}}
-				r.locs[location] = l
-			}
+			l = r.location(location)
 		}
-		st := l.reporters[reporter]
-		if st == nil {
-			for len(l.reporters) >= r.cfg.MaxReporters {
-				evictOldestReporter(l)
-			}
-			st = &reporterState{votes: map[string]vote{}}
-			l.reporters[reporter] = st
-		}
+		st := r.reporter(l, reporter)
 		if old, ok := st.votes[gw]; ok && !old.at.Before(v.at) {
 			continue
 		}
