@@ -8,6 +8,7 @@ import (
 	"github.com/mholt/caddy-l4/layer4"
 	"go.uber.org/zap"
 
+	"github.com/edgesteer/edgesteer/internal/e2e"
 	"github.com/edgesteer/edgesteer/internal/pubsel"
 )
 
@@ -22,21 +23,8 @@ func TestDialTimer(t *testing.T) {
 	}
 	const addr = "192.0.2.1:443"
 	id, _ := tr.Ensure(addr)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			defer c.Close()
-		}
-	}()
-	raw, err := net.Dial("tcp", l.Addr().String())
+	hang, _ := e2e.HangingListener(t, "127.0.0.1:0")
+	raw, err := net.Dial("tcp", hang)
 	if err != nil {
 		t.Fatal(err)
 	}

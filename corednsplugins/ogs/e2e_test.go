@@ -62,6 +62,12 @@ func dig(t *testing.T, server string, args ...string) string {
 
 func metric(t *testing.T, addr, name string) float64 {
 	t.Helper()
+	return metricWith(t, addr, name, "")
+}
+
+// metricWith sums the samples of name whose line contains label.
+func metricWith(t *testing.T, addr, name, label string) float64 {
+	t.Helper()
 	resp, err := http.Get("http://" + addr + "/metrics")
 	if err != nil {
 		t.Fatal(err)
@@ -70,7 +76,7 @@ func metric(t *testing.T, addr, name string) float64 {
 	data, _ := io.ReadAll(resp.Body)
 	total := 0.0
 	for _, line := range strings.Split(string(data), "\n") {
-		if strings.HasPrefix(line, name+" ") || strings.HasPrefix(line, name+"{") {
+		if (strings.HasPrefix(line, name+" ") || strings.HasPrefix(line, name+"{")) && strings.Contains(line, label) {
 			f := strings.Fields(line)
 			v, _ := strconv.ParseFloat(f[len(f)-1], 64)
 			total += v
@@ -182,20 +188,7 @@ func TestDeadlineFallsBackToPrevious(t *testing.T) {
 	// Replace every gateway by a listener that accepts and never answers.
 	for i, p := range procs {
 		p.Kill()
-		l, err := net.Listen("tcp", addrs[i])
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		go func() {
-			for {
-				c, err := l.Accept()
-				if err != nil {
-					return
-				}
-				defer c.Close()
-			}
-		}()
+		e2e.HangingListener(t, addrs[i])
 	}
 	time.Sleep(2500 * ms) // the entry expires
 	if got := dig(t, d.Addr, "vpn.example.test", "A", "+short"); got != previous {

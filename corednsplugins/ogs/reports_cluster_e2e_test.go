@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -42,26 +41,6 @@ func postReport(t *testing.T, admin, src, token string, rtts [3]float64) (int, s
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	return resp.StatusCode, string(b)
-}
-
-// metricWith sums the samples of name whose labels contain label.
-func metricWith(t *testing.T, addr, name, label string) float64 {
-	t.Helper()
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	data, _ := io.ReadAll(resp.Body)
-	total := 0.0
-	for _, line := range strings.Split(string(data), "\n") {
-		if strings.HasPrefix(line, name+"{") && strings.Contains(line, label) {
-			f := strings.Fields(line)
-			v, _ := strconv.ParseFloat(f[len(f)-1], 64)
-			total += v
-		}
-	}
-	return total
 }
 
 // reportsAdmin is the admin view's reports part.
