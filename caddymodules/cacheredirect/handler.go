@@ -93,36 +93,65 @@ func (c *CacheRedirect) Provision(ctx caddy.Context) error {
 	if len(c.Caches) == 0 || len(c.Origin) == 0 {
 		return errors.New("cache_redirect: caches and origin are required")
 	}
+	trustedCIDRs, err := c.provisionRouting()
+	if err != nil {
+		return err
+	}
+	if err := c.provisionTimeouts(); err != nil {
+		return err
+	}
+	if err := c.provisionCache(ctx, trustedCIDRs); err != nil {
+		return err
+	}
+	if err := c.provisionOrigin(ctx, trustedCIDRs); err != nil {
+		return err
+	}
+	if err := registerMetrics(ctx); err != nil {
+		return err
+	}
+	handlers.Add(c)
+	return nil
+}
+
+// provisionRouting builds the cacheability policy and the client-IP
+// resolver, and returns the prefixes trusted to send a client address (the
+// configured ones and the caches) as CIDR strings for the proxies.
+func (c *CacheRedirect) provisionRouting() ([]string, error) {
 	if c.ClientIPHeader == "" {
 		c.ClientIPHeader = "Client-IP"
 	}
 	c.router.Policy = cacheredirect.Policy{Methods: c.Methods, BypassPaths: c.BypassPaths,
 		BypassCookies: c.BypassCookies, BypassHeaders: c.BypassHeaders}
 	if err := c.router.Policy.Validate(); err != nil {
-		return fmt.Errorf("cache_redirect: %w", err)
+		return nil, fmt.Errorf("cache_redirect: %w", err)
 	}
 	trusted, err := cacheredirect.ParsePrefixes(c.Trusted)
 	if err != nil {
-		return fmt.Errorf("cache_redirect: trusted: %w", err)
+		return nil, fmt.Errorf("cache_redirect: trusted: %w", err)
 	}
 	peers := c.CachePeers
 	if len(peers) == 0 {
 		for _, a := range c.Caches {
 			host, _, err := net.SplitHostPort(a)
 			if err != nil {
-				return fmt.Errorf("cache_redirect: caches: %q: want host:port", a)
+				return nil, fmt.Errorf("cache_redirect: caches: %q: want host:port", a)
 			}
 			peers = append(peers, host)
 		}
 	}
 	if c.router.CachePeers, err = cacheredirect.ParsePrefixes(peers); err != nil {
-		return fmt.Errorf("cache_redirect: cache_peers (or cache hosts, which must be IPs): %w", err)
+		return nil, fmt.Errorf("cache_redirect: cache_peers (or cache hosts, which must be IPs): %w", err)
 	}
 	c.clientIP = cacheredirect.NewClientIP(c.ClientIPHeader, append(trusted, c.router.CachePeers...))
 	var trustedCIDRs []string
 	for _, p := range c.clientIP.Trusted {
 		trustedCIDRs = append(trustedCIDRs, p.String())
 	}
+	return trustedCIDRs, nil
+}
+
+// provisionTimeouts fills the cache pool's defaults and checks them.
+func (c *CacheRedirect) provisionTimeouts() error {
 	if c.CacheFailDuration == 0 {
 		c.CacheFailDuration = caddy.Duration(10 * time.Second)
 	}
@@ -133,7 +162,12 @@ func (c *CacheRedirect) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("cache_redirect: cache_timeout %v and cache_fail_duration %v must be positive",
 			time.Duration(c.CacheTimeout), time.Duration(c.CacheFailDuration))
 	}
+	return nil
+}
 
+// provisionCache builds the cache pool: Caddy's reverse proxy with URL-hash
+// (rendezvous) selection and passive health, one try per cache.
+func (c *CacheRedirect) provisionCache(ctx caddy.Context, trustedCIDRs []string) error {
 	cache := &reverseproxy.Handler{
 		TransportRaw: caddyconfig.JSONModuleObject(&reverseproxy.HTTPTransport{ResponseHeaderTimeout: c.CacheTimeout},
 			"protocol", "http", nil),
@@ -152,6 +186,12 @@ func (c *CacheRedirect) Provision(ctx caddy.Context) error {
 	}
 	c.cache = cache
 	c.up = c.cacheUp
+	return nil
+}
+
+// provisionOrigin builds the origin proxy, through origin_transport when
+// set (whose node names this one unless node is given).
+func (c *CacheRedirect) provisionOrigin(ctx caddy.Context, trustedCIDRs []string) error {
 	origin := &reverseproxy.Handler{Upstreams: upstreams(c.Origin), TrustedProxies: trustedCIDRs}
 	if t := c.OriginTransport; t != nil {
 		if err := t.Provision(ctx); err != nil {
@@ -169,10 +209,6 @@ func (c *CacheRedirect) Provision(ctx caddy.Context) error {
 	if c.Node == "" {
 		c.Node = "lower"
 	}
-	if err := registerMetrics(ctx); err != nil {
-		return err
-	}
-	handlers.Add(c)
 	return nil
 }
 
