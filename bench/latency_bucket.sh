@@ -8,7 +8,7 @@
 #  2. tail latency: one of 4 publishers 10x slower (50 ms vs 5 ms): p99 with
 #     latency_bucket, with random, and with 4 fast publishers (goal: <= 1.2x
 #     all-fast);
-#  3. the latency_bucket transport (issue 31): the same policy (latency probe,
+#  3. the latency_bucket transport (latency from real traffic): the same policy (latency probe,
 #     sticky off) with and without `transport latency_bucket { transport http }`,
 #     10 interleaved pairs, median ratio (goal >= 0.98x);
 #  4. tail latency with one publisher slow to answer (50 ms) but fast to probe

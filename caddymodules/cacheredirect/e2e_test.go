@@ -21,7 +21,7 @@ import (
 	"github.com/edgesteer/edgesteer/internal/portrange"
 )
 
-// The seed's topology, one network namespace per host: client, upper tier,
+// NetScaler's N-tier topology, one network namespace per host: client, upper tier,
 // two lower-tier nodes, a varnish cache, an origin; bin/caddy runs the two
 // example Caddyfiles, curl is the client.
 type ntier struct {
@@ -41,7 +41,7 @@ type seen struct {
 }
 
 const vcl = `vcl 4.1;
-# Misses are fetched through lower-tier node l2b (the seed's L2NS3).
+# Misses are fetched through lower-tier node l2b (NetScaler's L2NS3).
 backend l2b { .host = "10.77.0.4"; .port = "8601"; }
 sub vcl_recv {
 	# Readiness without touching the backend: a fetch from l2b before it

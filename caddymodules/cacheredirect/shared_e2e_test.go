@@ -18,7 +18,7 @@ import (
 	"github.com/edgesteer/edgesteer/internal/portrange"
 )
 
-// The seed's reason for port ranges: every lower-tier node sends to the
+// Why each node has an exclusive port range: every lower-tier node sends to the
 // origin from one shared source address, and a router in front of the
 // origin sends each reply back to the right node by its destination port
 // alone. Namespaces: client, upper tier, nodes l2a and l2b (both with the

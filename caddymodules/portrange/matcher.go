@@ -17,7 +17,7 @@ func init() {
 
 // MatchPortRange matches a connection whose remote (default) or local port
 // lies in one of the ranges: the given Ports, or Node's range in the tier
-// map. It reads no bytes, so it decides at once. This is the seed's
+// map. It reads no bytes, so it decides at once. This is NetScaler's
 // policy-based routing on the upper tier: a flow whose port lies in node
 // X's exclusive range belongs to node X.
 type MatchPortRange struct {

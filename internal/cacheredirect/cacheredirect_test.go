@@ -95,7 +95,7 @@ func TestClientIP(t *testing.T) {
 	}
 }
 
-// The seed's three flows as paths: a cacheable request goes to the cache
+// The three N-tier flows as paths: a cacheable request goes to the cache
 // (or the origin if no cache is up), a non-cacheable one bypasses, and a
 // cache's own request (its miss) goes to the origin whatever it is.
 func TestRoute(t *testing.T) {

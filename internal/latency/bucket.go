@@ -52,7 +52,7 @@ func Rebucket(prev int, d, w time.Duration, h float64) int {
 	return Bucket(d, w)
 }
 
-// Label renders bucket b as the seed does, in milliseconds: "[0,32)",
+// Label renders bucket b as Netskope's publisher view does, in milliseconds: "[0,32)",
 // "[32,64)"; widths below a millisecond are shown in microseconds.
 func Label(b int, w time.Duration) string {
 	if b == Unmeasured {

@@ -7,9 +7,9 @@ import (
 
 const ms = time.Millisecond
 
-// The seed's bucket boundaries: [0,32), [32,64), [64,128), [128,256)…; a
+// The bucket boundaries: [0,32), [32,64), [64,128), [128,256)…; a
 // latency on a boundary goes to the higher bucket.
-func TestBucketSeedBoundaries(t *testing.T) {
+func TestBucketBoundaries(t *testing.T) {
 	for _, tc := range []struct {
 		d    time.Duration
 		want int

@@ -1,5 +1,5 @@
 // Package portrange holds the N-tier tier map: each lower-tier node owns an
-// exclusive range of source ports (the seed splits 1024–65535 among them),
+// exclusive range of source ports (by default 1024–65535 is split among them),
 // so a flow's port alone names the node that opened it. Both tiers load the
 // same map, so they cannot disagree about who owns a port.
 package portrange
@@ -14,7 +14,7 @@ import (
 	"strings"
 )
 
-// Default range split among the lower-tier nodes, as in the seed.
+// Default range split among the lower-tier nodes: every unprivileged port.
 const (
 	DefaultLo = 1024
 	DefaultHi = 65535

@@ -27,9 +27,9 @@ func TestParse(t *testing.T) {
 	}
 }
 
-// The seed: the whole range 1024–65535 is shared out among the lower-tier
+// The default: the whole range 1024–65535 is shared out among the lower-tier
 // nodes (L2NS1–L2NS4), each owning an exclusive part.
-func TestSeedSplitFourNodes(t *testing.T) {
+func TestDefaultSplitFourNodes(t *testing.T) {
 	m := Map{Nodes: []Node{{Name: "L2NS1"}, {Name: "L2NS2"}, {Name: "L2NS3"}, {Name: "L2NS4"}}}
 	if err := m.Resolve(); err != nil {
 		t.Fatal(err)

@@ -11,7 +11,7 @@ import (
 const DefaultTableBase = 100
 
 // RouterScript returns a shell script for the router in front of the
-// origins in the seed's topology: every lower-tier node sends from one
+// origins in NetScaler's N-tier topology: every lower-tier node sends from one
 // shared source address, and the origins' replies to it reach the router,
 // which sends each reply to the node that owns its destination port (an
 // nftables mark per node range, a policy rule per mark, a route to the node
