@@ -167,8 +167,8 @@ func policyViews() []PolicyView {
 				v.StickyEntries += n
 			}
 		}
-		if sh := p.Shared(); sh != nil {
-			v.StickyStore = storeView(sh.Health(), p.SharedStats(), sticky[p.key.name])
+		if sh := p.StickyStore(); sh != nil {
+			v.StickyStore = storeView(sh.Health(), p.StickyStoreStats(), sticky[p.key.name])
 		}
 		for _, st := range p.Tracker().Statuses() {
 			pv := PublisherView{
@@ -189,14 +189,14 @@ func policyViews() []PolicyView {
 	return views
 }
 
-func storeView(h pubsel.SharedHealth, s *pubsel.SharedStats, stickyPicks uint64) *StoreView {
+func storeView(h pubsel.StickyStoreHealth, s *pubsel.StickyStoreStats, stickyPicks uint64) *StoreView {
 	return &StoreView{
 		Store: h.Name, KeyPrefix: h.Prefix, TimeoutMS: ms(h.Timeout), Healthy: h.Healthy, DownSince: h.DownSince,
 		Failing: h.Failing, LastError: h.LastError, LastReason: h.LastReason, LastErrorAt: h.ErrorAt,
 		Refusing: h.Refusing, RefusingSince: h.RefusingSince, RefusedKey: h.RefusedKey, RefusedReason: h.RefusedReason,
 		RefusedAt: h.RefusedAt, ErrorsByReason: s.ErrorsByReason(), Pending: s.Pending(), Reconciled: s.Reconciled.Load(),
 		ReconcileAdopted: s.ReconcileAdopted.Load(), PendingDropped: s.PendingDropped.Load(),
-		HitsLocal: localHits(stickyPicks, s), HitsRedis: s.SharedHits.Load(), Misses: s.Misses.Load(), Stale: s.Stale.Load(),
+		HitsLocal: localHits(stickyPicks, s), HitsRedis: s.StoreHits.Load(), Misses: s.Misses.Load(), Stale: s.Stale.Load(),
 		Malformed: s.Malformed.Load(), Errors: s.Errors.Load(), Skipped: s.Skipped.Load(), Writes: s.Writes.Load(),
 		Adopted: s.Adopted.Load(), Refreshes: s.Refreshes.Load(),
 	}
@@ -206,8 +206,8 @@ func storeView(h pubsel.SharedHealth, s *pubsel.SharedStats, stickyPicks uint64)
 // decisions (counted on the request path for the selections metric
 // already, so a local hit pays for no second count) less those the store
 // answered.
-func localHits(stickyPicks uint64, s *pubsel.SharedStats) uint64 {
-	return stickyPicks - min(stickyPicks, s.SharedHits.Load())
+func localHits(stickyPicks uint64, s *pubsel.StickyStoreStats) uint64 {
+	return stickyPicks - min(stickyPicks, s.StoreHits.Load())
 }
 
 // selectionTotals sums the selections counter by (policy, publisher): the

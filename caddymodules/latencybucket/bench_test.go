@@ -203,14 +203,14 @@ func BenchmarkStickyStore(b *testing.B) {
 
 	s := h.Config.settings()
 	s.Tracker.OnRound = h.policy.onRound
-	s.Shared = &pubsel.SharedConfig{Store: redisStore{client}, Name: "redis bench", Prefix: "bench:latency_bucket:" + h.policy.name}
+	s.StickyStore = &pubsel.StickyStoreConfig{Store: redisStore{client}, Name: "redis bench", Prefix: "bench:latency_bucket:" + h.policy.name}
 	if _, err := h.policy.state.Lease("bench-store", s); err != nil {
 		b.Fatal(err)
 	}
-	shared := h.policy.state.Shared()
+	shared := h.policy.state.StickyStore()
 	withStore := *h
 	withStore.selector = &pubsel.Selector[*reverseproxy.Upstream]{Tracker: h.policy.state.Tracker(),
-		Holder: h.policy.lease.Holder(), Host: httpHost{}, Sticky: h.policy.table, Shared: shared}
+		Holder: h.policy.lease.Holder(), Host: httpHost{}, Sticky: h.policy.table, StickyStore: shared}
 	pinned := withStore.Select(pool, req, nil) // pins the user, locally and in Redis
 	if pinned == nil {
 		b.Fatal("no upstream")
@@ -233,7 +233,7 @@ func BenchmarkStickyStore(b *testing.B) {
 		}
 	})
 	b.Run("sticky_hit/store_configured", func(b *testing.B) {
-		before, renewals := calls(), h.policy.state.SharedStats().Refreshes.Load()
+		before, renewals := calls(), h.policy.state.StickyStoreStats().Refreshes.Load()
 		for b.Loop() {
 			if withStore.Select(pool, req, nil) != pinned {
 				b.Fatal("not the pinned publisher")
@@ -242,7 +242,7 @@ func BenchmarkStickyStore(b *testing.B) {
 		time.Sleep(10 * time.Millisecond) // a background renewal, if the run crossed a half-TTL epoch
 		// INFO itself is one command; a renewal (at most one per half
 		// hour) is one GETEX, off the pick's path.
-		renewed := int64(h.policy.state.SharedStats().Refreshes.Load() - renewals)
+		renewed := int64(h.policy.state.StickyStoreStats().Refreshes.Load() - renewals)
 		if after := calls(); after-before != 1+renewed {
 			b.Fatalf("%d Redis commands during %d local hits (%d background renewals)", after-before-1, b.N, renewed)
 		}
@@ -250,7 +250,7 @@ func BenchmarkStickyStore(b *testing.B) {
 	b.Run("redis_level_hit", func(b *testing.B) {
 		table, key := h.policy.table, h.policy.table.Key("192.0.2.1:1234", "app.example") // no client_ip var here: the remote address
 		lat := make([]time.Duration, 0, 1<<16)
-		hits := h.policy.state.SharedStats().SharedHits.Load()
+		hits := h.policy.state.StickyStoreStats().StoreHits.Load()
 		for b.Loop() {
 			table.Delete(key) // a local miss: another replica pinned the pair
 			start := time.Now()
@@ -262,7 +262,7 @@ func BenchmarkStickyStore(b *testing.B) {
 				b.Fatal("not the publisher pinned in Redis")
 			}
 		}
-		if got := h.policy.state.SharedStats().SharedHits.Load() - hits; got != uint64(b.N) {
+		if got := h.policy.state.StickyStoreStats().StoreHits.Load() - hits; got != uint64(b.N) {
 			b.Fatalf("%d Redis hits for %d picks", got, b.N)
 		}
 		slices.Sort(lat)

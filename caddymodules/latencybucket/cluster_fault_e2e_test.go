@@ -366,7 +366,7 @@ func TestClusterStickyStoreOutage(t *testing.T) {
 	}
 	// (Replicas that see the same bucket make the same rendezvous pick, so
 	// here they agreed even without Redis and nothing needed adopting; the
-	// unit test TestSharedSlowAnswerIsNotDown covers adoption.)
+	// unit test TestStickyStoreSlowAnswerIsNotDown covers adoption.)
 	if reconciled+adopted < uint64(len(during)) {
 		t.Fatalf("reconciled %d, adopted %d, for %d pairs made during the outage", reconciled, adopted, len(during))
 	}

@@ -106,7 +106,7 @@ func stickyModesRun(t *testing.T, store string, direct *redisconn.Config, failov
 		t.Helper()
 		ctx := context.Background()
 		for _, u := range users {
-			key := pubsel.SharedKey(prefix, u, "app.example")
+			key := pubsel.StickyStoreKey(prefix, u, "app.example")
 			deadline := time.Now().Add(20 * time.Second)
 			for {
 				v, err := rdb.Get(ctx, key).Result()
@@ -157,7 +157,7 @@ func stickyModesRun(t *testing.T, store string, direct *redisconn.Config, failov
 		mu.Unlock()
 		return true
 	})
-	failover(pubsel.SharedKey(prefix, before[0], "app.example"))
+	failover(pubsel.StickyStoreKey(prefix, before[0], "app.example"))
 	stop()
 	if len(during) > 0 {
 		t.Fatalf("during the failover: %d requests wrong, first: %v", len(during), during[0])

@@ -83,7 +83,7 @@ func (h *HTTPPolicy) provisionSelector(ctx caddy.Context, dials []string) error 
 		Host:      httpHost{},
 		LeastConn: h.Within == "least_conn",
 		Sticky:    h.policy.table,
-		Shared:    h.policy.shared,
+		StickyStore:    h.policy.stickyStore,
 	}
 	return nil
 }

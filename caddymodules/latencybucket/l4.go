@@ -58,7 +58,7 @@ func (p *L4Policy) Provision(ctx caddy.Context) error {
 		Holder:  p.policy.lease.Holder(),
 		Host:    l4Host{},
 		Sticky:  p.policy.table,
-		Shared:  p.policy.shared,
+		StickyStore:  p.policy.stickyStore,
 	}
 	p.observe = p.Config.source() != pubsel.FromProbe
 	return nil

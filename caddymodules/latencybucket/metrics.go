@@ -147,21 +147,21 @@ func (*stateCollector) Collect(ch chan<- prometheus.Metric) {
 		if p.Settings().Sticky {
 			ch <- prometheus.MustNewConstMetric(descSticky, prometheus.GaugeValue, float64(p.Table().Len()), name)
 		}
-		if sh := p.Shared(); sh != nil {
+		if sh := p.StickyStore(); sh != nil {
 			if sticky == nil {
 				_, sticky = selectionTotals()
 			}
-			collectStore(ch, name, sh.Health(), p.SharedStats(), sticky[name])
+			collectStore(ch, name, sh.Health(), p.StickyStoreStats(), sticky[name])
 		}
 	}
 }
 
-func collectStore(ch chan<- prometheus.Metric, name string, h pubsel.SharedHealth, s *pubsel.SharedStats, stickyPicks uint64) {
+func collectStore(ch chan<- prometheus.Metric, name string, h pubsel.StickyStoreHealth, s *pubsel.StickyStoreStats, stickyPicks uint64) {
 	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), append([]string{name}, labels...)...)
 	}
 	counter(descStoreHits, localHits(stickyPicks, s), "local")
-	counter(descStoreHits, s.SharedHits.Load(), "redis")
+	counter(descStoreHits, s.StoreHits.Load(), "redis")
 	counter(descStoreMisses, s.Misses.Load())
 	counter(descStoreStale, s.Stale.Load())
 	for reason, n := range s.ErrorsByReason() {

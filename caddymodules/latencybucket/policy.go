@@ -30,7 +30,7 @@ type policy struct {
 	pooled  bool // holds a reference in states
 	lease   *pubsel.Lease
 	table   *sticky.Table  // nil with sticky off
-	shared  *pubsel.Shared // nil without sticky_store
+	stickyStore  *pubsel.StickyStore // nil without sticky_store
 	logger  *zap.Logger
 	metrics *metrics
 
@@ -64,12 +64,12 @@ func (p *policy) provision(ctx caddy.Context, c *Config, kind string, dials []st
 	s := c.settings()
 	s.Tracker.OnRound = p.onRound
 	if s.Sticky {
-		if s.Shared, err = c.sharedConfig(ctx, p.name); err != nil {
+		if s.StickyStore, err = c.stickyStoreConfig(ctx, p.name); err != nil {
 			return err
 		}
-		if s.Shared != nil {
-			s.Shared.OnHealth = p.onStoreHealth
-			s.Shared.OnRefusal = p.onStoreRefusal
+		if s.StickyStore != nil {
+			s.StickyStore.OnHealth = p.onStoreHealth
+			s.StickyStore.OnRefusal = p.onStoreRefusal
 		}
 	}
 	key := stateKey{kind, p.name}
@@ -108,12 +108,12 @@ func (p *policy) provision(ctx caddy.Context, c *Config, kind string, dials []st
 	}
 	if s.Sticky {
 		p.table = p.state.Table()
-		p.shared = p.state.Shared()
+		p.stickyStore = p.state.StickyStore()
 	}
 	p.logger.Info("latency_bucket policy provisioned",
 		zap.String("policy", p.name), zap.Bool("adopted", adopted), zap.Time("state_since", p.state.Since()),
 		zap.Strings("probing", addrs), zap.Duration("bucket_width", p.state.Tracker().Config().BucketWidth),
-		zap.Bool("latency_off", s.Tracker.NoBuckets), zap.Bool("sticky", s.Sticky), zap.Bool("sticky_store", p.shared != nil))
+		zap.Bool("latency_off", s.Tracker.NoBuckets), zap.Bool("sticky", s.Sticky), zap.Bool("sticky_store", p.stickyStore != nil))
 	return nil
 }
 

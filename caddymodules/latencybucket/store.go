@@ -12,10 +12,10 @@ import (
 	"github.com/edgesteer/edgesteer/internal/redisconn"
 )
 
-// sharedConfig resolves sticky_store to the engine's shared level: the
+// stickyStoreConfig resolves sticky_store to the engine's shared level: the
 // named edgesteer_redis connection and this policy's key namespace,
 // "<key_prefix>:latency_bucket:<policy name>".
-func (c *Config) sharedConfig(ctx caddy.Context, policy string) (*pubsel.SharedConfig, error) {
+func (c *Config) stickyStoreConfig(ctx caddy.Context, policy string) (*pubsel.StickyStoreConfig, error) {
 	ss := c.StickyStore
 	if ss == nil {
 		return nil, nil
@@ -24,7 +24,7 @@ func (c *Config) sharedConfig(ctx caddy.Context, policy string) (*pubsel.SharedC
 	if err != nil {
 		return nil, err
 	}
-	return &pubsel.SharedConfig{
+	return &pubsel.StickyStoreConfig{
 		Store:   redisStore{conn.Client},
 		Name:    "redis " + ss.Redis,
 		Prefix:  conn.Key("latency_bucket", policy),

@@ -34,9 +34,9 @@ type Selector[U comparable] struct {
 	Host      Host[U]
 	LeastConn bool          // fewest connections within the bucket, not random
 	Sticky    *sticky.Table // nil: no stickiness
-	// Shared, with Sticky, is the cluster's second level (State.Shared):
+	// StickyStore, with Sticky, is the cluster's second level (State.StickyStore):
 	// read on a local miss, written on a new pick. nil: local only.
-	Shared *Shared
+	StickyStore *StickyStore
 
 	view atomic.Pointer[view[U]]
 }
@@ -45,7 +45,7 @@ type Selector[U comparable] struct {
 type Decision struct {
 	Status *Status // the chosen publisher's status; nil if it is not probed
 	Sticky bool    // an existing (user, app) entry decided
-	Shared bool    // that entry came from the shared store (a local miss)
+	FromStore bool    // that entry came from the shared store (a local miss)
 }
 
 type view[U comparable] struct {
@@ -115,7 +115,7 @@ func (s *Selector[U]) build(pool []U) *view[U] {
 		bucket := latency.Unmeasured
 		if ids[i] >= 0 {
 			m.id, m.probed = uint32(ids[i]), true
-			if s.Shared != nil {
+			if s.StickyStore != nil {
 				m.score = fnv64(s.Host.Addr(u))
 			}
 			maxID = max(maxID, int(ids[i]))
@@ -160,7 +160,7 @@ func (s *Selector[U]) build(pool []U) *view[U] {
 	for i := range v.byID {
 		v.byID[i] = -1
 	}
-	if s.Shared != nil {
+	if s.StickyStore != nil {
 		v.byAddr = make(map[string]int32, len(v.members))
 	}
 	for i, m := range v.members {
@@ -208,16 +208,16 @@ func (s *Selector[U]) sel(pool []U, user, app string, now int64, pinned bool) (u
 				// on the confirmed peak-EWMA: one slow answer moves none).
 				if st := s.Tracker.StatusOf(id); st != nil && st.Active && s.Host.Available(m.u) &&
 					(!v.movePins || v.fallback || !st.Measured || st.Bucket <= v.lowest) {
-					if s.Shared != nil {
-						if s.Shared.reconcilable(key, now) {
+					if s.StickyStore != nil {
+						if s.StickyStore.reconcilable(key, now) {
 							// Pinned here without the store's word:
 							// settle it with the store, off the path.
-							s.Shared.reconcile(key, user, app, st.Addr, s.adopter(key, now))
-						} else if e := s.Shared.epochAt(now); sticky.Tag(val) != e {
+							s.StickyStore.reconcile(key, user, app, st.Addr, s.adopter(key, now))
+						} else if e := s.StickyStore.epochAt(now); sticky.Tag(val) != e {
 							// Once per epoch (half the TTL) a pair in use
 							// here renews its store entry, off the path.
 							s.Sticky.Put(key, sticky.Tagged(id, e), now)
-							s.Shared.refresh(user, app, st.Addr)
+							s.StickyStore.refresh(user, app, st.Addr)
 						}
 					}
 					return m.u, Decision{Status: st, Sticky: true}, true
@@ -229,21 +229,21 @@ func (s *Selector[U]) sel(pool []U, user, app string, now int64, pinned bool) (u
 	// measured), so a cold start costs no store call per request.
 	var skey string
 	overwrite := false
-	shared := pinned && s.Shared != nil && !v.fallback
+	shared := pinned && s.StickyStore != nil && !v.fallback
 	if shared {
-		skey = s.Shared.Key(user, app)
-		addr, found, bad, _ := s.Shared.lookup(skey)
+		skey = s.StickyStore.Key(user, app)
+		addr, found, bad, _ := s.StickyStore.lookup(skey)
 		overwrite = bad
 		if found {
 			if m, st, usable, member := s.fromStore(v, addr); usable {
-				s.Sticky.Put(key, sticky.Tagged(m.id, s.Shared.epochAt(now)), now)
-				s.Shared.stats.pending.done(key)
-				s.Shared.stats.SharedHits.Add(1)
-				return m.u, Decision{Status: st, Sticky: true, Shared: true}, true
+				s.Sticky.Put(key, sticky.Tagged(m.id, s.StickyStore.epochAt(now)), now)
+				s.StickyStore.stats.pending.done(key)
+				s.StickyStore.stats.StoreHits.Add(1)
+				return m.u, Decision{Status: st, Sticky: true, FromStore: true}, true
 			} else if member {
-				s.Shared.stats.Stale.Add(1)
+				s.StickyStore.stats.Stale.Add(1)
 			} else {
-				s.Shared.stats.Malformed.Add(1)
+				s.StickyStore.stats.Malformed.Add(1)
 			}
 			overwrite = true
 		}
@@ -268,24 +268,24 @@ func (s *Selector[U]) sel(pool []U, user, app string, now int64, pinned bool) (u
 					// Another replica may have pinned the pair since our
 					// lookup (or before it, if the lookup got no answer):
 					// its pin wins if it is usable here.
-					winner, won, synced := s.Shared.claim(skey, d.Status.Addr, overwrite)
+					winner, won, synced := s.StickyStore.claim(skey, d.Status.Addr, overwrite)
 					if !won {
 						if wm, wst, usable, _ := s.fromStore(v, winner); usable {
-							s.Shared.stats.Adopted.Add(1)
+							s.StickyStore.stats.Adopted.Add(1)
 							m, d.Status = wm, wst
 						} else {
-							_, _, synced = s.Shared.claim(skey, d.Status.Addr, true)
+							_, _, synced = s.StickyStore.claim(skey, d.Status.Addr, true)
 						}
 					}
 					if synced {
-						s.Shared.stats.pending.done(key)
-					} else if !s.Shared.stats.pending.add(key, now, s.Shared.ttl.Load()) {
-						s.Shared.stats.PendingDropped.Add(1)
+						s.StickyStore.stats.pending.done(key)
+					} else if !s.StickyStore.stats.pending.add(key, now, s.StickyStore.ttl.Load()) {
+						s.StickyStore.stats.PendingDropped.Add(1)
 					}
 				}
 				val := m.id
 				if shared {
-					val = sticky.Tagged(m.id, s.Shared.epochAt(now))
+					val = sticky.Tagged(m.id, s.StickyStore.epochAt(now))
 				}
 				s.Sticky.Put(key, val, now)
 			}
@@ -306,7 +306,7 @@ func (s *Selector[U]) adopter(key uint64, now int64) func(string) bool {
 		}
 		m, _, usable, _ := s.fromStore(v, winner)
 		if usable {
-			s.Sticky.Put(key, sticky.Tagged(m.id, s.Shared.epochAt(now)), now)
+			s.Sticky.Put(key, sticky.Tagged(m.id, s.StickyStore.epochAt(now)), now)
 		}
 		return usable
 	}

@@ -17,19 +17,19 @@ type Settings struct {
 	Sticky           bool
 	StickyTTL        time.Duration
 	StickyMaxEntries int
-	// Shared, with Sticky, makes a shared store the table's second level
+	// StickyStore, with Sticky, makes a shared store the table's second level
 	// (a cluster of replicas sharing pins); nil: local only.
-	Shared *SharedConfig
+	StickyStore *StickyStoreConfig
 }
 
 func (s *Settings) setDefaults() { orDefault(&s.StickyMaxEntries, DefaultStickyMaxEntries) }
 
 func (s Settings) same(o Settings) bool {
 	return sameSettings(s.Tracker, o.Tracker) && s.Sticky == o.Sticky &&
-		s.StickyTTL == o.StickyTTL && s.StickyMaxEntries == o.StickyMaxEntries && sameShared(s.Shared, o.Shared)
+		s.StickyTTL == o.StickyTTL && s.StickyMaxEntries == o.StickyMaxEntries && sameStickyStore(s.StickyStore, o.StickyStore)
 }
 
-func sameShared(a, b *SharedConfig) bool {
+func sameStickyStore(a, b *StickyStoreConfig) bool {
 	if a == nil || b == nil {
 		return a == b
 	}
@@ -52,8 +52,8 @@ type State struct {
 	cancel  context.CancelFunc
 	done    chan struct{}
 
-	shared      atomic.Pointer[Shared] // nil: no shared level
-	sharedStats SharedStats
+	stickyStore      atomic.Pointer[StickyStore] // nil: no shared level
+	stickyStoreStats StickyStoreStats
 
 	mu       sync.Mutex
 	leases   []*Lease // in arrival order; the last one's settings are in force
@@ -79,7 +79,7 @@ func NewState(s Settings) (*State, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	st := &State{tracker: tr, table: sticky.New(s.StickyMaxEntries, s.StickyTTL), since: time.Now(),
 		cancel: cancel, done: make(chan struct{})}
-	st.applyShared(s)
+	st.applyStickyStore(s)
 	st.settings = s
 	st.clock.Store(time.Now().UnixNano())
 	tr.Start()
@@ -111,7 +111,7 @@ func (st *State) tick(ctx context.Context) {
 
 // Close stops the probers and the clock and waits for them.
 func (st *State) Close() {
-	if sh := st.shared.Swap(nil); sh != nil {
+	if sh := st.stickyStore.Swap(nil); sh != nil {
 		sh.close()
 	}
 	st.cancel()
@@ -125,12 +125,12 @@ func (st *State) Tracker() *Tracker { return st.tracker }
 // Table returns the sticky table (empty while sticky is off).
 func (st *State) Table() *sticky.Table { return st.table }
 
-// Shared returns the shared level in force, or nil (none, or sticky off).
+// StickyStore returns the shared level in force, or nil (none, or sticky off).
 // A Selector takes it when its config generation is provisioned.
-func (st *State) Shared() *Shared { return st.shared.Load() }
+func (st *State) StickyStore() *StickyStore { return st.stickyStore.Load() }
 
-// SharedStats returns the shared level's counters (kept across reloads).
-func (st *State) SharedStats() *SharedStats { return &st.sharedStats }
+// StickyStoreStats returns the shared level's counters (kept across reloads).
+func (st *State) StickyStoreStats() *StickyStoreStats { return &st.stickyStoreStats }
 
 // Now is the coarse clock, in unix ns.
 func (st *State) Now() int64 { return st.clock.Load() }
@@ -198,27 +198,27 @@ func (st *State) apply(s Settings) {
 	} else if st.settings.Sticky {
 		st.table.Clear()
 	}
-	st.applyShared(s)
+	st.applyStickyStore(s)
 	st.settings = s
 }
 
-// applyShared makes the shared level s asks for, or keeps the current one
+// applyStickyStore makes the shared level s asks for, or keeps the current one
 // if it is the same (a new TTL applies to it).
-func (st *State) applyShared(s Settings) {
-	want := s.Shared
+func (st *State) applyStickyStore(s Settings) {
+	want := s.StickyStore
 	if !s.Sticky {
 		want = nil
 	}
-	cur := st.shared.Load()
-	if cur != nil && want != nil && sameShared(&cur.cfg, want) {
+	cur := st.stickyStore.Load()
+	if cur != nil && want != nil && sameStickyStore(&cur.cfg, want) {
 		cur.setTTL(s.StickyTTL)
 		return
 	}
-	var next *Shared
+	var next *StickyStore
 	if want != nil {
-		next = newShared(*want, &st.sharedStats, s.StickyTTL)
+		next = newStickyStore(*want, &st.stickyStoreStats, s.StickyTTL)
 	}
-	if old := st.shared.Swap(next); old != nil {
+	if old := st.stickyStore.Swap(next); old != nil {
 		old.close()
 	}
 }

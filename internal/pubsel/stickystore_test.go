@@ -20,7 +20,7 @@ type replica struct {
 func newReplica(t *testing.T, store Store, pool []*up, rtts ...time.Duration) *replica {
 	t.Helper()
 	s := settings(32 * ms)
-	s.Shared = &SharedConfig{Store: store, Prefix: "edgesteer:latency_bucket:apps", Recheck: 20 * ms, Timeout: 50 * ms,
+	s.StickyStore = &StickyStoreConfig{Store: store, Prefix: "edgesteer:latency_bucket:apps", Recheck: 20 * ms, Timeout: 50 * ms,
 		DownAfter: 100 * ms}
 	st, err := NewState(s)
 	if err != nil {
@@ -32,7 +32,7 @@ func newReplica(t *testing.T, store Store, pool []*up, rtts ...time.Duration) *r
 		t.Fatal(err)
 	}
 	r := &replica{st: st, sel: &Selector[*up]{Tracker: st.Tracker(), Holder: l.Holder(), Host: upHost{},
-		Sticky: st.Table(), Shared: st.Shared()}}
+		Sticky: st.Table(), StickyStore: st.StickyStore()}}
 	r.sel.SelectUnpinned(pool, 0) // registers the pool
 	for i, d := range rtts {
 		measure(t, st.Tracker(), pool[i].addr, d)
@@ -51,7 +51,7 @@ func (r *replica) pick(t *testing.T, pool []*up, user, app string) (*up, Decisio
 
 // A pair picked on one replica is used by the others: one store read on
 // their local miss, none on their local hits.
-func TestSharedPinAcrossReplicas(t *testing.T) {
+func TestStickyStorePinAcrossReplicas(t *testing.T) {
 	store := NewMemStore()
 	pool := pubs(4)
 	rtts := []time.Duration{5 * ms, 6 * ms, 7 * ms, 8 * ms} // all in [0,32): a random pick
@@ -59,18 +59,18 @@ func TestSharedPinAcrossReplicas(t *testing.T) {
 	for i := range 50 {
 		user := fmt.Sprint("user-", i)
 		first, d := a.pick(t, pool, user, "app")
-		if d.Sticky || d.Shared {
+		if d.Sticky || d.FromStore {
 			t.Fatalf("first pick of %s: %+v", user, d)
 		}
 		for _, r := range []*replica{b, c} {
 			u, d := r.pick(t, pool, user, "app")
-			if u != first || !d.Sticky || !d.Shared {
+			if u != first || !d.Sticky || !d.FromStore {
 				t.Fatalf("%s on another replica: %s %+v, first went to %s", user, u.addr, d, first.addr)
 			}
 		}
 		calls := store.Calls()
 		for _, r := range []*replica{a, b, c} {
-			if u, d := r.pick(t, pool, user, "app"); u != first || !d.Sticky || d.Shared {
+			if u, d := r.pick(t, pool, user, "app"); u != first || !d.Sticky || d.FromStore {
 				t.Fatalf("%s local hit: %s %+v", user, u.addr, d)
 			}
 		}
@@ -81,17 +81,17 @@ func TestSharedPinAcrossReplicas(t *testing.T) {
 	if n := store.Len(); n != 50 {
 		t.Fatalf("store holds %d pairs, want 50", n)
 	}
-	sa, sb := a.st.SharedStats(), b.st.SharedStats()
-	if sa.Misses.Load() != 50 || sa.Writes.Load() != 50 || sb.SharedHits.Load() != 50 || sb.Misses.Load() != 0 {
+	sa, sb := a.st.StickyStoreStats(), b.st.StickyStoreStats()
+	if sa.Misses.Load() != 50 || sa.Writes.Load() != 50 || sb.StoreHits.Load() != 50 || sb.Misses.Load() != 0 {
 		t.Fatalf("stats: a misses %d writes %d; b shared %d misses %d", sa.Misses.Load(), sa.Writes.Load(),
-			sb.SharedHits.Load(), sb.Misses.Load())
+			sb.StoreHits.Load(), sb.Misses.Load())
 	}
 	// A replica restarted with an empty table follows the store.
 	d := newReplica(t, store, pool, rtts...)
 	for i := range 50 {
 		user := fmt.Sprint("user-", i)
 		want, _ := a.pick(t, pool, user, "app")
-		if u, dd := d.pick(t, pool, user, "app"); u != want || !dd.Shared {
+		if u, dd := d.pick(t, pool, user, "app"); u != want || !dd.FromStore {
 			t.Fatalf("%s on the restarted replica: %s %+v, want %s", user, u.addr, dd, want.addr)
 		}
 	}
@@ -100,11 +100,11 @@ func TestSharedPinAcrossReplicas(t *testing.T) {
 // A stored publisher inactive here (or unavailable) is re-picked and the
 // entry rewritten; one that is not a publisher of the pool, too long, not
 // printable or of another type is ignored, counted and overwritten.
-func TestSharedStaleAndMalformed(t *testing.T) {
+func TestStickyStoreStaleAndMalformed(t *testing.T) {
 	store := NewMemStore()
 	pool := pubs(3)
 	r := newReplica(t, store, pool, 5*ms, 6*ms, 0) // publisher3's round failed: inactive
-	key := func(u string) string { return SharedKey("edgesteer:latency_bucket:apps", u, "app") }
+	key := func(u string) string { return StickyStoreKey("edgesteer:latency_bucket:apps", u, "app") }
 
 	store.Put(key("stale"), "publisher3:443")
 	u, d := r.pick(t, pool, "stale", "app")
@@ -120,7 +120,7 @@ func TestSharedStaleAndMalformed(t *testing.T) {
 		t.Fatalf("unavailable stored publisher: picked %s", u.addr)
 	}
 	pool[1].down = false
-	if got := r.st.SharedStats().Stale.Load(); got != 2 {
+	if got := r.st.StickyStoreStats().Stale.Load(); got != 2 {
 		t.Fatalf("stale %d, want 2", got)
 	}
 
@@ -131,7 +131,7 @@ func TestSharedStaleAndMalformed(t *testing.T) {
 	for user, v := range bad {
 		store.Put(key(user), v)
 		u, d := r.pick(t, pool, user, "app")
-		if d.Shared || d.Sticky {
+		if d.FromStore || d.Sticky {
 			t.Fatalf("%s: value %q trusted: %s %+v", user, v, u.addr, d)
 		}
 		if got, _ := store.Value(key(user)); got != u.addr {
@@ -142,10 +142,10 @@ func TestSharedStaleAndMalformed(t *testing.T) {
 	if _, d := r.pick(t, pool, "hash", "app"); d.Sticky {
 		t.Fatalf("wrong type trusted: %+v", d)
 	}
-	if got := r.st.SharedStats().Malformed.Load(); got != uint64(len(bad)+1) {
+	if got := r.st.StickyStoreStats().Malformed.Load(); got != uint64(len(bad)+1) {
 		t.Fatalf("malformed %d, want %d", got, len(bad)+1)
 	}
-	if r.st.Shared().Health().Healthy != true || r.st.SharedStats().Errors.Load() != 0 {
+	if r.st.StickyStore().Health().Healthy != true || r.st.StickyStoreStats().Errors.Load() != 0 {
 		t.Fatal("bad values marked the store down")
 	}
 }
@@ -155,12 +155,12 @@ func TestSharedStaleAndMalformed(t *testing.T) {
 // marked down only after DownFailures calls without an answer over
 // DownAfter, then not called per request; a ping brings it back, new
 // pairs are shared again, and the pins made meanwhile are reconciled.
-func TestSharedStoreDownAndBack(t *testing.T) {
+func TestStickyStoreDownAndBack(t *testing.T) {
 	store := NewMemStore()
 	pool := pubs(3)
 	a, b := newReplica(t, store, pool, 5*ms, 6*ms, 7*ms), newReplica(t, store, pool, 5*ms, 6*ms, 7*ms)
-	timeout := a.st.Shared().cfg.Timeout
-	downAfter := a.st.Shared().cfg.DownAfter
+	timeout := a.st.StickyStore().cfg.Timeout
+	downAfter := a.st.StickyStore().cfg.DownAfter
 	for _, mode := range []string{"down", "hang"} {
 		if mode == "down" {
 			store.SetDown(true)
@@ -169,7 +169,7 @@ func TestSharedStoreDownAndBack(t *testing.T) {
 		}
 		start := time.Now()
 		picks := 0
-		for a.st.Shared().Health().Healthy {
+		for a.st.StickyStore().Health().Healthy {
 			if time.Since(start) > downAfter+5*time.Second {
 				t.Fatalf("%s: never marked down after %d picks", mode, picks)
 			}
@@ -188,7 +188,7 @@ func TestSharedStoreDownAndBack(t *testing.T) {
 		if el := time.Since(start); el < downAfter || picks < 2 {
 			t.Fatalf("%s: marked down after %v and %d picks, on less evidence than %v and 3 calls", mode, el, picks, downAfter)
 		}
-		h := a.st.Shared().Health()
+		h := a.st.StickyStore().Health()
 		if h.Healthy || h.LastError == "" || h.DownSince.IsZero() || h.LastReason == "" {
 			t.Fatalf("%s: health %+v", mode, h)
 		}
@@ -203,13 +203,13 @@ func TestSharedStoreDownAndBack(t *testing.T) {
 		if extra := store.Calls() - calls; extra > 20 {
 			t.Fatalf("%s: %d store calls for 200 requests while known down", mode, extra)
 		}
-		if a.st.SharedStats().Skipped.Load() == 0 || a.st.SharedStats().Pending() < 100 {
-			t.Fatalf("%s: skipped %d, pending %d", mode, a.st.SharedStats().Skipped.Load(), a.st.SharedStats().Pending())
+		if a.st.StickyStoreStats().Skipped.Load() == 0 || a.st.StickyStoreStats().Pending() < 100 {
+			t.Fatalf("%s: skipped %d, pending %d", mode, a.st.StickyStoreStats().Skipped.Load(), a.st.StickyStoreStats().Pending())
 		}
 		store.SetDown(false)
 		store.SetHang(false)
 		deadline := time.Now().Add(10 * time.Second)
-		for !a.st.Shared().Health().Healthy {
+		for !a.st.StickyStore().Health().Healthy {
 			if time.Now().After(deadline) {
 				t.Fatalf("%s: store never marked healthy again", mode)
 			}
@@ -217,7 +217,7 @@ func TestSharedStoreDownAndBack(t *testing.T) {
 		}
 		user := mode + "-after"
 		first, _ := a.pick(t, pool, user, "app")
-		if u, d := b.pick(t, pool, user, "app"); u != first || !d.Shared {
+		if u, d := b.pick(t, pool, user, "app"); u != first || !d.FromStore {
 			t.Fatalf("%s: a new pair is not shared after the store came back: %s %+v", mode, u.addr, d)
 		}
 		// The pins made while it was down: a hit writes them back.
@@ -229,13 +229,13 @@ func TestSharedStoreDownAndBack(t *testing.T) {
 			}
 		}
 	}
-	if a.st.SharedStats().Errors.Load() < 2 {
-		t.Fatalf("errors %d", a.st.SharedStats().Errors.Load())
+	if a.st.StickyStoreStats().Errors.Load() < 2 {
+		t.Fatalf("errors %d", a.st.StickyStoreStats().Errors.Load())
 	}
 }
 
 func waitInflight(r *replica) {
-	for r.st.Shared().inflight.Load() != 0 {
+	for r.st.StickyStore().inflight.Load() != 0 {
 		time.Sleep(time.Millisecond)
 	}
 }
@@ -274,14 +274,14 @@ func (s *slowStore) SetNX(ctx context.Context, key, value string, ttl time.Durat
 // made once a hit reconciles it: one switch, then never again. A pick
 // without the store's word is the pair's rendezvous choice, the one
 // another replica with the same view makes.
-func TestSharedSlowAnswerIsNotDown(t *testing.T) {
+func TestStickyStoreSlowAnswerIsNotDown(t *testing.T) {
 	mem := NewMemStore()
 	pool := pubs(3)
 	store := &slowStore{MemStore: mem}
 	a, b := newReplica(t, mem, pool, 5*ms, 6*ms, 7*ms), newReplica(t, store, pool, 5*ms, 6*ms, 7*ms)
-	b.st.Shared().cfg.DownAfter = time.Hour // however many at once: no run of failures lasts that long
-	b.st.Shared().cfg.Timeout = 10 * ms
-	key := func(u string) string { return SharedKey("edgesteer:latency_bucket:apps", u, "app") }
+	b.st.StickyStore().cfg.DownAfter = time.Hour // however many at once: no run of failures lasts that long
+	b.st.StickyStore().cfg.Timeout = 10 * ms
+	key := func(u string) string { return StickyStoreKey("edgesteer:latency_bucket:apps", u, "app") }
 	switched := 0
 	for i := range 60 {
 		user := fmt.Sprint("u", i)
@@ -291,7 +291,7 @@ func TestSharedSlowAnswerIsNotDown(t *testing.T) {
 		mem.Put(key(user), want.addr)
 		store.slow.Store(2) // b's read and its write both time out
 		first, _ := b.pick(t, pool, user, "app")
-		if !b.st.Shared().Health().Healthy {
+		if !b.st.StickyStore().Health().Healthy {
 			t.Fatal("two slow answers marked the store down")
 		}
 		if first != want {
@@ -314,7 +314,7 @@ func TestSharedSlowAnswerIsNotDown(t *testing.T) {
 			t.Fatalf("%s: the store's pin changed to %q", user, v)
 		}
 	}
-	st := b.st.SharedStats()
+	st := b.st.StickyStoreStats()
 	if switched == 0 || st.ReconcileAdopted.Load() != uint64(switched) || st.Pending() != 0 {
 		t.Fatalf("switched %d, adopted %d, pending %d", switched, st.ReconcileAdopted.Load(), st.Pending())
 	}
@@ -357,16 +357,16 @@ func TestSharedSlowAnswerIsNotDown(t *testing.T) {
 // Failures racing each other and a recheck's success: every transition is
 // reported once, down and back alternate, and the health the last report
 // gave is the health in force (a failure is never lost behind a success).
-func TestSharedHealthTransitionsRace(t *testing.T) {
+func TestStickyStoreHealthTransitionsRace(t *testing.T) {
 	testHookFailDecided = func() { time.Sleep(200 * time.Microsecond) }
 	defer func() { testHookFailDecided = nil }()
 	for round := range 10 {
 		store := NewMemStore()
 		var mu sync.Mutex
 		var events []bool
-		cfg := SharedConfig{Store: store, Recheck: time.Millisecond, DownAfter: time.Nanosecond, DownFailures: 1,
+		cfg := StickyStoreConfig{Store: store, Recheck: time.Millisecond, DownAfter: time.Nanosecond, DownFailures: 1,
 			OnHealth: func(healthy bool, err error) { mu.Lock(); events = append(events, healthy); mu.Unlock() }}
-		s := newShared(cfg, &SharedStats{}, time.Hour)
+		s := newStickyStore(cfg, &StickyStoreStats{}, time.Hour)
 		var wg sync.WaitGroup
 		for g := range 8 {
 			wg.Add(1)
@@ -416,7 +416,7 @@ func (r *racingStore) SetNX(ctx context.Context, key, value string, ttl time.Dur
 
 // Of two replicas picking one new pair at once, the first write wins and
 // the other adopts it.
-func TestSharedConcurrentFirstPickAdopts(t *testing.T) {
+func TestStickyStoreConcurrentFirstPickAdopts(t *testing.T) {
 	pool := pubs(2)
 	for _, other := range []string{"publisher1:443", "publisher2:443"} {
 		store := &racingStore{MemStore: NewMemStore(), other: other}
@@ -433,7 +433,7 @@ func TestSharedConcurrentFirstPickAdopts(t *testing.T) {
 
 // While no publisher is measured (cold start) the shared level is not
 // read: no pin is made, so no store call is due.
-func TestSharedColdStartNoCalls(t *testing.T) {
+func TestStickyStoreColdStartNoCalls(t *testing.T) {
 	store := NewMemStore()
 	pool := pubs(3)
 	r := newReplica(t, store, pool)
@@ -445,66 +445,66 @@ func TestSharedColdStartNoCalls(t *testing.T) {
 	}
 }
 
-func TestSharedKey(t *testing.T) {
+func TestStickyStoreKey(t *testing.T) {
 	for _, c := range []struct{ user, app, want string }{
 		{"alice", "app.example", "p:alice:app.example"},
 		{"a:b", "c", "p:a%3Ab:c"},
 		{"a", "b:c", "p:a:b%3Ac"},
 		{"x y%{z}", "\x00é", "p:x%20y%25%7Bz%7D:%00%C3%A9"},
 	} {
-		if got := SharedKey("p", c.user, c.app); got != c.want {
-			t.Errorf("SharedKey(%q, %q) = %q, want %q", c.user, c.app, got, c.want)
+		if got := StickyStoreKey("p", c.user, c.app); got != c.want {
+			t.Errorf("StickyStoreKey(%q, %q) = %q, want %q", c.user, c.app, got, c.want)
 		}
 	}
-	long := SharedKey("p", strings.Repeat("u", 5000), "app")
+	long := StickyStoreKey("p", strings.Repeat("u", 5000), "app")
 	if len(long) != len("p:sha256:")+64 || !strings.HasPrefix(long, "p:sha256:") {
 		t.Fatalf("long key %q", long)
 	}
-	if long == SharedKey("p", strings.Repeat("u", 5001), "app") {
+	if long == StickyStoreKey("p", strings.Repeat("u", 5001), "app") {
 		t.Fatal("two long pairs share a key")
 	}
 }
 
-// A reload that keeps the store keeps the Shared (and its health); one
+// A reload that keeps the store keeps the StickyStore (and its health); one
 // that drops it, or turns sticky off, removes it.
-func TestSharedSettingsApply(t *testing.T) {
+func TestStickyStoreSettingsApply(t *testing.T) {
 	store := NewMemStore()
 	s := settings(32 * ms)
-	s.Shared = &SharedConfig{Store: store, Prefix: "p"}
+	s.StickyStore = &StickyStoreConfig{Store: store, Prefix: "p"}
 	st, err := NewState(s)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	first := st.Shared()
+	first := st.StickyStore()
 	if first == nil {
 		t.Fatal("no shared level")
 	}
 	s2 := s
-	s2.Shared = &SharedConfig{Store: store, Prefix: "p", Timeout: DefaultSharedTimeout}
+	s2.StickyStore = &StickyStoreConfig{Store: store, Prefix: "p", Timeout: DefaultStickyStoreTimeout}
 	s2.StickyTTL = 2 * time.Hour
 	if _, err := st.Lease("gen2", s2); err != nil {
 		t.Fatal(err)
 	}
-	if st.Shared() != first || time.Duration(first.ttl.Load()) != 2*time.Hour {
+	if st.StickyStore() != first || time.Duration(first.ttl.Load()) != 2*time.Hour {
 		t.Fatal("an unchanged store was replaced, or the TTL not applied")
 	}
 	s3 := s
-	s3.Shared = nil
-	if _, err := st.Lease("gen3", s3); err != nil || st.Shared() != nil {
-		t.Fatalf("store dropped: %v %v", err, st.Shared())
+	s3.StickyStore = nil
+	if _, err := st.Lease("gen3", s3); err != nil || st.StickyStore() != nil {
+		t.Fatalf("store dropped: %v %v", err, st.StickyStore())
 	}
 	s4 := s
 	s4.Sticky = false
-	if _, err := st.Lease("gen4", s4); err != nil || st.Shared() != nil {
-		t.Fatalf("sticky off: %v %v", err, st.Shared())
+	if _, err := st.Lease("gen4", s4); err != nil || st.StickyStore() != nil {
+		t.Fatalf("sticky off: %v %v", err, st.StickyStore())
 	}
 }
 
 // A pair in use only from a replica's local table renews its store entry
 // once per half TTL, off the request's path: hours later another replica
 // still finds it, and an entry lost by a Redis restarted empty comes back.
-func TestSharedRefreshKeepsPairsInUse(t *testing.T) {
+func TestStickyStoreRefreshKeepsPairsInUse(t *testing.T) {
 	store := NewMemStore()
 	var clock atomic.Int64
 	clock.Store(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC).UnixNano())
@@ -516,27 +516,27 @@ func TestSharedRefreshKeepsPairsInUse(t *testing.T) {
 		if !ok {
 			t.Fatal("no pick")
 		}
-		for r.st.Shared().inflight.Load() != 0 {
+		for r.st.StickyStore().inflight.Load() != 0 {
 			time.Sleep(time.Millisecond)
 		}
 		return u, d
 	}
 	first, _ := pick(a)
-	key := SharedKey("edgesteer:latency_bucket:apps", "alice", "app")
+	key := StickyStoreKey("edgesteer:latency_bucket:apps", "alice", "app")
 	for range 9 { // 3 hours, a request every 20 minutes, all local hits
 		clock.Add(int64(20 * time.Minute))
-		if u, d := pick(a); u != first || !d.Sticky || d.Shared {
+		if u, d := pick(a); u != first || !d.Sticky || d.FromStore {
 			t.Fatalf("local hit: %s %+v", u.addr, d)
 		}
 		if v, ok := store.Value(key); !ok || v != first.addr {
 			t.Fatalf("store entry after %v: %q %v", time.Unix(0, clock.Load()), v, ok)
 		}
 	}
-	if n := a.st.SharedStats().Refreshes.Load(); n < 5 || n > 7 {
+	if n := a.st.StickyStoreStats().Refreshes.Load(); n < 5 || n > 7 {
 		t.Fatalf("%d renewals in 3 hours at a TTL of 1h, want one per half hour", n)
 	}
 	b := newReplica(t, store, pool, 5*ms, 6*ms, 7*ms)
-	if u, d := pick(b); u != first || !d.Shared {
+	if u, d := pick(b); u != first || !d.FromStore {
 		t.Fatalf("another replica 3 hours later: %s %+v, want %s from the store", u.addr, d, first.addr)
 	}
 	store.Flush()

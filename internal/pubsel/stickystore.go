@@ -33,15 +33,15 @@ var (
 	ErrWrongType = errors.New("pubsel: key holds a value of another type")
 )
 
-// SharedConfig configures the shared level of a State's sticky table.
-type SharedConfig struct {
+// StickyStoreConfig configures the shared level of a State's sticky table.
+type StickyStoreConfig struct {
 	Store Store
 	// Name says which store it is, for the admin view ("redis main").
 	Name string
 	// Prefix namespaces the keys: "<key_prefix>:latency_bucket:<policy>".
 	Prefix string
 	// Timeout bounds each store call made on a request's path (default
-	// DefaultSharedTimeout).
+	// DefaultStickyStoreTimeout).
 	Timeout time.Duration
 	// Recheck is how often a store known to be down is pinged (default
 	// DefaultRecheck); until a ping answers, no request calls it. It is
@@ -69,9 +69,9 @@ type SharedConfig struct {
 	OnRefusal func(refusing bool, reason, key string, err error)
 }
 
-// Defaults of SharedConfig.
+// Defaults of StickyStoreConfig.
 const (
-	DefaultSharedTimeout = 50 * time.Millisecond
+	DefaultStickyStoreTimeout = 50 * time.Millisecond
 	DefaultRecheck       = time.Second
 	DefaultDownFailures  = 3
 	DefaultDownAfter     = time.Second
@@ -88,18 +88,18 @@ const (
 	maxPairLen = 200
 )
 
-func (c *SharedConfig) setDefaults() {
-	orDefault(&c.Timeout, DefaultSharedTimeout)
+func (c *StickyStoreConfig) setDefaults() {
+	orDefault(&c.Timeout, DefaultStickyStoreTimeout)
 	orDefault(&c.Recheck, DefaultRecheck)
 	orDefault(&c.DownFailures, DefaultDownFailures)
 	orDefault(&c.DownAfter, DefaultDownAfter)
 	orDefault(&c.RefusalHold, DefaultRefusalHold)
 }
 
-// SharedStats counts what the shared level did; a State keeps one across
+// StickyStoreStats counts what the shared level did; a State keeps one across
 // reloads and store changes.
-type SharedStats struct {
-	SharedHits atomic.Uint64 // answered by the store (a local miss)
+type StickyStoreStats struct {
+	StoreHits atomic.Uint64 // answered by the store (a local miss)
 	Misses     atomic.Uint64 // the store had no entry: a new pick
 	Stale      atomic.Uint64 // the store's publisher is inactive or unavailable here: re-picked, rewritten
 	Malformed  atomic.Uint64 // a value that is not one of the pool's publishers, too long, or of the wrong type
@@ -125,7 +125,7 @@ type SharedStats struct {
 
 // ErrorsByReason returns Errors split by the reason of each failure (a
 // word of the Store's StoreError, "timeout" or "other").
-func (st *SharedStats) ErrorsByReason() map[string]uint64 {
+func (st *StickyStoreStats) ErrorsByReason() map[string]uint64 {
 	st.reasonsMu.Lock()
 	defer st.reasonsMu.Unlock()
 	out := make(map[string]uint64, len(st.reasons))
@@ -138,7 +138,7 @@ func (st *SharedStats) ErrorsByReason() map[string]uint64 {
 // maxReasons bounds the reasons counted apart; others count as "other".
 const maxReasons = 32
 
-func (st *SharedStats) countReason(reason string) {
+func (st *StickyStoreStats) countReason(reason string) {
 	st.reasonsMu.Lock()
 	defer st.reasonsMu.Unlock()
 	if st.reasons == nil {
@@ -151,7 +151,7 @@ func (st *SharedStats) countReason(reason string) {
 }
 
 // Pending returns how many local pins await reconciliation with the store.
-func (st *SharedStats) Pending() int { return int(st.pending.n.Load()) }
+func (st *StickyStoreStats) Pending() int { return int(st.pending.n.Load()) }
 
 // StoreError is what a Store returns for a call the store could not do
 // (not ErrNotFound, not ErrWrongType): the adapter classifies its client's
@@ -192,15 +192,15 @@ func Trouble(err error) (reason string, answered bool) {
 // reconciliation for the pair's next hit).
 const maxRefreshes = 64
 
-// Shared is the store level of one State's sticky table, with the store's
+// StickyStore is the store level of one State's sticky table, with the store's
 // health. A call that fails or times out lets the request go on locally
 // and leaves its pin pending, to be reconciled with the store at a later
-// hit; the store is marked unreachable only on the evidence SharedConfig
+// hit; the store is marked unreachable only on the evidence StickyStoreConfig
 // describes (calls without an answer in a row, over DownAfter), requests
 // then skip it (picks stay local), and a ping every Recheck brings it back.
-type Shared struct {
-	cfg   SharedConfig
-	stats *SharedStats
+type StickyStore struct {
+	cfg   StickyStoreConfig
+	stats *StickyStoreStats
 	ttl   atomic.Int64 // the sticky TTL, ns
 
 	healthy  atomic.Bool
@@ -240,16 +240,16 @@ type Shared struct {
 	refusedReason string
 }
 
-func newShared(cfg SharedConfig, stats *SharedStats, ttl time.Duration) *Shared {
+func newStickyStore(cfg StickyStoreConfig, stats *StickyStoreStats, ttl time.Duration) *StickyStore {
 	cfg.setDefaults()
-	s := &Shared{cfg: cfg, stats: stats}
+	s := &StickyStore{cfg: cfg, stats: stats}
 	s.setTTL(ttl)
 	s.healthy.Store(true)
 	return s
 }
 
-// SharedHealth is the store's state as the policy sees it.
-type SharedHealth struct {
+// StickyStoreHealth is the store's state as the policy sees it.
+type StickyStoreHealth struct {
 	Healthy    bool // false while marked unreachable
 	Failing    int  // calls in a row that got no answer (0: the last call was answered)
 	LastError  string
@@ -269,10 +269,10 @@ type SharedHealth struct {
 }
 
 // Health returns the store's state.
-func (s *Shared) Health() SharedHealth {
+func (s *StickyStore) Health() StickyStoreHealth {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	h := SharedHealth{Healthy: s.healthy.Load(), Failing: s.streak, LastError: s.lastError, LastReason: s.lastReason,
+	h := StickyStoreHealth{Healthy: s.healthy.Load(), Failing: s.streak, LastError: s.lastError, LastReason: s.lastReason,
 		ErrorAt: s.errorAt, Refusing: s.refusing, RefusedKey: s.refusedKey, RefusedReason: s.refusedReason,
 		RefusedAt: s.refusedAt, Timeout: s.cfg.Timeout, Name: s.cfg.Name, Prefix: s.cfg.Prefix}
 	if !h.Healthy {
@@ -284,18 +284,18 @@ func (s *Shared) Health() SharedHealth {
 	return h
 }
 
-func (s *Shared) close() { s.closed.Store(true) }
+func (s *StickyStore) close() { s.closed.Store(true) }
 
 // setTTL changes the TTL (a reload); the epoch is recomputed at the next
 // pick.
-func (s *Shared) setTTL(ttl time.Duration) {
+func (s *StickyStore) setTTL(ttl time.Duration) {
 	s.ttl.Store(int64(ttl))
 	s.epochEnd.Store(0)
 }
 
 // epochAt returns the epoch at now (unix ns): two atomic loads, but for
 // the first call of each epoch.
-func (s *Shared) epochAt(now int64) uint32 {
+func (s *StickyStore) epochAt(now int64) uint32 {
 	if now < s.epochEnd.Load() {
 		return s.epoch.Load()
 	}
@@ -315,7 +315,7 @@ func (s *Shared) epochAt(now int64) uint32 {
 // path: GETEX renews an entry that is there (whatever publisher it names:
 // another replica's re-pick stays); SET NX restores one that is gone (a
 // Redis restarted empty, or an entry that expired).
-func (s *Shared) refresh(user, app, addr string) {
+func (s *StickyStore) refresh(user, app, addr string) {
 	if !s.healthy.Load() {
 		s.stats.Skipped.Add(1)
 		return
@@ -345,13 +345,13 @@ func (s *Shared) refresh(user, app, addr string) {
 }
 
 // backgroundTimeout bounds a call made off the request's path.
-func (s *Shared) backgroundTimeout() time.Duration { return max(s.cfg.Timeout, 250*time.Millisecond) }
+func (s *StickyStore) backgroundTimeout() time.Duration { return max(s.cfg.Timeout, 250*time.Millisecond) }
 
 // reconcilable says whether a local hit on table key should start a
 // reconciliation: the pin was made without the store's word, the store is
 // not known to be down, and the pin's last attempt is older than Recheck.
 // Two atomic loads while nothing is pending.
-func (s *Shared) reconcilable(key uint64, now int64) bool {
+func (s *StickyStore) reconcilable(key uint64, now int64) bool {
 	return s.stats.pending.n.Load() > 0 && s.healthy.Load() &&
 		s.stats.pending.take(key, now, int64(s.cfg.Recheck), int64(s.ttl.Load()))
 }
@@ -364,7 +364,7 @@ func (s *Shared) reconcilable(key uint64, now int64) bool {
 // one switch, never back; else (a publisher unusable here, a malformed
 // value) addr overwrites it, as a new pick would. A call that fails leaves
 // the pin pending: the next hit at least Recheck later tries again.
-func (s *Shared) reconcile(tkey uint64, user, app, addr string, adopt func(winner string) bool) {
+func (s *StickyStore) reconcile(tkey uint64, user, app, addr string, adopt func(winner string) bool) {
 	if s.inflight.Add(1) > maxRefreshes {
 		s.inflight.Add(-1)
 		s.stats.Skipped.Add(1)
@@ -420,10 +420,10 @@ func (s *Shared) reconcile(tkey uint64, user, app, addr string, adopt func(winne
 // two joined by ":"), or "sha256:" and the hex digest of that when it is
 // longer than 200 bytes, so a key's length is bounded whatever the client
 // sends.
-func (s *Shared) Key(user, app string) string { return SharedKey(s.cfg.Prefix, user, app) }
+func (s *StickyStore) Key(user, app string) string { return StickyStoreKey(s.cfg.Prefix, user, app) }
 
-// SharedKey is Shared.Key for a given prefix.
-func SharedKey(prefix, user, app string) string {
+// StickyStoreKey is StickyStore.Key for a given prefix.
+func StickyStoreKey(prefix, user, app string) string {
 	pair := escape(user) + ":" + escape(app)
 	if len(pair) > maxPairLen {
 		sum := sha256.Sum256([]byte(pair))
@@ -458,7 +458,7 @@ func escape(s string) string {
 // entry, a malformed value, a failure, or a store known to be down (each
 // counted); bad says an entry is there but malformed (to be overwritten);
 // unsure says the store was not asked or did not answer.
-func (s *Shared) lookup(key string) (addr string, ok, bad, unsure bool) {
+func (s *StickyStore) lookup(key string) (addr string, ok, bad, unsure bool) {
 	if !s.healthy.Load() {
 		s.stats.Skipped.Add(1)
 		return "", false, false, true
@@ -508,7 +508,7 @@ func wellFormed(v string) bool {
 // entry pointed at a publisher unusable here) it sets whatever was there.
 // synced is false when the store was not asked or did not answer: the
 // pin is local only, to be reconciled.
-func (s *Shared) claim(key, addr string, overwrite bool) (winner string, won, synced bool) {
+func (s *StickyStore) claim(key, addr string, overwrite bool) (winner string, won, synced bool) {
 	if !s.healthy.Load() {
 		s.stats.Skipped.Add(1)
 		return "", true, false
@@ -550,7 +550,7 @@ func (s *Shared) claim(key, addr string, overwrite bool) (winner string, won, sy
 
 // answered notes that a call got an answer: the run of calls without one
 // ends. One atomic load while there is none.
-func (s *Shared) answered() {
+func (s *StickyStore) answered() {
 	if s.failing.Load() == 0 {
 		return
 	}
@@ -565,7 +565,7 @@ func (s *Shared) answered() {
 // extends the run of such calls, and the store is marked unreachable once
 // the run is DownFailures long and spans DownAfter. Every transition is
 // decided under one lock, so it happens once, and reported in order.
-func (s *Shared) fail(key string, err error) {
+func (s *StickyStore) fail(key string, err error) {
 	s.stats.Errors.Add(1)
 	reason, answered := Trouble(err)
 	s.stats.countReason(reason)
@@ -623,9 +623,9 @@ func (s *Shared) fail(key string, err error) {
 // decided twice.
 var testHookFailDecided func()
 
-// recheck pings the store every Recheck until it answers (or the Shared is
+// recheck pings the store every Recheck until it answers (or the StickyStore is
 // replaced), then marks it healthy.
-func (s *Shared) recheck() {
+func (s *StickyStore) recheck() {
 	t := time.NewTicker(s.cfg.Recheck)
 	defer t.Stop()
 	for range t.C {
@@ -662,7 +662,7 @@ func (s *Shared) recheck() {
 
 // watchRefusal ends the refusing state once no key was refused for
 // RefusalHold.
-func (s *Shared) watchRefusal() {
+func (s *StickyStore) watchRefusal() {
 	t := time.NewTicker(min(s.cfg.Recheck, s.cfg.RefusalHold))
 	defer t.Stop()
 	for range t.C {
