@@ -78,12 +78,12 @@ func (h *HTTPPolicy) provisionSelector(ctx caddy.Context, dials []string) error 
 		return err
 	}
 	h.selector = &pubsel.Selector[*reverseproxy.Upstream]{
-		Tracker:   h.policy.state.Tracker(),
-		Holder:    h.policy.lease.Holder(),
-		Host:      httpHost{},
-		LeastConn: h.Within == "least_conn",
-		Sticky:    h.policy.table,
-		StickyStore:    h.policy.stickyStore,
+		Tracker:     h.policy.state.Tracker(),
+		Holder:      h.policy.lease.Holder(),
+		Host:        httpHost{},
+		LeastConn:   h.Within == "least_conn",
+		Sticky:      h.policy.table,
+		StickyStore: h.policy.stickyStore,
 	}
 	return nil
 }

@@ -54,11 +54,11 @@ func (p *L4Policy) Provision(ctx caddy.Context) error {
 		return err
 	}
 	p.selector = &pubsel.Selector[*l4proxy.Upstream]{
-		Tracker: p.policy.state.Tracker(),
-		Holder:  p.policy.lease.Holder(),
-		Host:    l4Host{},
-		Sticky:  p.policy.table,
-		StickyStore:  p.policy.stickyStore,
+		Tracker:     p.policy.state.Tracker(),
+		Holder:      p.policy.lease.Holder(),
+		Host:        l4Host{},
+		Sticky:      p.policy.table,
+		StickyStore: p.policy.stickyStore,
 	}
 	p.observe = p.Config.source() != pubsel.FromProbe
 	return nil

@@ -23,16 +23,16 @@ import (
 // lease on the pooled state (shared with the HTTP or layer4 selector of the
 // same name in other generations), metrics and logging.
 type policy struct {
-	name    string
-	kind    string
-	key     stateKey
-	state   *pooledState
-	pooled  bool // holds a reference in states
-	lease   *pubsel.Lease
-	table   *sticky.Table  // nil with sticky off
-	stickyStore  *pubsel.StickyStore // nil without sticky_store
-	logger  *zap.Logger
-	metrics *metrics
+	name        string
+	kind        string
+	key         stateKey
+	state       *pooledState
+	pooled      bool // holds a reference in states
+	lease       *pubsel.Lease
+	table       *sticky.Table       // nil with sticky off
+	stickyStore *pubsel.StickyStore // nil without sticky_store
+	logger      *zap.Logger
+	metrics     *metrics
 
 	// counters caches selection counters by target, bucket and decision
 	// (copy on write): resolving label values per request would cost more

@@ -43,8 +43,8 @@ type Selector[U comparable] struct {
 
 // Decision says how an upstream was chosen.
 type Decision struct {
-	Status *Status // the chosen publisher's status; nil if it is not probed
-	Sticky bool    // an existing (user, app) entry decided
+	Status    *Status // the chosen publisher's status; nil if it is not probed
+	Sticky    bool    // an existing (user, app) entry decided
 	FromStore bool    // that entry came from the shared store (a local miss)
 }
 

@@ -72,10 +72,10 @@ type StickyStoreConfig struct {
 // Defaults of StickyStoreConfig.
 const (
 	DefaultStickyStoreTimeout = 50 * time.Millisecond
-	DefaultRecheck       = time.Second
-	DefaultDownFailures  = 3
-	DefaultDownAfter     = time.Second
-	DefaultRefusalHold   = 10 * time.Second
+	DefaultRecheck            = time.Second
+	DefaultDownFailures       = 3
+	DefaultDownAfter          = time.Second
+	DefaultRefusalHold        = 10 * time.Second
 )
 
 // Bounds on what is read from and written to the store.
@@ -100,14 +100,14 @@ func (c *StickyStoreConfig) setDefaults() {
 // reloads and store changes.
 type StickyStoreStats struct {
 	StoreHits atomic.Uint64 // answered by the store (a local miss)
-	Misses     atomic.Uint64 // the store had no entry: a new pick
-	Stale      atomic.Uint64 // the store's publisher is inactive or unavailable here: re-picked, rewritten
-	Malformed  atomic.Uint64 // a value that is not one of the pool's publishers, too long, or of the wrong type
-	Errors     atomic.Uint64 // store calls that failed or timed out
-	Skipped    atomic.Uint64 // store calls not made because the store is known to be down
-	Writes     atomic.Uint64 // pins written to the store
-	Adopted    atomic.Uint64 // a pin written by another replica in the instant of our own pick, taken instead
-	Refreshes  atomic.Uint64 // store entries renewed for pairs in use from the local table
+	Misses    atomic.Uint64 // the store had no entry: a new pick
+	Stale     atomic.Uint64 // the store's publisher is inactive or unavailable here: re-picked, rewritten
+	Malformed atomic.Uint64 // a value that is not one of the pool's publishers, too long, or of the wrong type
+	Errors    atomic.Uint64 // store calls that failed or timed out
+	Skipped   atomic.Uint64 // store calls not made because the store is known to be down
+	Writes    atomic.Uint64 // pins written to the store
+	Adopted   atomic.Uint64 // a pin written by another replica in the instant of our own pick, taken instead
+	Refreshes atomic.Uint64 // store entries renewed for pairs in use from the local table
 	// Reconciliation of pins made here without the store's word (a call
 	// failed, or the store was unreachable): written to the store (it had
 	// none, or ours), or replaced here by the pin another replica wrote.
@@ -320,17 +320,7 @@ func (s *StickyStore) refresh(user, app, addr string) {
 		s.stats.Skipped.Add(1)
 		return
 	}
-	if s.inflight.Add(1) > maxRefreshes {
-		s.inflight.Add(-1)
-		s.stats.Skipped.Add(1)
-		return
-	}
-	go func() {
-		defer s.inflight.Add(-1)
-		key := s.Key(user, app)
-		ttl := time.Duration(s.ttl.Load())
-		ctx, cancel := context.WithTimeout(context.Background(), s.backgroundTimeout())
-		defer cancel()
+	s.inBackground(user, app, func(ctx context.Context, key string, ttl time.Duration) {
 		_, err := s.cfg.Store.Get(ctx, key, ttl)
 		if errors.Is(err, ErrNotFound) {
 			_, err = s.cfg.Store.SetNX(ctx, key, addr, ttl)
@@ -341,11 +331,30 @@ func (s *StickyStore) refresh(user, app, addr string) {
 		}
 		s.answered()
 		s.stats.Refreshes.Add(1)
-	}()
+	})
 }
 
 // backgroundTimeout bounds a call made off the request's path.
-func (s *StickyStore) backgroundTimeout() time.Duration { return max(s.cfg.Timeout, 250*time.Millisecond) }
+func (s *StickyStore) backgroundTimeout() time.Duration {
+	return max(s.cfg.Timeout, 250*time.Millisecond)
+}
+
+// inBackground runs call off the request's path with the pair's store key
+// and TTL, bounded by backgroundTimeout; at most maxRefreshes run at once,
+// and a call beyond that is skipped and counted.
+func (s *StickyStore) inBackground(user, app string, call func(ctx context.Context, key string, ttl time.Duration)) {
+	if s.inflight.Add(1) > maxRefreshes {
+		s.inflight.Add(-1)
+		s.stats.Skipped.Add(1)
+		return
+	}
+	go func() {
+		defer s.inflight.Add(-1)
+		ctx, cancel := context.WithTimeout(context.Background(), s.backgroundTimeout())
+		defer cancel()
+		call(ctx, s.Key(user, app), time.Duration(s.ttl.Load()))
+	}()
+}
 
 // reconcilable says whether a local hit on table key should start a
 // reconciliation: the pin was made without the store's word, the store is
@@ -365,17 +374,7 @@ func (s *StickyStore) reconcilable(key uint64, now int64) bool {
 // value) addr overwrites it, as a new pick would. A call that fails leaves
 // the pin pending: the next hit at least Recheck later tries again.
 func (s *StickyStore) reconcile(tkey uint64, user, app, addr string, adopt func(winner string) bool) {
-	if s.inflight.Add(1) > maxRefreshes {
-		s.inflight.Add(-1)
-		s.stats.Skipped.Add(1)
-		return
-	}
-	go func() {
-		defer s.inflight.Add(-1)
-		key := s.Key(user, app)
-		ttl := time.Duration(s.ttl.Load())
-		ctx, cancel := context.WithTimeout(context.Background(), s.backgroundTimeout())
-		defer cancel()
+	s.inBackground(user, app, func(ctx context.Context, key string, ttl time.Duration) {
 		v, err := s.cfg.Store.Get(ctx, key, ttl)
 		if errors.Is(err, ErrNotFound) {
 			var set bool
@@ -412,7 +411,7 @@ func (s *StickyStore) reconcile(tkey uint64, user, app, addr string, adopt func(
 			s.stats.Reconciled.Add(1)
 		}
 		s.stats.pending.done(tkey)
-	}()
+	})
 }
 
 // Key is the store key of a (user, app) pair: the prefix, then the pair
@@ -546,215 +545,4 @@ func (s *StickyStore) claim(key, addr string, overwrite bool) (winner string, wo
 	}
 	s.fail(key, err)
 	return "", true, false
-}
-
-// answered notes that a call got an answer: the run of calls without one
-// ends. One atomic load while there is none.
-func (s *StickyStore) answered() {
-	if s.failing.Load() == 0 {
-		return
-	}
-	s.mu.Lock()
-	s.streak = 0
-	s.failing.Store(0)
-	s.mu.Unlock()
-}
-
-// fail counts a failed call on key and records it. An error reply (the
-// store answered) marks the store refusing keys; a call without an answer
-// extends the run of such calls, and the store is marked unreachable once
-// the run is DownFailures long and spans DownAfter. Every transition is
-// decided under one lock, so it happens once, and reported in order.
-func (s *StickyStore) fail(key string, err error) {
-	s.stats.Errors.Add(1)
-	reason, answered := Trouble(err)
-	s.stats.countReason(reason)
-	now := time.Now()
-	s.eventMu.Lock()
-	defer s.eventMu.Unlock()
-	s.mu.Lock()
-	s.lastError, s.lastReason, s.errorAt = err.Error(), reason, now
-	down, refusing, recheck, watch := false, false, false, false
-	if answered {
-		s.streak = 0
-		s.failing.Store(0)
-		s.refusedAt, s.refusedKey, s.refusedReason = now, key, reason
-		if !s.refusing {
-			s.refusing, s.refusingSince, refusing = true, now, true
-			if !s.watching {
-				s.watching, watch = true, true
-			}
-		}
-	} else {
-		if s.streak == 0 {
-			s.streakSince = now
-		}
-		s.streak++
-		s.failing.Store(int32(min(s.streak, 1<<30)))
-		if s.streak >= s.cfg.DownFailures && now.Sub(s.streakSince) >= s.cfg.DownAfter &&
-			s.healthy.CompareAndSwap(true, false) {
-			s.downSince, down = now, true
-			if !s.rechecking {
-				s.rechecking, recheck = true, true
-			}
-		}
-	}
-	s.mu.Unlock()
-	if down && testHookFailDecided != nil {
-		testHookFailDecided()
-	}
-	if down && s.cfg.OnHealth != nil {
-		s.cfg.OnHealth(false, err)
-	}
-	if refusing && s.cfg.OnRefusal != nil {
-		s.cfg.OnRefusal(true, reason, key, err)
-	}
-	if recheck {
-		go s.recheck()
-	}
-	if watch {
-		go s.watchRefusal()
-	}
-}
-
-// testHookFailDecided, if set (tests), runs in fail once its lock is
-// released, when it decided to mark the store down: a test widens there
-// the window in which a transition decided outside one lock would be
-// decided twice.
-var testHookFailDecided func()
-
-// recheck pings the store every Recheck until it answers (or the StickyStore is
-// replaced), then marks it healthy.
-func (s *StickyStore) recheck() {
-	t := time.NewTicker(s.cfg.Recheck)
-	defer t.Stop()
-	for range t.C {
-		if s.closed.Load() {
-			s.mu.Lock()
-			s.rechecking = false
-			s.mu.Unlock()
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), s.backgroundTimeout())
-		err := s.cfg.Store.Ping(ctx)
-		cancel()
-		if err == nil {
-			s.eventMu.Lock()
-			s.mu.Lock()
-			s.rechecking = false
-			s.streak = 0
-			s.failing.Store(0)
-			s.healthy.Store(true)
-			s.mu.Unlock()
-			if s.cfg.OnHealth != nil {
-				s.cfg.OnHealth(true, nil)
-			}
-			s.eventMu.Unlock()
-			return
-		}
-		reason, _ := Trouble(err)
-		s.stats.countReason(reason)
-		s.mu.Lock()
-		s.lastError, s.lastReason, s.errorAt = err.Error(), reason, time.Now()
-		s.mu.Unlock()
-	}
-}
-
-// watchRefusal ends the refusing state once no key was refused for
-// RefusalHold.
-func (s *StickyStore) watchRefusal() {
-	t := time.NewTicker(min(s.cfg.Recheck, s.cfg.RefusalHold))
-	defer t.Stop()
-	for range t.C {
-		s.eventMu.Lock()
-		s.mu.Lock()
-		closed := s.closed.Load()
-		ended := !closed && time.Since(s.refusedAt) >= s.cfg.RefusalHold
-		if closed || ended {
-			s.watching = false
-		}
-		if ended {
-			s.refusing = false
-		}
-		s.mu.Unlock()
-		if ended && s.cfg.OnRefusal != nil {
-			s.cfg.OnRefusal(false, "", "", nil)
-		}
-		s.eventMu.Unlock()
-		if closed || ended {
-			return
-		}
-	}
-}
-
-// pendingSet is the table keys of local pins made without the store's
-// word, awaiting reconciliation: bounded (maxPending), each forgotten
-// after a sticky TTL (its local pin has expired by then).
-type pendingSet struct {
-	n  atomic.Int32
-	mu sync.Mutex
-	m  map[uint64]pendingPin
-}
-
-type pendingPin struct{ since, next int64 } // unix ns: made; earliest next attempt
-
-// maxPending bounds the pins awaiting reconciliation (about 40 bytes
-// each); past it a pin is not tracked (counted in PendingDropped) and is
-// written back by the half-TTL renewal instead.
-const maxPending = 65536
-
-// add tracks key, made at now; false if the list is full.
-func (p *pendingSet) add(key uint64, now, ttl int64) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.m == nil {
-		p.m = map[uint64]pendingPin{}
-	}
-	if _, ok := p.m[key]; !ok && len(p.m) >= maxPending {
-		for k, e := range p.m {
-			if now-e.since >= ttl {
-				delete(p.m, k)
-			}
-		}
-		if len(p.m) >= maxPending {
-			return false
-		}
-	}
-	p.m[key] = pendingPin{since: now, next: now}
-	p.n.Store(int32(len(p.m)))
-	return true
-}
-
-// take says whether key is pending and due for an attempt at now; if so
-// the next attempt is put off by retry, so concurrent hits start one.
-func (p *pendingSet) take(key uint64, now, retry, ttl int64) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	e, ok := p.m[key]
-	switch {
-	case !ok:
-		return false
-	case now-e.since >= ttl:
-		delete(p.m, key)
-		p.n.Store(int32(len(p.m)))
-		return false
-	case now < e.next:
-		return false
-	}
-	e.next = now + retry
-	p.m[key] = e
-	return true
-}
-
-// done forgets key (reconciled, or the store answered for the pair).
-func (p *pendingSet) done(key uint64) {
-	if p.n.Load() == 0 {
-		return
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if _, ok := p.m[key]; ok {
-		delete(p.m, key)
-		p.n.Store(int32(len(p.m)))
-	}
 }
