@@ -20,7 +20,7 @@ func init() {
 
 // Admin is the admin API endpoint GET /latency_bucket/: every live
 // latency_bucket policy state's publishers with latency, bucket, active state,
-// last probe error and sticky-entry count (the seed's "View Publisher
+// last probe error and sticky-entry count (Netskope's "View Publisher
 // Latency Details").
 type Admin struct{}
 

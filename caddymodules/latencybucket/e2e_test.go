@@ -103,9 +103,9 @@ func getWith(client *http.Client, url, host, user string) answer {
 	}
 }
 
-// The seed's table through bin/caddy: publishers at 10, 12, 42, 42 ms; only
+// Netskope's table through bin/caddy: publishers at 10, 12, 42, 42 ms; only
 // 1 and 2 are chosen; each user sticks; the admin view shows the details.
-func TestHTTPSeedTableStickinessAndAdminView(t *testing.T) {
+func TestHTTPNetskopeTableStickinessAndAdminView(t *testing.T) {
 	pubs, _ := publishers(t, 10*ms, 12*ms, 42*ms, 42*ms)
 	front := e2e.Addr(t)
 	c := e2e.StartCaddy(t, "caddyfile", example(t, "publisher-selection.Caddyfile",
@@ -173,12 +173,12 @@ func TestHTTPSeedTableStickinessAndAdminView(t *testing.T) {
 	}
 }
 
-// The seed's FAQ through bin/caddy: apps #1 Jira {1,2}, #2 SQL Server
+// Netskope's FAQ through bin/caddy: apps #1 Jira {1,2}, #2 SQL Server
 // {1,3,4}, #3 Web Server {1,2,3,4}; publisher 1 in [32,64), 2, 3, 4 in
 // [0,32). User A sticks per app, user B is independent, and when A's
 // publisher is killed mid-traffic, A moves with no failed request and
 // sticks again.
-func TestHTTPSeedFAQFailover(t *testing.T) {
+func TestHTTPNetskopeFAQFailover(t *testing.T) {
 	pubs, procs := publishers(t, 40*ms, 12*ms, 5*ms, 20*ms)
 	front := e2e.Addr(t)
 	_, port, _ := net.SplitHostPort(front)
@@ -262,13 +262,13 @@ func TestHTTPSeedFAQFailover(t *testing.T) {
 
 // layer4: connections from one client IP stick for 100 connections; many
 // client IPs (127.0.0.x) only ever reach the lowest bucket.
-func TestLayer4SeedTableAndStickiness(t *testing.T) {
+func TestLayer4NetskopeTableAndStickiness(t *testing.T) {
 	pubs, _ := publishers(t, 10*ms, 12*ms, 42*ms, 42*ms)
 	front := e2e.Addr(t)
 	cfg := example(t, "publisher-selection-l4.Caddyfile",
 		"127.0.0.1:8443", front, "127.0.0.1:9001", pubs[0], "127.0.0.1:9002", pubs[1],
 		"127.0.0.1:9003", pubs[2], "127.0.0.1:9004", pubs[3], "probe_interval 2s", "probe_interval 200ms")
-	// The seed's latencies live in the probe exchange: probe over HTTP.
+	// Netskope's table's latencies live in the probe exchange: probe over HTTP.
 	cfg = strings.Replace(cfg, "name l4-apps", "name l4-apps\n\t\t\t\t\t\tprobe http /probe", 1)
 	c := e2e.StartCaddy(t, "caddyfile", cfg)
 	c.WaitTCP(t, front)

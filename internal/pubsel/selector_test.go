@@ -78,9 +78,9 @@ func counts(t *testing.T, s *Selector[*up], pool []*up, n int, user func(int) st
 	return c
 }
 
-// The seed's table: publishers 1 and 2 at 10 and 12 ms, 3 and 4 at 42 ms:
+// Netskope's table: publishers 1 and 2 at 10 and 12 ms, 3 and 4 at 42 ms:
 // only 1 or 2 is ever chosen, both are.
-func TestSeedTableOnlyLowestBucket(t *testing.T) {
+func TestNetskopeTableOnlyLowestBucket(t *testing.T) {
 	tr := newTracker(t, Config{})
 	p := pubs(4)
 	for i, d := range []time.Duration{10 * ms, 12 * ms, 42 * ms, 42 * ms} {
@@ -100,9 +100,9 @@ func TestSeedTableOnlyLowestBucket(t *testing.T) {
 	}
 }
 
-// The seed's FAQ: apps #1 Jira {1,2}, #2 SQL Server {1,3,4}, #3 Web Server
+// Netskope's FAQ: apps #1 Jira {1,2}, #2 SQL Server {1,3,4}, #3 Web Server
 // {1,2,3,4}; publisher 1 in [32,64), 3 and 4 in [0,32) (2 too, at 12 ms).
-func TestSeedFAQStickiness(t *testing.T) {
+func TestNetskopeFAQStickiness(t *testing.T) {
 	tr := newTracker(t, Config{})
 	p := pubs(4)
 	for i, d := range []time.Duration{40 * ms, 12 * ms, 10 * ms, 20 * ms} {

@@ -19,7 +19,8 @@ import (
 	"github.com/edgesteer/edgesteer/internal/sticky"
 )
 
-// Defaults, from the seed where it has them.
+// Defaults. The bucket width is Netskope's ([0,32), [32,64)… ms); the
+// probe counts and intervals are ours.
 const (
 	DefaultBucketWidth = 32 * time.Millisecond
 	DefaultHysteresis  = 0.1
@@ -65,7 +66,7 @@ type Config struct {
 	// Prober measures one round trip.
 	Prober latency.Prober
 	// Segments adds a fixed latency per address: a leg the probes do not
-	// cross (the seed's client gateway → stitcher leg).
+	// cross (Netskope's client gateway → stitcher leg).
 	Segments map[string]time.Duration
 	// MaxTargets bounds how many addresses are probed; others stay
 	// unmeasured.
