@@ -184,7 +184,12 @@ func TestReportsPerNetworkInNamespaces(t *testing.T) {
 	}
 	const own, orderA, orderB = "gw1 gw3 gw2", "gw3 gw2 gw1", "gw2 gw1 gw3"
 	start := time.Now()
-	converge := func(stage string, want map[string]string, fromReports bool) {
+	// converge waits until every replica answers each network its wanted
+	// order, checks the TXT says whether reports decided it, and with
+	// hold keeps asking for longer than the answers' TTL (5 s): an answer
+	// unbound had cached before a change has then expired, so what is
+	// seen is what CoreDNS answers after it.
+	converge := func(stage string, want map[string]string, fromReports, hold bool) {
 		t.Helper()
 		defer func() { t.Logf("%s: at %.1f s", stage, time.Since(start).Seconds()) }()
 		for i, r := range reps {
@@ -203,8 +208,17 @@ func TestReportsPerNetworkInNamespaces(t *testing.T) {
 				}
 			}
 		}
+		for until := time.Now().Add(6 * time.Second); hold && time.Now().Before(until); time.Sleep(250 * time.Millisecond) {
+			for i, r := range reps {
+				for host, w := range want {
+					if got := order(r, host); got != w {
+						t.Fatalf("%s, replica %d, %s: %q once unbound's cached answer expired, want %q", stage, i+1, host, got, w)
+					}
+				}
+			}
+		}
 	}
-	converge("without reports: CoreDNS's own order", map[string]string{"netA": own, "netB": own}, false)
+	converge("without reports: CoreDNS's own order", map[string]string{"netA": own, "netB": own}, false, false)
 
 	report := func(host, src, token string) (int, string) {
 		args := []string{"-url", "http://" + reps[0].admin + "/ogs/reports", "-token-file", tokenFile(token), "-probe", "http", "-source", src}
@@ -238,14 +252,14 @@ func TestReportsPerNetworkInNamespaces(t *testing.T) {
 		t.FailNow()
 	}
 	reported := map[string]string{"netA": orderA, "netB": orderB}
-	converge("after the reports (to replica 1 only)", reported, true)
+	converge("after the reports (to replica 1 only)", reported, true, false)
 	logMeasured(t, tp, reps[0].admin)
 
 	nsAdversaries(t, tp, reps[0].admin, reps[0].metrics, tok)
 	if code, out := report("netB", "10.77.0.36", "not-a-known-token-at-all"); code != 3 || !strings.Contains(out, "401 unauthorized") {
 		t.Fatalf("an unknown token: exit %d\n%s", code, out)
 	}
-	converge("after the adversaries", reported, true)
+	converge("after the adversaries", reported, true, true)
 	for reason, want := range map[string]float64{"accepted": 8, "unauthorized": 1, "too_large": 1} {
 		series := `coredns_ogs_reports_total{result="` + reason + `"}`
 		if n, _ := tp.MetricAt(t, "dns", "http://"+reps[0].metrics+"/metrics", series); n != want {
@@ -256,7 +270,7 @@ func TestReportsPerNetworkInNamespaces(t *testing.T) {
 	// Replica 2 reloads (another TTL): the aggregates answer on.
 	os.WriteFile(reps[1].config, []byte(corefile(reps[1].admin, reps[1].metrics, 4)), 0o644)
 	reps[1].p.WaitLog(t, "Reloading complete", 30*time.Second)
-	converge("after replica 2's reload", reported, true)
+	converge("after replica 2's reload", reported, true, true)
 }
 
 // nsAdversaries sends TestReportsPerNetworkInNamespaces' refused and
