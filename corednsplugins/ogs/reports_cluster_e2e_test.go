@@ -69,6 +69,21 @@ func sendReport(t *testing.T, c *http.Client, admin, token, body string, headers
 	return resp.StatusCode, string(b)
 }
 
+// adversaryTokens are the report tokens of the adversary tests, id → token.
+var adversaryTokens = map[string]string{"honest-a": "honest-a-token-0123456789", "honest-b": "honest-b-token-0123456789", "liar": "liar-token-0123456789abc", "flooder": "flooder-token-0123456789"}
+
+// writeTokens writes a report_tokens file of tok (id → token) at path.
+func writeTokens(t *testing.T, path string, tok map[string]string) {
+	t.Helper()
+	var lines []string
+	for id, tk := range tok {
+		lines = append(lines, id+" "+tk)
+	}
+	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // reportsAdmin is the admin view's reports part.
 type reportsAdmin struct {
 	Servers []struct {
@@ -228,14 +243,8 @@ func TestReportsAdversaries(t *testing.T) {
 	gws := clusterGateways(t)
 	_, redisAddr := e2e.StartRedis(t)
 	tokens := filepath.Join(t.TempDir(), "tokens")
-	tok := map[string]string{"honest-a": "honest-a-token-0123456789", "honest-b": "honest-b-token-0123456789", "liar": "liar-token-0123456789abc", "flooder": "flooder-token-0123456789"}
-	var lines []string
-	for id, tk := range tok {
-		lines = append(lines, id+" "+tk)
-	}
-	if err := os.WriteFile(tokens, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	writeTokens(t, tokens, adversaryTokens)
+	tok := adversaryTokens
 	r := startReplica(t, gws, redisAddr, "\t\treport_tokens "+tokens+"\n\t\treport_rate 5 5\n\t\treport_max_body 1024\n")
 	own := []string{"127.0.0.12", "127.0.0.13", "127.0.0.11"}
 	orderA, orderB := []string{"127.0.0.11", "127.0.0.13", "127.0.0.12"}, []string{"127.0.0.12", "127.0.0.11", "127.0.0.13"}

@@ -109,20 +109,16 @@ func TestReportsPerNetworkInNamespaces(t *testing.T) {
 	}
 	nsGateways(t, tp)
 	dir := t.TempDir()
-	tok := map[string]string{"honest-a": "honest-a-token-0123456789", "honest-b": "honest-b-token-0123456789", "liar": "liar-token-0123456789abc", "flooder": "flooder-token-0123456789"}
-	var lines []string
-	for id, tk := range tok {
-		lines = append(lines, id+" "+tk)
-	}
+	tok := adversaryTokens
 	tokens := filepath.Join(dir, "tokens")
-	os.WriteFile(tokens, []byte(strings.Join(lines, "\n")+"\n"), 0o600)
+	writeTokens(t, tokens, tok)
 	tokenFile := func(token string) string {
-		path := filepath.Join(dir, "token-"+token[:8])
+		path := filepath.Join(dir, "token-"+token)
 		os.WriteFile(path, []byte(token+"\n"), 0o600)
 		return path
 	}
 
-	tp.Start(t, "dns", "redis", "redis-server", nil, "--bind", "127.0.0.1", "--port", "6379", "--save", "", "--appendonly", "no", "--dir", dir)
+	tp.Start(t, "dns", "redis", "redis-server", nil, e2e.RedisArgs(dir, "127.0.0.1:6379")...)
 	corefile := func(admin, metrics string, ttl int) string {
 		return fmt.Sprintf(`vpn.example.test {
 	bind %s
