@@ -24,23 +24,64 @@ import (
 // (a local address) to the admin listener at admin; it returns the status.
 func postReport(t *testing.T, admin, src, token string, rtts [3]float64) (int, string) {
 	t.Helper()
+	return sendReport(t, fromAddr(src), admin, token, reportBody(rtts, ""))
+}
+
+// fromAddr is an HTTP client whose connections leave from src.
+func fromAddr(src string) *http.Client {
+	return reportClient((&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}).DialContext)
+}
+
+// reportBody is a report, made now, of the three cluster gateways' RTTs in
+// milliseconds; extra (`"field":value,`) goes first.
+func reportBody(rtts [3]float64, extra string) string {
 	var gws []string
 	for i, ms := range rtts {
 		gws = append(gws, fmt.Sprintf(`{"name":"gw%d.example.test","rtt_ms":%g}`, i+1, ms))
 	}
-	body := fmt.Sprintf(`{"probe":"http","time":%q,"gateways":[%s]}`, time.Now().UTC().Format(time.RFC3339), strings.Join(gws, ","))
-	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}).DialContext}}
+	return fmt.Sprintf(`{%s"probe":"http","time":%q,"gateways":[%s]}`, extra, time.Now().UTC().Format(time.RFC3339), strings.Join(gws, ","))
+}
+
+// reportClient is an HTTP client whose connections dial makes (from a
+// source address, or in a namespace).
+func reportClient(dial func(ctx context.Context, network, addr string) (net.Conn, error)) *http.Client {
+	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: dial}}
+}
+
+// sendReport posts body with token, and headers (name, value, ...), to the
+// admin listener at admin through c; it returns the status and the answer
+// (0 and the error, counted as the test's, when none came).
+func sendReport(t *testing.T, c *http.Client, admin, token, body string, headers ...string) (int, string) {
+	t.Helper()
 	req, _ := http.NewRequest(http.MethodPost, "http://"+admin+"/ogs/reports", strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+token)
 	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
 	resp, err := c.Do(req)
 	if err != nil {
-		t.Errorf("report from %s: %v", src, err)
-		return 0, ""
+		t.Errorf("report to %s: %v", admin, err)
+		return 0, err.Error()
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	return resp.StatusCode, string(b)
+}
+
+// adversaryTokens are the report tokens of the adversary tests, id → token.
+var adversaryTokens = map[string]string{"honest-a": "honest-a-token-0123456789", "honest-b": "honest-b-token-0123456789", "liar": "liar-token-0123456789abc", "flooder": "flooder-token-0123456789"}
+
+// writeTokens writes a report_tokens file of tok (id → token) at path.
+func writeTokens(t *testing.T, path string, tok map[string]string) {
+	t.Helper()
+	var lines []string
+	for id, tk := range tok {
+		lines = append(lines, id+" "+tk)
+	}
+	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // reportsAdmin is the admin view's reports part.
@@ -202,14 +243,8 @@ func TestReportsAdversaries(t *testing.T) {
 	gws := clusterGateways(t)
 	_, redisAddr := e2e.StartRedis(t)
 	tokens := filepath.Join(t.TempDir(), "tokens")
-	tok := map[string]string{"honest-a": "honest-a-token-0123456789", "honest-b": "honest-b-token-0123456789", "liar": "liar-token-0123456789abc", "flooder": "flooder-token-0123456789"}
-	var lines []string
-	for id, tk := range tok {
-		lines = append(lines, id+" "+tk)
-	}
-	if err := os.WriteFile(tokens, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	writeTokens(t, tokens, adversaryTokens)
+	tok := adversaryTokens
 	r := startReplica(t, gws, redisAddr, "\t\treport_tokens "+tokens+"\n\t\treport_rate 5 5\n\t\treport_max_body 1024\n")
 	own := []string{"127.0.0.12", "127.0.0.13", "127.0.0.11"}
 	orderA, orderB := []string{"127.0.0.11", "127.0.0.13", "127.0.0.12"}, []string{"127.0.0.12", "127.0.0.11", "127.0.0.13"}
@@ -272,17 +307,10 @@ func TestReportsAdversaries(t *testing.T) {
 	check("after a liar in A")
 
 	// A body naming B: no such field; the location is where it comes from.
-	body := fmt.Sprintf(`{"probe":"http","time":%q,"location":"127.0.7.0/24","gateways":[{"name":"gw3.example.test","rtt_ms":1}]}`, time.Now().UTC().Format(time.RFC3339))
+	body := reportBody([3]float64{900, 900, 1}, `"location":"127.0.7.0/24",`)
 	post := func(src, token, body string) int {
-		c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}).DialContext}}
-		req, _ := http.NewRequest(http.MethodPost, "http://"+r.admin+"/ogs/reports", strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+token)
-		resp, err := c.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		return resp.StatusCode
+		code, _ := sendReport(t, fromAddr(src), r.admin, token, body)
+		return code
 	}
 	if code := post("127.0.6.8", tok["liar"], body); code != http.StatusBadRequest {
 		t.Fatalf("a body naming network B: %d, want 400", code)
