@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -197,13 +196,7 @@ func (tp *Topology) StartCaddyVia(t testing.TB, host, caddyfile, dir string, env
 // in host's namespace and returns series' value (see Caddy.Metric).
 func (tp *Topology) Metric(t testing.TB, host, series string) (value float64, ok bool) {
 	t.Helper()
-	resp, err := tp.HTTPClient(host).Get("http://127.0.0.1:2019/metrics")
-	if err != nil {
-		t.Fatalf("GET /metrics in %s: %v", host, err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	return metricValue(string(body), series)
+	return tp.MetricAt(t, host, "http://127.0.0.1:2019/metrics", series)
 }
 
 // HTTPClient returns a client whose connections are made inside host's

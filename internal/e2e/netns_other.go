@@ -4,6 +4,6 @@ package e2e
 
 import "errors"
 
-func (tp *Topology) in(host string, f func() error) error {
+func (tp *Topology) In(host string, f func() error) error {
 	return errors.New("network namespaces need Linux")
 }
