@@ -256,7 +256,7 @@ func (t *TenantRoute) Handle(cx *layer4.Connection, _ layer4.Handler) error {
 	if err != nil {
 		return fmt.Errorf("tenant_route: first message: %w", err)
 	}
-	tenant, guard, err := t.tenant(cx, first)
+	tenant, rule, err := t.tenant(cx, first)
 	if err != nil {
 		return err
 	}
@@ -368,7 +368,7 @@ func (t *TenantRoute) Handle(cx *layer4.Connection, _ layer4.Handler) error {
 		}
 	}
 	toClient := &clientConn{wrapped: wrapped{Conn: cx}, watcher: watcher, inside: !watcher.Between()}
-	fromClient := &countingGuard{guard: ldapwire.TenantGuard{Rule: guard, Tenant: tenant, MaxLen: max}, lease: lease}
+	fromClient := &countingGuard{guard: ldapwire.TenantGuard{Rule: rule, Tenant: tenant, MaxLen: max}, lease: lease}
 	fromClient.guard.Admit = func(id int64) error {
 		fromClient.flush() // the messages before the bind count as the connection counted when they passed
 		if lease.Admit(time.Now()) == nil {
