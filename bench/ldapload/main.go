@@ -63,7 +63,8 @@ func main() {
 					float64(p(r, .99)-p(d, .99))/float64(p(a, .99)-p(d, .99)))
 			}
 		}
-		// On an open connection: bind + search, the seed's steady state;
+		// On an open connection: bind + search, what a directory client
+		// does on its persistent connection;
 		// the targets take turns, sample by sample.
 		dc, rc := dial(*direct, dn, pw), dial(*routed, dn, pw)
 		var ac *ldap.Conn

@@ -1,6 +1,8 @@
 // Package tenantroute provides layer4.handlers.tenant_route: it routes a
-// persistent LDAP connection to a node that holds its tenant (the seed's
-// Helix routing layer). The tenant comes from the bind DN; placement is
+// persistent LDAP connection to a node that holds its tenant. As in
+// Foxpass's LDAP service, each tenant lives on a few nodes only, so each
+// node loads and caches few tenants' data, and a tenant's connections must
+// reach one of its nodes. The tenant comes from the bind DN; placement is
 // rendezvous top-k per tenant with least connections among the k
 // (internal/placement); LDAP framing is internal/ldapwire.
 package tenantroute
