@@ -123,7 +123,7 @@ func (s *state) attach(t *TenantRoute) error {
 	for _, g := range s.gens {
 		// Two handlers of one config sharing a name must agree on what they
 		// share; across generations a difference is the reload's change.
-		if g.gen != nil && g.gen == t.gen && !sameShared(g, t) {
+		if g.gen != nil && g.gen == t.gen && !sameStateSettings(g, t) {
 			return fmt.Errorf("tenant_route: name %q: two handlers in this config share it with different nodes, "+
 				"etcd or partitions; give each its own name", t.Name)
 		}
@@ -205,7 +205,7 @@ func etcdKey(e *EtcdMembership) string {
 	return string(b)
 }
 
-func sameShared(a, b *TenantRoute) bool {
+func sameStateSettings(a, b *TenantRoute) bool {
 	return a.Partitions == b.Partitions && maps.Equal(a.TenantPartitions, b.TenantPartitions) &&
 		a.MaxPerNode == b.MaxPerNode && (a.AutoPartitions == nil) == (b.AutoPartitions == nil) &&
 		(a.AutoPartitions == nil || *a.AutoPartitions == *b.AutoPartitions) &&
