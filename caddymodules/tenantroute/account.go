@@ -56,7 +56,7 @@ func (c *routedConn) onBind(code int64) error {
 // connection counts on its node again, or the bind goes to no node and the
 // client is answered busy between two of the node's messages (refuse.go).
 func (c *routedConn) admit(id int64) error {
-	c.fromClient.flush() // the messages before the bind count as the connection counted when they passed
+	c.fromClient.countPassed() // the messages before the bind count as the connection counted when they passed
 	if c.lease.Admit(time.Now()) == nil {
 		return nil
 	}
