@@ -270,7 +270,7 @@ func handlerViews() []View {
 			Partitions: p.DefaultPartitions(), TenantPartitions: p.Overrides(), RuntimePartitions: p.RuntimeOverrides(),
 			Tenants: map[string]TenantAt{}}
 		if w := s.watcher.Load(); w != nil {
-			updated, lastErr := w.state()
+			updated, lastErr := w.health()
 			v.Membership, v.MembershipError = "etcd", lastErr
 			if !updated.IsZero() {
 				age := time.Since(updated).Milliseconds()

@@ -289,7 +289,7 @@ func (w *etcdWatcher) fail(err error) {
 	membershipStale.WithLabelValues(w.name).Set(1)
 }
 
-func (w *etcdWatcher) state() (updated time.Time, lastErr string) {
+func (w *etcdWatcher) health() (updated time.Time, lastErr string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.updated, w.lastErr
