@@ -150,7 +150,7 @@ func (t *TenantRoute) Handle(cx *layer4.Connection, _ layer4.Handler) error {
 	c := t.route(cx, tenant, lease, up)
 	if c.accountFirst(first) {
 		cx.Write(up.head) // the failed bind's answer, then the close
-		return c.end(nil)
+		return c.finish(nil)
 	}
 	return c.relay(rule)
 }

@@ -21,7 +21,7 @@ func (c *routedConn) relay(rule *ldapwire.TenantRule) error {
 	cx, up, max := c.cx, c.up, int64(c.t.MaxMessageLength)
 	if len(up.head) > 0 { // the node's answer has begun
 		if _, err := cx.Write(up.head); err != nil {
-			return c.end(err)
+			return c.finish(err)
 		}
 	}
 	watcher := &ldapwire.BindWatcher{OnBind: c.onBind, MaxLen: max}
@@ -29,7 +29,7 @@ func (c *routedConn) relay(rule *ldapwire.TenantRule) error {
 		// The header of the answer to a first message that is not a
 		// bind: the watcher frames the node's stream from its start.
 		if n, err := watcher.Feed(up.head); err != nil || n != len(up.head) {
-			return c.end(fmt.Errorf("tenant_route: the node's first answer: %d of %d bytes framed: %v", n, len(up.head), err))
+			return c.finish(fmt.Errorf("tenant_route: the node's first answer: %d of %d bytes framed: %v", n, len(up.head), err))
 		}
 	}
 	c.toClient = &clientConn{wrapped: wrapped{Conn: cx}, watcher: watcher, inside: !watcher.Between()}
@@ -60,7 +60,7 @@ func (c *routedConn) handOver(client, node2client relay.End) bool {
 	c.toClient.Conn = own
 	if relay.Start(client, node2client, func(err error) {
 		own.Close()
-		if err := c.end(err); err != nil {
+		if err := c.finish(err); err != nil {
 			c.t.logger.Error("handling connection", zap.String("remote", c.remote.String()), zap.Error(err))
 		}
 	}) {
@@ -89,5 +89,5 @@ func (c *routedConn) pipe(client, node2client relay.End) error {
 		c.toClient.socket = sc
 	}
 	relays.WithLabelValues(c.t.Name, "in_place").Inc()
-	return c.end(relay.Pipe(client, node2client))
+	return c.finish(relay.Pipe(client, node2client))
 }

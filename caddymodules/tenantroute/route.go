@@ -80,9 +80,9 @@ func (t *TenantRoute) route(cx *layer4.Connection, tenant string, lease *placeme
 	return c
 }
 
-// end runs once the relay has ended (or could not start), and says what
+// finish runs once the relay has ended (or could not start), and says what
 // the connection's end was.
-func (c *routedConn) end(err error) error {
+func (c *routedConn) finish(err error) error {
 	c.up.Close()
 	c.lease.Release(time.Now())
 	c.t.state.connected.add(c.tenant, -1)
