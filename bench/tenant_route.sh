@@ -7,14 +7,14 @@
 #     the router and through a plain caddy-l4 proxy to the same slapd (the
 #     anchor: what any layer4 hop costs here); p50 and p99 and what each
 #     adds; then the median over the rounds of the router's added latency
-#     over the anchor's (issue 18's goal: at most 1.05 at p50 and p99 on
+#     over the anchor's (the goal: at most 1.05 at p50 and p99 on
 #     an open connection);
 #  2. the CPU time bin/caddy spends per bind+search on an open connection,
 #     through the router and through the plain proxy in alternating blocks
 #     of 500 (CPU_N each, default 20000; 0 skips), and the median ratio:
 #     the per-message cost without the scheduling noise of latencies;
 #  3. resident memory of the router per idle routed connection with bound
-#     connections held open (issue 18: at most 8 KiB). Each routed
+#     connections held open (the goal: at most 8 KiB). Each routed
 #     connection holds two descriptors in the router, so HOLD is bounded by
 #     the open-files limit: 9,950 under a hard limit of 20,000 (raise the
 #     hard limit, as root with CAP_SYS_RESOURCE, for 10,000).

@@ -26,127 +26,162 @@ import (
 	"github.com/go-ldap/ldap/v3"
 )
 
+// options are the command line's.
+type options struct {
+	direct, routed, anchor string
+	n, block, pid          int
+	dn, pw                 string
+	linger                 time.Duration
+}
+
 func main() {
-	direct := flag.String("direct", "", "a node, directly")
-	routed := flag.String("routed", "", "the router")
-	anchor := flag.String("anchor", "", "with -latency: a plain caddy-l4 proxy to the same node (the anchor hop)")
-	n := flag.Int("n", 2000, "samples per target")
+	var o options
+	flag.StringVar(&o.direct, "direct", "", "a node, directly")
+	flag.StringVar(&o.routed, "routed", "", "the router")
+	flag.StringVar(&o.anchor, "anchor", "", "with -latency: a plain caddy-l4 proxy to the same node (the anchor hop)")
+	flag.IntVar(&o.n, "n", 2000, "samples per target")
 	latency := flag.Bool("latency", false, "measure bind+search latency")
 	cpu := flag.Bool("cpu", false, "measure the CPU time -pid spends per bind+search, routed and anchor")
-	block := flag.Int("block", 500, "with -cpu: operations per block")
+	flag.IntVar(&o.block, "block", 500, "with -cpu: operations per block")
 	hold := flag.Int("hold", 0, "connections to hold open through the router")
-	pid := flag.Int("pid", 0, "the router's process ID, for its memory")
+	flag.IntVar(&o.pid, "pid", 0, "the router's process ID, for its memory")
 	tenant := flag.String("tenant", "acme", "tenant to bind as")
-	linger := flag.Duration("linger", 0, "with -hold: keep the connections open this much longer after measuring (for profiling)")
+	flag.DurationVar(&o.linger, "linger", 0, "with -hold: keep the connections open this much longer after measuring (for profiling)")
 	flag.Parse()
-	dn, pw := fmt.Sprintf("uid=alice,o=%s,dc=example", *tenant), "pw-"+*tenant
+	o.dn, o.pw = fmt.Sprintf("uid=alice,o=%s,dc=example", *tenant), "pw-"+*tenant
 	switch {
 	case *latency:
-		p := func(v []time.Duration, q float64) time.Duration {
-			slices.Sort(v)
-			return v[int(q*float64(len(v)-1))]
-		}
-		report := func(what string, d, r, a []time.Duration) {
-			fmt.Printf("%s: direct p50 %v p99 %v; routed p50 %v p99 %v; added p50 %v p99 %v\n", what,
-				p(d, .5), p(d, .99), p(r, .5), p(r, .99), p(r, .5)-p(d, .5), p(r, .99)-p(d, .99))
-			if len(a) > 0 {
-				fmt.Printf("%s: plain layer4 proxy p50 %v p99 %v, added p50 %v p99 %v; router/proxy added p50 %.2fx\n", what,
-					p(a, .5), p(a, .99), p(a, .5)-p(d, .5), p(a, .99)-p(d, .99),
-					float64(p(r, .5)-p(d, .5))/float64(p(a, .5)-p(d, .5)))
-				// One line for scripts: added µs of router and proxy, and
-				// their ratios, at p50 and p99.
-				us := func(v time.Duration) float64 { return float64(v) / float64(time.Microsecond) }
-				fmt.Printf("ratio %s added_us_p50 %.1f %.1f added_us_p99 %.1f %.1f ratio_p50 %.3f ratio_p99 %.3f\n",
-					strings.ReplaceAll(what, " ", "_"),
-					us(p(r, .5)-p(d, .5)), us(p(a, .5)-p(d, .5)), us(p(r, .99)-p(d, .99)), us(p(a, .99)-p(d, .99)),
-					float64(p(r, .5)-p(d, .5))/float64(p(a, .5)-p(d, .5)),
-					float64(p(r, .99)-p(d, .99))/float64(p(a, .99)-p(d, .99)))
-			}
-		}
-		// On an open connection: bind + search, the seed's steady state;
-		// the targets take turns, sample by sample.
-		dc, rc := dial(*direct, dn, pw), dial(*routed, dn, pw)
-		var ac *ldap.Conn
-		if *anchor != "" {
-			ac = dial(*anchor, dn, pw)
-		}
-		var d, r, a []time.Duration
-		// turns takes one sample of each target, the order rotating from
-		// one turn to the next: no target always follows the same one.
-		turns := func(direct, routed, anchor func() time.Duration) {
-			takes := []func(){
-				func() { d = append(d, direct()) },
-				func() { r = append(r, routed()) },
-			}
-			if ac != nil {
-				takes = append(takes, func() { a = append(a, anchor()) })
-			}
-			for i := 0; i < *n; i++ {
-				for j := range takes {
-					takes[(i+j)%len(takes)]()
-				}
-			}
-		}
-		turns(func() time.Duration { return bindSearch(dc, dn, pw) },
-			func() time.Duration { return bindSearch(rc, dn, pw) },
-			func() time.Duration { return bindSearch(ac, dn, pw) })
-		report("bind+search on an open connection", d, r, a)
-		d, r, a = nil, nil, nil
-		turns(func() time.Duration { return sample(*direct, dn, pw) },
-			func() time.Duration { return sample(*routed, dn, pw) },
-			func() time.Duration { return sample(*anchor, dn, pw) })
-		report("connect+bind+search+close", d, r, a)
+		measureLatency(o)
 	case *cpu:
-		if *block <= 0 || *n < *block {
-			log.Fatalf("-cpu needs -block > 0 and -n >= -block (got -n %d -block %d)", *n, *block)
-		}
-		rc, ac := dial(*routed, dn, pw), dial(*anchor, dn, pw)
-		var r, a []float64 // CPU µs per operation, block by block
-		perOp := func(c *ldap.Conn) float64 {
-			before := cpuTime(*pid)
-			for range *block {
-				bindSearch(c, dn, pw)
-			}
-			return float64(cpuTime(*pid)-before) / float64(time.Microsecond) / float64(*block)
-		}
-		var ratios []float64
-		for i := 0; i < *n / *block; i++ {
-			if i%2 == 0 { // who goes first alternates
-				r, a = append(r, perOp(rc)), append(a, perOp(ac))
-			} else {
-				a, r = append(a, perOp(ac)), append(r, perOp(rc))
-			}
-			ratios = append(ratios, r[i]/a[i])
-		}
-		med := func(v []float64) float64 { slices.Sort(v); return v[len(v)/2] }
-		fmt.Printf("cpu bind+search_on_an_open_connection router_us %.2f proxy_us %.2f ratio %.3f blocks %d of %d\n",
-			med(r), med(a), med(ratios), len(ratios), *block)
+		measureCPU(o)
 	case *hold > 0:
-		before := rss(*pid)
-		var conns []*ldap.Conn
-		for i := 0; i < *hold; i++ {
-			c, err := ldap.DialURL("ldap://" + *routed)
-			if err != nil {
-				log.Fatalf("connection %d: %v", i, err)
-			}
-			if err := c.Bind(dn, pw); err != nil {
-				log.Fatalf("bind %d: %v", i, err)
-			}
-			conns = append(conns, c)
-		}
-		held := time.Now()
-		for _, at := range []time.Duration{time.Second, 11 * time.Second} { // after the last bind
-			time.Sleep(time.Until(held.Add(at)))
-			after := rss(*pid)
-			fmt.Printf("connections %d, router RSS %d KiB → %d KiB, %.1f KiB per idle routed connection (%v after the last bind)\n",
-				len(conns), before, after, float64(after-before)/float64(len(conns)), at)
-		}
-		time.Sleep(*linger)
-		for _, c := range conns {
-			c.Close()
-		}
+		holdConnections(o, *hold)
 	default:
 		flag.Usage()
+	}
+}
+
+// measureLatency samples bind+search on an open connection, what a
+// directory client does on its persistent connection, then
+// connect+bind+search+close, against each target in turns.
+func measureLatency(o options) {
+	dc, rc := dial(o.direct, o.dn, o.pw), dial(o.routed, o.dn, o.pw)
+	var open, fresh func() time.Duration // the anchor's; nil without one
+	if o.anchor != "" {
+		ac := dial(o.anchor, o.dn, o.pw)
+		open = func() time.Duration { return bindSearch(ac, o.dn, o.pw) }
+		fresh = func() time.Duration { return sample(o.anchor, o.dn, o.pw) }
+	}
+	d, r, a := turns(o.n, func() time.Duration { return bindSearch(dc, o.dn, o.pw) },
+		func() time.Duration { return bindSearch(rc, o.dn, o.pw) }, open)
+	report("bind+search on an open connection", d, r, a)
+	d, r, a = turns(o.n, func() time.Duration { return sample(o.direct, o.dn, o.pw) },
+		func() time.Duration { return sample(o.routed, o.dn, o.pw) }, fresh)
+	report("connect+bind+search+close", d, r, a)
+}
+
+// turns takes n samples of each target, one of each per turn, the order
+// rotating from one turn to the next: no target always follows the same
+// one. anchor is nil without an anchor.
+func turns(n int, direct, routed, anchor func() time.Duration) (d, r, a []time.Duration) {
+	takes := []func(){
+		func() { d = append(d, direct()) },
+		func() { r = append(r, routed()) },
+	}
+	if anchor != nil {
+		takes = append(takes, func() { a = append(a, anchor()) })
+	}
+	for i := 0; i < n; i++ {
+		for j := range takes {
+			takes[(i+j)%len(takes)]()
+		}
+	}
+	return d, r, a
+}
+
+// quantile is v's q-quantile; it sorts v.
+func quantile(v []time.Duration, q float64) time.Duration {
+	slices.Sort(v)
+	return v[int(q*float64(len(v)-1))]
+}
+
+// report prints p50 and p99 of the direct (d), routed (r) and anchor (a)
+// samples and what the router and the anchor add to the direct path.
+func report(what string, d, r, a []time.Duration) {
+	p := quantile
+	fmt.Printf("%s: direct p50 %v p99 %v; routed p50 %v p99 %v; added p50 %v p99 %v\n", what,
+		p(d, .5), p(d, .99), p(r, .5), p(r, .99), p(r, .5)-p(d, .5), p(r, .99)-p(d, .99))
+	if len(a) == 0 {
+		return
+	}
+	fmt.Printf("%s: plain layer4 proxy p50 %v p99 %v, added p50 %v p99 %v; router/proxy added p50 %.2fx\n", what,
+		p(a, .5), p(a, .99), p(a, .5)-p(d, .5), p(a, .99)-p(d, .99),
+		float64(p(r, .5)-p(d, .5))/float64(p(a, .5)-p(d, .5)))
+	// One line for scripts: added µs of router and proxy, and
+	// their ratios, at p50 and p99.
+	us := func(v time.Duration) float64 { return float64(v) / float64(time.Microsecond) }
+	fmt.Printf("ratio %s added_us_p50 %.1f %.1f added_us_p99 %.1f %.1f ratio_p50 %.3f ratio_p99 %.3f\n",
+		strings.ReplaceAll(what, " ", "_"),
+		us(p(r, .5)-p(d, .5)), us(p(a, .5)-p(d, .5)), us(p(r, .99)-p(d, .99)), us(p(a, .99)-p(d, .99)),
+		float64(p(r, .5)-p(d, .5))/float64(p(a, .5)-p(d, .5)),
+		float64(p(r, .99)-p(d, .99))/float64(p(a, .99)-p(d, .99)))
+}
+
+// measureCPU prints the CPU time the process o.pid spends per bind+search
+// on an open connection through the router and through the anchor, in
+// alternating blocks, and the median ratio.
+func measureCPU(o options) {
+	if o.block <= 0 || o.n < o.block {
+		log.Fatalf("-cpu needs -block > 0 and -n >= -block (got -n %d -block %d)", o.n, o.block)
+	}
+	rc, ac := dial(o.routed, o.dn, o.pw), dial(o.anchor, o.dn, o.pw)
+	var r, a []float64 // CPU µs per operation, block by block
+	perOp := func(c *ldap.Conn) float64 {
+		before := cpuTime(o.pid)
+		for range o.block {
+			bindSearch(c, o.dn, o.pw)
+		}
+		return float64(cpuTime(o.pid)-before) / float64(time.Microsecond) / float64(o.block)
+	}
+	var ratios []float64
+	for i := 0; i < o.n/o.block; i++ {
+		if i%2 == 0 { // who goes first alternates
+			r, a = append(r, perOp(rc)), append(a, perOp(ac))
+		} else {
+			a, r = append(a, perOp(ac)), append(r, perOp(rc))
+		}
+		ratios = append(ratios, r[i]/a[i])
+	}
+	med := func(v []float64) float64 { slices.Sort(v); return v[len(v)/2] }
+	fmt.Printf("cpu bind+search_on_an_open_connection router_us %.2f proxy_us %.2f ratio %.3f blocks %d of %d\n",
+		med(r), med(a), med(ratios), len(ratios), o.block)
+}
+
+// holdConnections opens and binds hold routed connections and prints the
+// router's resident memory per connection, 1 s and 11 s after the last bind.
+func holdConnections(o options, hold int) {
+	before := rss(o.pid)
+	var conns []*ldap.Conn
+	for i := 0; i < hold; i++ {
+		c, err := ldap.DialURL("ldap://" + o.routed)
+		if err != nil {
+			log.Fatalf("connection %d: %v", i, err)
+		}
+		if err := c.Bind(o.dn, o.pw); err != nil {
+			log.Fatalf("bind %d: %v", i, err)
+		}
+		conns = append(conns, c)
+	}
+	held := time.Now()
+	for _, at := range []time.Duration{time.Second, 11 * time.Second} { // after the last bind
+		time.Sleep(time.Until(held.Add(at)))
+		after := rss(o.pid)
+		fmt.Printf("connections %d, router RSS %d KiB → %d KiB, %.1f KiB per idle routed connection (%v after the last bind)\n",
+			len(conns), before, after, float64(after-before)/float64(len(conns)), at)
+	}
+	time.Sleep(o.linger)
+	for _, c := range conns {
+		c.Close()
 	}
 }
 

@@ -160,8 +160,9 @@ func registerMetrics(ctx caddy.Context) error {
 // members, open connections per node, partition counts and the tenants
 // connected now with their nodes; POST /tenant_route/partitions with
 // {"handler", "tenant", "partitions"} changes one tenant's partition count
-// at run time (0 clears it: back to the config's count), the seed's answer
-// to skew. A run-time count lasts across reloads (see the README).
+// at run time (0 clears it: back to the config's count): an operator gives a
+// hot tenant more nodes without a reload. A run-time count lasts across
+// reloads (see the README).
 type Admin struct{}
 
 // CaddyModule returns the Caddy module information.
@@ -269,7 +270,7 @@ func handlerViews() []View {
 			Partitions: p.DefaultPartitions(), TenantPartitions: p.Overrides(), RuntimePartitions: p.RuntimeOverrides(),
 			Tenants: map[string]TenantAt{}}
 		if w := s.watcher.Load(); w != nil {
-			updated, lastErr := w.state()
+			updated, lastErr := w.health()
 			v.Membership, v.MembershipError = "etcd", lastErr
 			if !updated.IsZero() {
 				age := time.Since(updated).Milliseconds()

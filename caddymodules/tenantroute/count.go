@@ -18,12 +18,12 @@ type countingGuard struct {
 
 func (c *countingGuard) Feed(b []byte) (int, error) {
 	n, err := c.guard.Feed(b)
-	c.flush()
+	c.countPassed()
 	return n, err
 }
 
-// flush counts the messages passed since the last count.
-func (c *countingGuard) flush() {
+// countPassed counts the messages passed since the last count.
+func (c *countingGuard) countPassed() {
 	c.lease.Requests(int(c.guard.Messages - c.counted))
 	c.counted = c.guard.Messages
 }

@@ -155,8 +155,8 @@ func TestTenantRoutingWithSlapd(t *testing.T) {
 		}
 	}
 
-	// A run-time change of one tenant's partitions (the seed's answer to
-	// skew): acme now spans all three nodes.
+	// A run-time change of one tenant's partitions (an operator giving a
+	// hot tenant more nodes): acme now spans all three nodes.
 	body := strings.NewReader(`{"handler": "ldap", "tenant": "acme", "partitions": 3}`)
 	resp, err := http.Post("http://"+c.Admin+"/tenant_route/partitions", "application/json", body)
 	if err != nil || resp.StatusCode != 200 {

@@ -17,13 +17,13 @@ import (
 	"github.com/edgesteer/edgesteer/internal/placement"
 )
 
-// EtcdMembership reads the node set from etcd, as the seed's nodes
-// register in ZooKeeper: each node puts its host:port under Prefix with a
-// lease it keeps alive (etcdctl lease grant 10; etcdctl put --lease=ID
-// PREFIX/node-4 10.0.1.4:389; etcdctl lease keep-alive ID), and a node whose
-// lease lapses leaves. The router watches the prefix and re-places tenants
-// at once. While etcd is unreachable it routes on with the last members it
-// knew and says so in logs and metrics.
+// EtcdMembership reads the node set from etcd, where the nodes register
+// themselves (as Foxpass's register in ZooKeeper): each node puts its
+// host:port under Prefix with a lease it keeps alive (etcdctl lease grant
+// 10; etcdctl put --lease=ID PREFIX/node-4 10.0.1.4:389; etcdctl lease
+// keep-alive ID), and a node whose lease lapses leaves. The router watches
+// the prefix and re-places tenants at once. While etcd is unreachable it
+// routes on with the last members it knew and says so in logs and metrics.
 //
 // With AssignmentPrefix set, the router publishes each known tenant's
 // nodes there (AssignmentPrefix/<tenant> = ["host:port", …]), so every node
@@ -289,7 +289,7 @@ func (w *etcdWatcher) fail(err error) {
 	membershipStale.WithLabelValues(w.name).Set(1)
 }
 
-func (w *etcdWatcher) state() (updated time.Time, lastErr string) {
+func (w *etcdWatcher) health() (updated time.Time, lastErr string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.updated, w.lastErr

@@ -1,6 +1,8 @@
 // Package tenantroute provides layer4.handlers.tenant_route: it routes a
-// persistent LDAP connection to a node that holds its tenant (the seed's
-// Helix routing layer). The tenant comes from the bind DN; placement is
+// persistent LDAP connection to a node that holds its tenant. As in
+// Foxpass's LDAP service, each tenant lives on a few nodes only, so each
+// node loads and caches few tenants' data, and a tenant's connections must
+// reach one of its nodes. The tenant comes from the bind DN; placement is
 // rendezvous top-k per tenant with least connections among the k
 // (internal/placement); LDAP framing is internal/ldapwire.
 package tenantroute
@@ -8,12 +10,7 @@ package tenantroute
 import (
 	"errors"
 	"fmt"
-	"math"
-	"net"
-	"strings"
 	"sync/atomic"
-	"syscall"
-	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
@@ -22,7 +19,6 @@ import (
 
 	"github.com/edgesteer/edgesteer/internal/ldapwire"
 	"github.com/edgesteer/edgesteer/internal/placement"
-	"github.com/edgesteer/edgesteer/internal/relay"
 )
 
 func init() {
@@ -117,105 +113,6 @@ func (*TenantRoute) CaddyModule() caddy.ModuleInfo {
 	}
 }
 
-// Provision validates the configuration, then adopts the process state of
-// its name (state.go) and applies its settings to it.
-func (t *TenantRoute) Provision(ctx caddy.Context) error {
-	t.logger = ctx.Logger()
-	if err := registerMetrics(ctx); err != nil {
-		return err
-	}
-	if len(t.Nodes) == 0 && t.Etcd == nil {
-		return errors.New("tenant_route: no nodes (list them, or configure etcd membership)")
-	}
-	for _, n := range t.Nodes {
-		if _, _, err := net.SplitHostPort(n); err != nil {
-			return fmt.Errorf("tenant_route: node %q: want host:port", n)
-		}
-	}
-	if t.Etcd != nil && (len(t.Etcd.Endpoints) == 0 || t.Etcd.Prefix == "") {
-		return errors.New("tenant_route: etcd membership needs endpoints and a prefix")
-	}
-	if e := t.Etcd; e != nil && e.AssignmentPrefix != "" &&
-		(strings.HasPrefix(e.AssignmentPrefix, e.Prefix) || strings.HasPrefix(e.Prefix, e.AssignmentPrefix)) {
-		// Assignments under the members' prefix would read as members.
-		return fmt.Errorf("tenant_route: etcd assignment_prefix %q overlaps prefix %q", e.AssignmentPrefix, e.Prefix)
-	}
-	if t.Partitions == 0 {
-		t.Partitions = 2
-	}
-	if t.Partitions < 1 {
-		return fmt.Errorf("tenant_route: partitions %d: must be at least 1", t.Partitions)
-	}
-	for tenant, k := range t.TenantPartitions {
-		if k < 1 {
-			return fmt.Errorf("tenant_route: tenant_partitions %s %d: must be at least 1", tenant, k)
-		}
-	}
-	if t.Tenant != "" && (!strings.Contains(t.Tenant, "{") || t.TenantRDN != "" || t.TenantRegexp != "") {
-		return fmt.Errorf("tenant_route: tenant %q: want a placeholder such as {l4.tls.server_name}, "+
-			"instead of tenant_rdn or tenant_regexp", t.Tenant)
-	}
-	rdn := t.TenantRDN
-	if rdn == "" && t.TenantRegexp == "" {
-		rdn = "o"
-	}
-	var err error
-	if t.rule, err = ldapwire.NewTenantRule(rdn, t.TenantRegexp); err != nil {
-		return fmt.Errorf("tenant_route: %v", err)
-	}
-	if t.DialTimeout < 0 || t.CoolOff < 0 || t.MaxMessageLength < 0 || t.FirstResponseTimeout < 0 {
-		return errors.New("tenant_route: dial_timeout, cool_off, first_response_timeout and max_message_length must be positive")
-	}
-	if t.DialTimeout == 0 {
-		t.DialTimeout = caddy.Duration(3 * time.Second)
-	}
-	if t.FirstResponseTimeout == 0 {
-		t.FirstResponseTimeout = caddy.Duration(5 * time.Second)
-	}
-	if t.CoolOff == 0 {
-		t.CoolOff = caddy.Duration(30 * time.Second)
-	}
-	if t.MaxMessageLength == 0 {
-		t.MaxMessageLength = ldapwire.DefaultMaxLength
-	}
-	if a := t.AutoPartitions; a != nil {
-		if a.CoolDown == 0 {
-			a.CoolDown = caddy.Duration(5 * time.Minute)
-		}
-		switch {
-		case a.TargetPerNode < 0:
-			return fmt.Errorf("tenant_route: auto_partitions target_per_node %d: must be at least 1", a.TargetPerNode)
-		case a.ShareFactor != 0 && !(a.ShareFactor >= 1 && a.ShareFactor <= math.MaxFloat64):
-			return fmt.Errorf("tenant_route: auto_partitions share_factor %g: must be at least 1", a.ShareFactor)
-		case a.TargetRequestsPerNode < 0 || a.TargetRequestsPerNode > math.MaxFloat64:
-			return fmt.Errorf("tenant_route: auto_partitions target_requests_per_node %g: must be positive", a.TargetRequestsPerNode)
-		case a.TargetPerNode == 0 && a.ShareFactor == 0 && a.TargetRequestsPerNode == 0:
-			return errors.New("tenant_route: auto_partitions: give target_per_node, share_factor or target_requests_per_node (at least one)")
-		case a.Max < 0:
-			return fmt.Errorf("tenant_route: auto_partitions max %d: must be at least 1", a.Max)
-		case a.CoolDown < 0:
-			return fmt.Errorf("tenant_route: auto_partitions cool_down %v: must be positive", time.Duration(a.CoolDown))
-		}
-	}
-	if t.MaxPerNode < 0 || t.MaxFailedBinds < 0 {
-		return fmt.Errorf("tenant_route: max_per_node %d, max_failed_binds %d: must be at least 1", t.MaxPerNode, t.MaxFailedBinds)
-	}
-	if t.MaxFailedBinds == 0 {
-		t.MaxFailedBinds = 3
-	}
-	if t.Name == "" {
-		t.Name = defaultName(t)
-	}
-	if reg := ctx.GetMetricsRegistry(); reg != nil {
-		t.gen = reg // one per config load
-	}
-	if t.state, err = adopt(t); err != nil {
-		return err
-	}
-	t.placer = t.state.placer
-	return nil
-}
-
 // Cleanup lets go of the name's state: the old generation's Cleanup runs
 // after the new one adopted it, so only the last user stops the etcd watch.
 func (t *TenantRoute) Cleanup() error {
@@ -225,57 +122,24 @@ func (t *TenantRoute) Cleanup() error {
 	return nil
 }
 
-// tenant names the connection's tenant, from the Tenant placeholder or the
-// first message's bind DN, and the rule later binds must keep to (nil: none).
-func (t *TenantRoute) tenant(cx *layer4.Connection, first *ldapwire.Message) (string, *ldapwire.TenantRule, error) {
-	if t.Tenant != "" {
-		tenant := cx.Replacer().ReplaceAll(t.Tenant, "")
-		if tenant == "" {
-			return "", nil, fmt.Errorf("tenant_route: %s is empty for this connection", t.Tenant)
-		}
-		return tenant, nil, nil
-	}
-	if first.Op != "bind" || first.Anonymous {
-		return "", nil, fmt.Errorf("tenant_route: first message is %s, not a named bind: route StartTLS and anonymous connections elsewhere", first.Op)
-	}
-	tenant, ok := t.rule.Tenant(first.BindDN)
-	if !ok {
-		return "", nil, fmt.Errorf("tenant_route: no tenant in bind DN %q", first.BindDN)
-	}
-	return tenant, t.rule, nil
-}
-
-// busyMessage is the diagnostic of a refusal at max_per_node.
-const busyMessage = "every directory node of this tenant is at its connection limit; try again later"
-
-// Handle reads the first message, finds the tenant, connects to its node
-// and relays.
+// Handle reads the first message, finds the tenant, connects to one of its
+// nodes (connect.go), judges the first bind (account.go) and relays
+// (handover.go).
 func (t *TenantRoute) Handle(cx *layer4.Connection, _ layer4.Handler) error {
-	max := int64(t.MaxMessageLength)
-	first, err := ldapwire.Read(cx, max)
+	first, err := ldapwire.Read(cx, int64(t.MaxMessageLength))
 	if err != nil {
 		return fmt.Errorf("tenant_route: first message: %w", err)
 	}
-	tenant, guard, err := t.tenant(cx, first)
+	tenant, rule, err := t.tenant(cx, first)
 	if err != nil {
 		return err
 	}
-	st := t.state
-	if st.watcher.Load() != nil {
-		st.seen.Touch(tenant) // its assignment is published (connect.go)
+	if t.state.watcher.Load() != nil {
+		t.state.seen.Touch(tenant) // its assignment is published (connect.go)
 	}
 	lease, up, err := t.connect(tenant, first)
 	if errors.Is(err, placement.ErrBusy) {
-		busyRefusals.WithLabelValues(t.Name).Inc()
-		if ce := t.logger.Check(zap.DebugLevel, "every node of the tenant is at max_per_node: busy"); ce != nil {
-			ce.Write(zap.String("tenant", tenant))
-		}
-		// LDAP busy (51): the client may try again later.
-		if first.Op == "bind" {
-			cx.Write(ldapwire.BindResponse(first.ID, ldapwire.ResultBusy, busyMessage))
-		} else {
-			cx.Write(ldapwire.NoticeOfDisconnection(ldapwire.ResultBusy, busyMessage))
-		}
+		t.refuseBusy(cx, tenant, first)
 		return nil
 	}
 	if err != nil {
@@ -283,142 +147,12 @@ func (t *TenantRoute) Handle(cx *layer4.Connection, _ layer4.Handler) error {
 		cx.Write(ldapwire.NoticeOfDisconnection(ldapwire.ResultUnavailable, "no directory node answered; try again"))
 		return err
 	}
-	node := lease.Node
-	st.connected.add(tenant, 1)
-	routed.WithLabelValues(t.Name, node).Inc()
-	repl := cx.Replacer()
-	repl.Set("l4.tenant_route.tenant", tenant)
-	repl.Set("l4.tenant_route.node", node)
-	remote := cx.RemoteAddr()
-	if ce := t.logger.Check(zap.DebugLevel, "routing"); ce != nil {
-		ce.Write(zap.String("tenant", tenant), zap.String("node", node), zap.String("remote", remote.String()))
+	c := t.route(cx, tenant, lease, up)
+	if c.accountFirst(first) {
+		cx.Write(up.head) // the failed bind's answer, then the close
+		return c.finish(nil)
 	}
-	// end runs once the relay has ended (or could not start), and says
-	// what the connection's end was.
-	end := func(err error) error {
-		up.Close()
-		lease.Release(time.Now()) // the reservation made by the pick
-		st.connected.add(tenant, -1)
-		if rebind := (*ldapwire.RebindError)(nil); errors.As(err, &rebind) {
-			refusedRebinds.WithLabelValues(t.Name).Inc()
-			t.logger.Warn("bind to another tenant on a routed connection: closing it",
-				zap.String("tenant", tenant), zap.String("bind_dn", rebind.BindDN))
-			return fmt.Errorf("tenant_route: %w", err)
-		}
-		if errors.Is(err, net.ErrClosed) || errors.Is(err, ldapwire.ErrLastAnswer) || errors.Is(err, errNoHalfClose) {
-			return nil
-		}
-		return err
-	}
-
-	// Only authenticated connections count as load: each BindResponse the
-	// node sends says whether this one is (internal/placement.Lease), and
-	// each later bind the client sends on a connection that stopped
-	// counting must first be admitted on its node as a new connection is
-	// (countingGuard). A successful bind after a successful bind changes
-	// nothing and takes no lock: the relay calls onBind in the path of
-	// every BindResponse, and a rebind as the same user is common (pooled
-	// connections).
-	failures := 0
-	onBind := func(code int64) error {
-		switch code {
-		case ldapwire.ResultSuccess:
-			lease.Bound(true, time.Now())
-		case ldapwire.ResultSASLBindInProgress:
-			lease.BindInProgress()
-		default:
-			lease.Bound(false, time.Now())
-			failedBinds.WithLabelValues(t.Name).Inc()
-			st.failed.Add(tenant)
-			if failures++; failures >= t.MaxFailedBinds {
-				failedBindCloses.WithLabelValues(t.Name).Inc()
-				if ce := t.logger.Check(zap.InfoLevel, "closing a connection after max_failed_binds failed binds"); ce != nil {
-					ce.Write(zap.String("tenant", tenant), zap.Int("failed_binds", failures), zap.String("remote", remote.String()))
-				}
-				return ldapwire.ErrLastAnswer // the client reads the answer, then the close
-			}
-		}
-		return nil
-	}
-	if up.bindResult >= 0 {
-		if onBind(up.bindResult) != nil {
-			cx.Write(up.head)
-			return end(nil)
-		}
-	} else if first.Op != "bind" {
-		lease.Bound(true, time.Now()) // no bind to judge (tenant from a placeholder): counted
-	}
-
-	if len(up.head) > 0 { // the node's answer has begun
-		if _, err := cx.Write(up.head); err != nil {
-			return end(err)
-		}
-	}
-	// Later messages are framed, and only BindRequests decoded, by the
-	// guard; an idle connection holds no buffer (internal/relay). The ends
-	// the relay writes to are wrapped (refuse.go): a bind refused at
-	// admission goes to no node, and its answer to the client goes between
-	// two of the node's messages.
-	watcher := &ldapwire.BindWatcher{OnBind: onBind, MaxLen: max}
-	if up.bindResult < 0 && len(up.head) > 0 {
-		// The header of the answer to a first message that is not a
-		// bind: the watcher frames the node's stream from its start.
-		if n, err := watcher.Feed(up.head); err != nil || n != len(up.head) {
-			return end(fmt.Errorf("tenant_route: the node's first answer: %d of %d bytes framed: %v", n, len(up.head), err))
-		}
-	}
-	toClient := &clientConn{wrapped: wrapped{Conn: cx}, watcher: watcher, inside: !watcher.Between()}
-	fromClient := &countingGuard{guard: ldapwire.TenantGuard{Rule: guard, Tenant: tenant, MaxLen: max}, lease: lease}
-	fromClient.guard.Admit = func(id int64) error {
-		fromClient.flush() // the messages before the bind count as the connection counted when they passed
-		if lease.Admit(time.Now()) == nil {
-			return nil
-		}
-		busyRefusals.WithLabelValues(t.Name).Inc()
-		if ce := t.logger.Check(zap.DebugLevel, "the connection's node is at max_per_node: bind refused busy"); ce != nil {
-			ce.Write(zap.String("tenant", tenant), zap.String("node", node), zap.String("remote", remote.String()))
-		}
-		if err := toClient.answer(ldapwire.BindResponse(id, ldapwire.ResultBusy, busyMessage)); err != nil {
-			return err
-		}
-		return ldapwire.ErrRefused
-	}
-	client := relay.End{Conn: toClient, Filter: fromClient}
-	node2client := relay.End{Conn: &nodeConn{wrapped: wrapped{Conn: up.Conn}, guard: &fromClient.guard}, Filter: watcher}
-	if sock, ok := cx.Conn.(*net.TCPConn); ok && len(cx.MatchingBytes()) == 0 {
-		// The bare socket, nothing read ahead: the relay takes it over
-		// and this handler returns, so an idle connection holds no
-		// goroutine, nor caddy-l4's buffers (README "Idle connections").
-		if own, err := relay.Own(sock); err == nil {
-			toClient.Conn = own
-			if relay.Start(client, node2client, func(err error) {
-				own.Close()
-				if err := end(err); err != nil {
-					t.logger.Error("handling connection", zap.String("remote", remote.String()), zap.Error(err))
-				}
-			}) {
-				relays.WithLabelValues(t.Name, "handed_over").Inc()
-				return nil // caddy-l4 closes its descriptor; the socket stays open through own
-			}
-			own.Close()
-			toClient.Conn = cx
-		}
-	}
-	client.Buffered = func() int { return len(cx.MatchingBytes()) } // bytes a matcher read ahead come first
-	switch sc := cx.Conn.(type) {
-	case *net.TCPConn:
-		// The bare socket: cx adds only its read-ahead (Buffered), so
-		// the relay reads the socket itself, one syscall per read.
-		client.Socket, client.Direct = sc, true
-		toClient.socket = sc
-	case syscall.Conn:
-		// A wrapper (proxy protocol, say) may hold bytes of its own:
-		// wait on the socket, read through the wrapper.
-		client.Socket = sc
-		toClient.socket = sc
-	}
-	relays.WithLabelValues(t.Name, "in_place").Inc()
-	return end(relay.Pipe(client, node2client))
+	return c.relay(rule)
 }
 
 // Interface guards

@@ -32,7 +32,8 @@ type skewOutcome struct {
 	grown                   int     // tenants above k = 2
 }
 
-// The skew benchmark of issue 17 end to end, at smaller scale: real slapd
+// The skew simulation (internal/placement TestSkewSimulation) end to end,
+// at smaller scale: real slapd
 // nodes, bin/caddy, go-ldap clients arriving in concurrent waves (each a
 // burst of simultaneous dials and binds), tenants drawn from Zipf(1.1).
 // The same sequence runs under fixed k = 2, fixed k = N and auto

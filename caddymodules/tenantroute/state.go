@@ -44,11 +44,11 @@ type state struct {
 	stopTick chan struct{}
 
 	mu sync.Mutex
-	// gens are the handlers using this name, in provisioning order; the
+	// handlers are the ones using this name, in provisioning order; the
 	// last one's settings are in force. Usually one, two during a reload;
 	// if a new config fails to load, its handlers leave and the settings
 	// of the one still running are applied again.
-	gens []*TenantRoute
+	handlers []*TenantRoute
 	// etcdKey identifies the running watch's settings ("" with none).
 	etcdKey string
 }
@@ -120,19 +120,19 @@ func (s *state) release(t *TenantRoute) {
 func (s *state) attach(t *TenantRoute) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, g := range s.gens {
+	for _, g := range s.handlers {
 		// Two handlers of one config sharing a name must agree on what they
 		// share; across generations a difference is the reload's change.
-		if g.gen != nil && g.gen == t.gen && !sameShared(g, t) {
+		if g.gen != nil && g.gen == t.gen && !sameStateSettings(g, t) {
 			return fmt.Errorf("tenant_route: name %q: two handlers in this config share it with different nodes, "+
 				"etcd or partitions; give each its own name", t.Name)
 		}
 	}
-	s.gens = append(s.gens, t)
+	s.handlers = append(s.handlers, t)
 	if err := s.apply(t); err != nil {
-		s.gens = s.gens[:len(s.gens)-1]
-		if len(s.gens) > 0 {
-			s.apply(s.gens[len(s.gens)-1])
+		s.handlers = s.handlers[:len(s.handlers)-1]
+		if len(s.handlers) > 0 {
+			s.apply(s.handlers[len(s.handlers)-1])
 		}
 		return err
 	}
@@ -142,15 +142,15 @@ func (s *state) attach(t *TenantRoute) error {
 func (s *state) detach(t *TenantRoute) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	i := slices.Index(s.gens, t)
+	i := slices.Index(s.handlers, t)
 	if i < 0 {
 		return
 	}
-	s.gens = slices.Delete(s.gens, i, i+1)
-	if i == len(s.gens) && i > 0 {
+	s.handlers = slices.Delete(s.handlers, i, i+1)
+	if i == len(s.handlers) && i > 0 {
 		// The newest handler left first: its config failed to load.
-		if err := s.apply(s.gens[i-1]); err != nil {
-			s.gens[i-1].logger.Error("restoring the running config's membership", zap.Error(err))
+		if err := s.apply(s.handlers[i-1]); err != nil {
+			s.handlers[i-1].logger.Error("restoring the running config's membership", zap.Error(err))
 		}
 	}
 }
@@ -205,7 +205,7 @@ func etcdKey(e *EtcdMembership) string {
 	return string(b)
 }
 
-func sameShared(a, b *TenantRoute) bool {
+func sameStateSettings(a, b *TenantRoute) bool {
 	return a.Partitions == b.Partitions && maps.Equal(a.TenantPartitions, b.TenantPartitions) &&
 		a.MaxPerNode == b.MaxPerNode && (a.AutoPartitions == nil) == (b.AutoPartitions == nil) &&
 		(a.AutoPartitions == nil || *a.AutoPartitions == *b.AutoPartitions) &&

@@ -7,8 +7,9 @@ import (
 	"time"
 )
 
-// Auto makes a tenant's partition count follow its load: the seed's open
-// "hot tenant" problem. A tenant's load is its connections that count:
+// Auto makes a tenant's partition count follow its load, so that a tenant
+// with far more traffic than the rest does not make its few nodes hot
+// (placement by partition counts does not see load). A tenant's load is its connections that count:
 // authenticated ones, plus those whose bind is still unanswered up to as
 // many as are authenticated (so a burst of a busy tenant spreads at once,
 // while binds that were never answered with success cannot grow a tenant

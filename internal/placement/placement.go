@@ -1,14 +1,16 @@
-// Package placement places tenants on nodes the way the seed's routing
-// layer does with Helix, without a controller: each tenant has k partitions,
-// held by the k live nodes with the highest rendezvous (highest random
-// weight) hash for that tenant. A node joining or leaving moves only the
-// tenants whose top k it enters or leaves, about k/N of them. Among a
-// tenant's nodes a new connection goes to the one with the fewest live
-// connections, ties broken by rendezvous order, which answers the seed's
-// open "hot node" problem; the node is reserved in the same atomic step as
-// it is picked, so a burst of simultaneous connections spreads as evenly as
-// a sequence (Reserve, Connect). A node that cannot be dialled is marked down for
-// a cool-off and skipped. It knows nothing of Caddy or LDAP.
+// Package placement places tenants on nodes as Foxpass's LDAP routing
+// layer does with Apache Helix (each tenant on a few nodes, so each node
+// caches few tenants' data), but without a controller: each tenant has k
+// partitions, held by the k live nodes with the highest rendezvous
+// (highest random weight) hash for that tenant. A node joining or leaving
+// moves only the tenants whose top k it enters or leaves, about k/N of
+// them. Among a tenant's nodes a new connection goes to the one with the
+// fewest live connections, ties broken by rendezvous order, so none of a
+// tenant's nodes runs hot while another of them has room; the node is
+// reserved in the same atomic step as it is picked, so a burst of
+// simultaneous connections spreads as evenly as a sequence (Reserve,
+// Connect). A node that cannot be dialled is marked down for a cool-off
+// and skipped. It knows nothing of Caddy or LDAP.
 package placement
 
 import (

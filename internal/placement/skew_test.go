@@ -106,8 +106,8 @@ func skewModes(nodeCount int) []struct {
 
 // The skew simulation of BENCHMARKS.md: Zipf(1.1) over 200 tenants, 8
 // nodes, 4,000 connections. Auto partitions must spread load better than
-// fixed k=2 and keep far fewer tenants per node than k=N (the seed's DB
-// read savings come from few tenants per node). Run with -v for the table.
+// fixed k=2 and keep far fewer tenants per node than k=N (a node caches
+// its tenants' data: the fewer tenants per node, the fewer database reads). Run with -v for the table.
 func TestSkewSimulation(t *testing.T) {
 	const conns = 4000
 	var results []skewResult
