@@ -234,7 +234,7 @@ func (o *OGS) view(now time.Time) serverView {
 		res := l.Result
 		lv := locationView{Location: l.Location, Order: []string{}, RTTsMs: map[string]float64{}, ProbedAt: res.At.UTC(),
 			AgeSeconds: math.Round(now.Sub(res.At).Seconds()*10) / 10, Fresh: l.Fresh, Source: "probed", Dead: []string{}}
-		if l.Shared {
+		if l.FromReplica {
 			lv.Source = "shared"
 		}
 		for _, i := range res.Order {

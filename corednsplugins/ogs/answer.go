@@ -194,7 +194,7 @@ func happened(sel ogs.Selection, deadline time.Duration) string {
 	switch sel.Source {
 	case ogs.Cached:
 		return "Results obtained from OGS cache. No ping tests were performed."
-	case ogs.Shared:
+	case ogs.FromReplica:
 		return "Results obtained from the shared OGS cache (another replica's ping tests). No ping tests were performed."
 	case ogs.Probed:
 		return "OGS ping tests performed."

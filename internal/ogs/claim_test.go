@@ -47,7 +47,7 @@ func TestWaiterNeverProbesWhatTheHolderWrote(t *testing.T) {
 	p := seedProber()
 	s := replica(t, store, p, ev, func(c *Config) { c.StorePoll = 5 * ms })
 	sel := s.Select(context.Background(), "loc")
-	if p.calls.Load() != 0 || sel.Source != Shared {
+	if p.calls.Load() != 0 || sel.Source != FromReplica {
 		t.Fatalf("%v after %d probes: the waiter probed although the holder's result was there", sel.Source, p.calls.Load())
 	}
 	if got := names(sel.Gateways, sel.Order); !slices.Equal(got, []string{"gw3", "gw4", "gw2", "gw1"}) {
@@ -96,8 +96,8 @@ func TestLateRunKeepsItsLock(t *testing.T) {
 		}
 		time.Sleep(5 * ms)
 	}
-	if l := b.Snapshot(1).Locations[0]; pb.calls.Load() != 0 || !l.Shared {
-		t.Fatalf("b: shared %v after %d probes of its own; want a's late result, no second run", l.Shared, pb.calls.Load())
+	if l := b.Snapshot(1).Locations[0]; pb.calls.Load() != 0 || !l.FromReplica {
+		t.Fatalf("b: shared %v after %d probes of its own; want a's late result, no second run", l.FromReplica, pb.calls.Load())
 	}
 	if store.sets.Load() != 1 {
 		t.Fatalf("%d writes", store.sets.Load())
@@ -133,13 +133,13 @@ func TestLostRaceAnswersStoredResult(t *testing.T) {
 		close(p.open)
 	}()
 	sel := s.Select(context.Background(), "loc")
-	if got := names(sel.Gateways, sel.Order); sel.Source != Shared || !slices.Equal(got, []string{"gw3", "gw4", "gw2", "gw1"}) {
+	if got := names(sel.Gateways, sel.Order); sel.Source != FromReplica || !slices.Equal(got, []string{"gw3", "gw4", "gw2", "gw1"}) {
 		t.Fatalf("%v %v; want the stored result (gw3 first)", sel.Source, got)
 	}
 	if store.sets.Load() != 0 || ev.count(StoreAdopted) != 1 {
 		t.Fatalf("%d writes over the other's value, %d adopted", store.sets.Load(), ev.count(StoreAdopted))
 	}
-	if snap := s.Snapshot(1); !snap.Locations[0].Shared || snap.Runs != 1 {
+	if snap := s.Snapshot(1); !snap.Locations[0].FromReplica || snap.Runs != 1 {
 		t.Fatalf("snapshot %+v", snap)
 	}
 }
@@ -166,7 +166,7 @@ func TestPendingResultsConverge(t *testing.T) {
 	store.unlock("loc", "other")
 	s.reconcile()
 	sel := s.Select(context.Background(), "loc")
-	if got := names(sel.Gateways, sel.Order); sel.Source != Cached || !slices.Equal(got, []string{"gw3", "gw4", "gw2", "gw1"}) || !s.Snapshot(1).Locations[0].Shared {
+	if got := names(sel.Gateways, sel.Order); sel.Source != Cached || !slices.Equal(got, []string{"gw3", "gw4", "gw2", "gw1"}) || !s.Snapshot(1).Locations[0].FromReplica {
 		t.Fatalf("after reconcile: %v %v; want the stored result", sel.Source, got)
 	}
 

@@ -82,15 +82,15 @@ type Config struct {
 
 // Run is one finished probe run, as reported to Config.OnRun.
 type Run struct {
-	Location string
-	Gateways []Gateway
-	RTTs     [][]time.Duration // per gateway, every probe (0: failed)
-	Reasons  [][]string        // per gateway, every probe's failure reason ("": succeeded)
-	Errors   []error           // per gateway, its last failed probe's error (nil: none failed)
-	Result   *Result           // what the location answers: nil when no gateway answered
-	Shared   bool              // Result is another replica's, stored first (this run lost the race)
-	Previous *Result           // without Result: the location's earlier result, if any
-	RetryAt  time.Time         // without Result: no new run before this
+	Location    string
+	Gateways    []Gateway
+	RTTs        [][]time.Duration // per gateway, every probe (0: failed)
+	Reasons     [][]string        // per gateway, every probe's failure reason ("": succeeded)
+	Errors      []error           // per gateway, its last failed probe's error (nil: none failed)
+	Result      *Result           // what the location answers: nil when no gateway answered
+	FromReplica bool              // Result is another replica's, stored first (this run lost the race)
+	Previous    *Result           // without Result: the location's earlier result, if any
+	RetryAt     time.Time         // without Result: no new run before this
 }
 
 // Validate checks the configuration, naming the bad option.
@@ -173,13 +173,13 @@ func orDefault[T comparable](v *T, def T) {
 type Source int
 
 const (
-	Probed     Source = iota // a probe run that finished within this query's wait
-	Cached                   // a location entry still inside its lifetime
-	Previous                 // no fresh result (see Why): the location's previous selection
-	Configured               // no fresh result and none before: the configured order
-	Partial                  // a probe run still going at the answer deadline: the gateways answered so far
-	Shared                   // a fresh result read from the shared store (another replica's probe run)
-	Reported                 // the location's clients' reports (reports.go)
+	Probed      Source = iota // a probe run that finished within this query's wait
+	Cached                    // a location entry still inside its lifetime
+	Previous                  // no fresh result (see Why): the location's previous selection
+	Configured                // no fresh result and none before: the configured order
+	Partial                   // a probe run still going at the answer deadline: the gateways answered so far
+	FromReplica               // a fresh result read from the shared store (another replica's probe run)
+	Reported                  // the location's clients' reports (reports.go)
 )
 
 func (s Source) String() string {
@@ -188,7 +188,7 @@ func (s Source) String() string {
 
 // Fresh reports whether the selection is a finished probe run's result
 // (answers may carry their full TTL), rather than a stand-in until one is.
-func (s Source) Fresh() bool { return s == Probed || s == Cached || s == Shared || s == Reported }
+func (s Source) Fresh() bool { return s == Probed || s == Cached || s == FromReplica || s == Reported }
 
 // Why says why a Previous or Configured selection answered.
 type Why int
@@ -230,19 +230,19 @@ type Result struct {
 }
 
 type entry struct {
-	res      *Result // nil until a run has produced one
-	epoch    uint64  // the measurement epoch res belongs to
-	failed   *Result // the latest run in which no gateway answered, if later than res
-	flight   chan struct{}
-	started  time.Time // when the run in flight started
-	progress *progress // the run in flight's measurements so far
-	retryAt  time.Time // no new run before this, after a run with no result
-	lastUsed time.Time
-	view     *Result // res as answered, given the re-check (recheck.go)
-	viewOf   *Result // the res view was derived from
-	viewVer  uint64  // the deadVer view was derived at
-	shared   bool    // res was read from the store, not probed here
-	pending  bool    // res was probed here and is not the stored result yet (see reconcile)
+	res         *Result // nil until a run has produced one
+	epoch       uint64  // the measurement epoch res belongs to
+	failed      *Result // the latest run in which no gateway answered, if later than res
+	flight      chan struct{}
+	started     time.Time // when the run in flight started
+	progress    *progress // the run in flight's measurements so far
+	retryAt     time.Time // no new run before this, after a run with no result
+	lastUsed    time.Time
+	view        *Result // res as answered, given the re-check (recheck.go)
+	viewOf      *Result // the res view was derived from
+	viewVer     uint64  // the deadVer view was derived at
+	fromReplica bool    // res was read from the store, not probed here
+	pending     bool    // res was probed here and is not the stored result yet (see reconcile)
 }
 
 // progress is what a probe run has measured so far, so that a query whose
@@ -413,8 +413,8 @@ func (s *Selector) SelectReported(ctx context.Context, location, reportKey strin
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.fresh(e, s.now()) {
-		if e.shared {
-			return Selection{Result: s.answered(e), Source: Shared}
+		if e.fromReplica {
+			return Selection{Result: s.answered(e), Source: FromReplica}
 		}
 		return Selection{Result: s.answered(e), Source: Probed}
 	}
@@ -545,7 +545,7 @@ func (s *Selector) run(location string, e *entry, done chan struct{}, cfg Config
 	}
 	switch {
 	case res != nil:
-		e.res, e.epoch, e.failed, e.shared, e.pending = res, epoch, nil, out.shared, out.pending
+		e.res, e.epoch, e.failed, e.fromReplica, e.pending = res, epoch, nil, out.fromReplica, out.pending
 	case !any:
 		e.retryAt = s.now().Add(cfg.Retry)
 		e.failed = &Result{Gateways: cfg.Gateways, RTTs: best, Reasons: reasons, At: s.now()}
@@ -553,7 +553,7 @@ func (s *Selector) run(location string, e *entry, done chan struct{}, cfg Config
 	e.flight, e.progress = nil, nil
 	s.runs++
 	s.lastRun = s.now()
-	run := Run{Location: location, Gateways: cfg.Gateways, RTTs: all, Reasons: why, Errors: errs, Result: res, Shared: out.shared, RetryAt: e.retryAt}
+	run := Run{Location: location, Gateways: cfg.Gateways, RTTs: all, Reasons: why, Errors: errs, Result: res, FromReplica: out.fromReplica, RetryAt: e.retryAt}
 	if res == nil {
 		run.Previous = e.res
 	}

@@ -223,7 +223,7 @@ func TestSharedResultServesOtherReplica(t *testing.T) {
 		t.Fatal("nothing stored")
 	}
 	sel := b.Select(context.Background(), "loc")
-	if sel.Source != Shared || !sel.Source.Fresh() || pb.calls.Load() != 0 {
+	if sel.Source != FromReplica || !sel.Source.Fresh() || pb.calls.Load() != 0 {
 		t.Fatalf("b: %v after %d probes", sel.Source, pb.calls.Load())
 	}
 	if got := names(seedGateways(), sel.Order); !slices.Equal(got, []string{"gw2", "gw1", "gw3", "gw4"}) || sel.RTTs[1] != 132*ms {
@@ -234,7 +234,7 @@ func TestSharedResultServesOtherReplica(t *testing.T) {
 		t.Fatalf("second query on b: %v, %d store calls", sel.Source, store.calls.Load()-calls)
 	}
 	snap := b.Snapshot(10)
-	if snap.Total != 1 || !snap.Locations[0].Shared || !snap.Locations[0].Fresh || snap.Runs != 0 || !snap.StoreUp {
+	if snap.Total != 1 || !snap.Locations[0].FromReplica || !snap.Locations[0].Fresh || snap.Runs != 0 || !snap.StoreUp {
 		t.Fatalf("b's snapshot %+v", snap)
 	}
 }
@@ -271,7 +271,7 @@ func TestConcurrentReplicasProbeOnce(t *testing.T) {
 	}
 	srcs := []Source{sels[0].Source, sels[1].Source}
 	slices.Sort(srcs)
-	if !slices.Equal(srcs, []Source{Probed, Shared}) || ev.count(StoreLockWait) != 1 {
+	if !slices.Equal(srcs, []Source{Probed, FromReplica}) || ev.count(StoreLockWait) != 1 {
 		t.Fatalf("sources %v, %d lock waits", srcs, ev.count(StoreLockWait))
 	}
 }
@@ -434,7 +434,7 @@ func TestStoreValuesValidated(t *testing.T) {
 	store.put("loc", good(func(*storedEntry) {}), time.Hour)
 	p := seedProber()
 	s := replica(t, store, p, ev)
-	if sel := s.Select(context.Background(), "loc"); sel.Source != Shared || p.calls.Load() != 0 || sel.Gateways[sel.Order[0]].Name != "gw1" {
+	if sel := s.Select(context.Background(), "loc"); sel.Source != FromReplica || p.calls.Load() != 0 || sel.Gateways[sel.Order[0]].Name != "gw1" {
 		t.Fatalf("%v after %d probes", sel.Source, p.calls.Load())
 	}
 }
