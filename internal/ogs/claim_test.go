@@ -13,7 +13,7 @@ import (
 // (gateway name → RTT) writes it.
 func storedValue(t *testing.T, rtts map[string]time.Duration) string {
 	t.Helper()
-	gws := seedGateways()
+	gws := exampleGateways()
 	res := &Result{Gateways: gws, RTTs: make([]time.Duration, len(gws)), At: time.Now()}
 	for i, g := range gws {
 		res.RTTs[i] = rtts[g.Name]
@@ -236,7 +236,7 @@ func TestStoreTroubleNamesKeysOnce(t *testing.T) {
 // A success on some keys clears only their trouble: values answering do
 // not clear the locks' (no flapping between down and up).
 func TestStoreTroubleClearsOnlyTouchedKeys(t *testing.T) {
-	s, ev := newSel(t, Config{Gateways: seedGateways(), Prober: seedProber(), Store: newFakeStore(), Recheck: -1}), &events{}
+	s, ev := newSel(t, Config{Gateways: exampleGateways(), Prober: seedProber(), Store: newFakeStore(), Recheck: -1}), &events{}
 	defer s.Close()
 	cfg := s.Config()
 	cfg.OnStore = ev.on

@@ -32,7 +32,7 @@ func (p *fakeProber) Probe(ctx context.Context, addr string) (time.Duration, err
 	return 0, errors.New("refused")
 }
 
-func seedGateways() []Gateway {
+func exampleGateways() []Gateway {
 	return []Gateway{{Name: "gw1", Addr: "a:1"}, {Name: "gw2", Addr: "b:1"}, {Name: "gw3", Addr: "c:1"}, {Name: "gw4", Addr: "d:1"}}
 }
 
@@ -51,10 +51,10 @@ func newSel(t *testing.T, cfg Config) *Selector {
 
 func TestSelectProbesOnceThenCaches(t *testing.T) {
 	p := seedProber()
-	s := newSel(t, Config{Gateways: seedGateways(), Prober: p})
+	s := newSel(t, Config{Gateways: exampleGateways(), Prober: p})
 	res, src := pick(s.Select(context.Background(), "loc"))
-	if src != Probed || !slices.Equal(names(seedGateways(), res.Order), []string{"gw2", "gw1", "gw3", "gw4"}) {
-		t.Fatalf("%v %v", src, names(seedGateways(), res.Order))
+	if src != Probed || !slices.Equal(names(exampleGateways(), res.Order), []string{"gw2", "gw1", "gw3", "gw4"}) {
+		t.Fatalf("%v %v", src, names(exampleGateways(), res.Order))
 	}
 	if p.calls.Load() != 12 {
 		t.Fatalf("%d probes, want 3 per gateway", p.calls.Load())
@@ -73,7 +73,7 @@ func TestSelectProbesOnceThenCaches(t *testing.T) {
 
 func TestConcurrentQueriesShareOneRun(t *testing.T) {
 	p := seedProber()
-	s := newSel(t, Config{Gateways: seedGateways(), Prober: p})
+	s := newSel(t, Config{Gateways: exampleGateways(), Prober: p})
 	var wg sync.WaitGroup
 	for range 20 {
 		wg.Add(1)
@@ -94,7 +94,7 @@ func TestConcurrentQueriesShareOneRun(t *testing.T) {
 func TestDeadlineFallsBack(t *testing.T) {
 	p := seedProber()
 	now := time.Unix(1_000_000, 0)
-	s := newSel(t, Config{Gateways: seedGateways(), Prober: p, Deadline: 100 * ms, CacheTTL: time.Hour, Retry: time.Minute})
+	s := newSel(t, Config{Gateways: exampleGateways(), Prober: p, Deadline: 100 * ms, CacheTTL: time.Hour, Retry: time.Minute})
 	s.now = func() time.Time { return now }
 	p.block.Store(true)
 	res, src := pick(s.Select(context.Background(), "new"))
@@ -120,13 +120,13 @@ func TestDeadlineFallsBack(t *testing.T) {
 func TestSaveLoadAndForget(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "ogs.json")
 	p := seedProber()
-	s := newSel(t, Config{Gateways: seedGateways(), Prober: p})
+	s := newSel(t, Config{Gateways: exampleGateways(), Prober: p})
 	s.Select(context.Background(), "10.1.2.0/24")
 	if err := s.Save(path); err != nil {
 		t.Fatal(err)
 	}
 	// A restart: a new selector loads the file and answers from it.
-	s2 := newSel(t, Config{Gateways: seedGateways(), Prober: p, CacheFile: path, OnError: func(err error) { t.Error(err) }})
+	s2 := newSel(t, Config{Gateways: exampleGateways(), Prober: p, CacheFile: path, OnError: func(err error) { t.Error(err) }})
 	if n, err := s2.Load(path); err != nil || n != 1 {
 		t.Fatalf("loaded %d: %v", n, err)
 	}
@@ -136,7 +136,7 @@ func TestSaveLoadAndForget(t *testing.T) {
 		t.Fatalf("after restart: %v, %d new probes", src, p.calls.Load()-calls)
 	}
 	// Expired entries are not loaded.
-	s3 := newSel(t, Config{Gateways: seedGateways(), Prober: p, CacheTTL: time.Hour})
+	s3 := newSel(t, Config{Gateways: exampleGateways(), Prober: p, CacheTTL: time.Hour})
 	s3.now = func() time.Time { return time.Now().Add(2 * time.Hour) }
 	if n, _ := s3.Load(path); n != 0 {
 		t.Fatalf("loaded %d expired entries", n)
@@ -168,7 +168,7 @@ func TestSaveLoadAndForget(t *testing.T) {
 }
 
 func TestLocationsBounded(t *testing.T) {
-	s := newSel(t, Config{Gateways: seedGateways(), Prober: seedProber(), MaxLocations: 5})
+	s := newSel(t, Config{Gateways: exampleGateways(), Prober: seedProber(), MaxLocations: 5})
 	for i := range 50 {
 		s.Select(context.Background(), string(rune('A'+i)))
 	}

@@ -200,7 +200,7 @@ func (e *events) count(k StoreEventKind) int {
 
 func replica(t *testing.T, store Store, p *fakeProber, ev *events, mod ...func(*Config)) *Selector {
 	t.Helper()
-	cfg := Config{Gateways: seedGateways(), Prober: p, ProbeID: "tcp", Store: store, OnStore: ev.on, Recheck: -1}
+	cfg := Config{Gateways: exampleGateways(), Prober: p, ProbeID: "tcp", Store: store, OnStore: ev.on, Recheck: -1}
 	for _, m := range mod {
 		m(&cfg)
 	}
@@ -226,7 +226,7 @@ func TestSharedResultServesOtherReplica(t *testing.T) {
 	if sel.Source != FromReplica || !sel.Source.Fresh() || pb.calls.Load() != 0 {
 		t.Fatalf("b: %v after %d probes", sel.Source, pb.calls.Load())
 	}
-	if got := names(seedGateways(), sel.Order); !slices.Equal(got, []string{"gw2", "gw1", "gw3", "gw4"}) || sel.RTTs[1] != 132*ms {
+	if got := names(exampleGateways(), sel.Order); !slices.Equal(got, []string{"gw2", "gw1", "gw3", "gw4"}) || sel.RTTs[1] != 132*ms {
 		t.Fatalf("b's order %v rtts %v", got, sel.RTTs)
 	}
 	calls := store.calls.Load()
@@ -248,7 +248,7 @@ func TestConcurrentReplicasProbeOnce(t *testing.T) {
 	var probes atomic.Int64
 	count := func(p *sleepingProber) countingProber { return countingProber{p, &probes} }
 	mk := func(p *sleepingProber) *Selector {
-		s := newSel(t, Config{Gateways: seedGateways(), Prober: count(p), ProbeID: "tcp", Store: store, OnStore: ev.on, Recheck: -1, StorePoll: 5 * ms, AnswerDeadline: 5 * time.Second})
+		s := newSel(t, Config{Gateways: exampleGateways(), Prober: count(p), ProbeID: "tcp", Store: store, OnStore: ev.on, Recheck: -1, StorePoll: 5 * ms, AnswerDeadline: 5 * time.Second})
 		t.Cleanup(func() { s.Close() })
 		return s
 	}
@@ -482,7 +482,7 @@ func FuzzDecodeStored(f *testing.F) {
 	f.Add([]byte(`{"v":1,"probe":"tcp","gateways":{"gw1":"a:1"},"at":"2026-01-01T00:00:00Z","order":["gw1"],"rtts_ms":{"gw1":3}}`))
 	f.Add([]byte(`{"v":1}`))
 	f.Add([]byte(`null`))
-	cfg := Config{Gateways: seedGateways(), ProbeID: "tcp"}
+	cfg := Config{Gateways: exampleGateways(), ProbeID: "tcp"}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		res, err := decodeStored(data, &cfg, time.Now())
 		if err != nil {
