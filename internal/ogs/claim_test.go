@@ -44,7 +44,7 @@ func TestWaiterNeverProbesWhatTheHolderWrote(t *testing.T) {
 		store.put(loc, value, time.Hour)
 		store.unlock(loc, "holder")
 	}
-	p := seedProber()
+	p := exampleProber()
 	s := replica(t, store, p, ev, func(c *Config) { c.StorePoll = 5 * ms })
 	sel := s.Select(context.Background(), "loc")
 	if p.calls.Load() != 0 || sel.Source != FromReplica {
@@ -78,7 +78,7 @@ func TestLateRunKeepsItsLock(t *testing.T) {
 	}
 	late := &overrunProber{d: 600 * ms} // the lock lives 340 ms unless extended
 	a := replica(t, store, nil, &events{}, mod, func(c *Config) { c.Prober = late })
-	pb := seedProber()
+	pb := exampleProber()
 	b := replica(t, store, pb, &events{}, mod)
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -120,7 +120,7 @@ func (p gateProber) Probe(ctx context.Context, addr string) (time.Duration, erro
 // replica answers one order for the location.
 func TestLostRaceAnswersStoredResult(t *testing.T) {
 	store, ev := newFakeStore(), &events{}
-	p := gateProber{seedProber(), make(chan struct{})}
+	p := gateProber{exampleProber(), make(chan struct{})}
 	s := replica(t, store, nil, ev, func(c *Config) { c.Prober = p })
 	go func() {
 		for !store.locked("loc") {
@@ -150,7 +150,7 @@ func TestLostRaceAnswersStoredResult(t *testing.T) {
 // stored value once there, or by writing its own where nothing is stored.
 func TestPendingResultsConverge(t *testing.T) {
 	store, ev := newFakeStore(), &events{}
-	p := gateProber{seedProber(), make(chan struct{})}
+	p := gateProber{exampleProber(), make(chan struct{})}
 	s := replica(t, store, nil, ev, func(c *Config) { c.StoreRetry = 10 * ms; c.Prober = p })
 	go func() {
 		for !store.locked("loc") {
@@ -193,7 +193,7 @@ func TestPendingResultsConverge(t *testing.T) {
 func TestStoreTroubleNamesKeysOnce(t *testing.T) {
 	store, ev := newFakeStore(), &events{}
 	store.refuse.Store(uint32(KeysLock))
-	p := seedProber()
+	p := exampleProber()
 	var downs []StoreEvent
 	var mu sync.Mutex
 	s := replica(t, store, p, ev, func(c *Config) {
@@ -236,7 +236,7 @@ func TestStoreTroubleNamesKeysOnce(t *testing.T) {
 // A success on some keys clears only their trouble: values answering do
 // not clear the locks' (no flapping between down and up).
 func TestStoreTroubleClearsOnlyTouchedKeys(t *testing.T) {
-	s, ev := newSel(t, Config{Gateways: exampleGateways(), Prober: seedProber(), Store: newFakeStore(), Recheck: -1}), &events{}
+	s, ev := newSel(t, Config{Gateways: exampleGateways(), Prober: exampleProber(), Store: newFakeStore(), Recheck: -1}), &events{}
 	defer s.Close()
 	cfg := s.Config()
 	cfg.OnStore = ev.on
@@ -258,7 +258,7 @@ func TestStoreTroubleClearsOnlyTouchedKeys(t *testing.T) {
 func TestReconcileRunsOnTheRecheckTimer(t *testing.T) {
 	store, ev := newFakeStore(), &events{}
 	store.down.Store(true)
-	s := replica(t, store, seedProber(), ev, func(c *Config) { c.Recheck = 50 * ms; c.StoreRetry = 10 * ms })
+	s := replica(t, store, exampleProber(), ev, func(c *Config) { c.Recheck = 50 * ms; c.StoreRetry = 10 * ms })
 	s.Start()
 	if sel := s.Select(context.Background(), "loc"); sel.Source != Probed {
 		t.Fatalf("%v", sel.Source)

@@ -13,7 +13,7 @@ import (
 // re-check restores it.
 func TestRecheckDemotesDeadFirstChoice(t *testing.T) {
 	for _, omit := range []bool{false, true} {
-		p := seedProber()
+		p := exampleProber()
 		gws := exampleGateways()
 		gws[1].Backups = []string{"gw4"} // gw2 (132 ms) first, then its backup gw4
 		s := newSel(t, Config{Gateways: gws, Prober: p, OmitUnmeasured: omit})
@@ -56,7 +56,7 @@ func TestRecheckDemotesDeadFirstChoice(t *testing.T) {
 
 // Every gateway dead: the order stays as it was (an answer needs one).
 func TestRecheckAllDeadKeepsOrder(t *testing.T) {
-	p := seedProber()
+	p := exampleProber()
 	s := newSel(t, Config{Gateways: exampleGateways()[1:2], Prober: p, OmitUnmeasured: true})
 	s.Select(context.Background(), "loc")
 	p.rtts["b:1"] = 0
@@ -81,7 +81,7 @@ func TestSelectionSaysWhatHappened(t *testing.T) {
 		t.Fatalf("second: %+v", sel)
 	}
 	// With an earlier result: the previous selection, and why.
-	p.rtts = seedProber().rtts
+	p.rtts = exampleProber().rtts
 	now = now.Add(2 * time.Minute)
 	s.Select(context.Background(), "loc")
 	now = now.Add(DefaultCacheTTL)

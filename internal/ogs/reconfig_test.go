@@ -34,7 +34,7 @@ func TestReconfigureRules(t *testing.T) {
 		{"probe changed", func(c *Config) { c.ProbeID = "tls" }, Probed, []string{"gw2", "gw1", "gw3", "gw4"}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := seedProber()
+			p := exampleProber()
 			p.rtts["e:1"] = 50 * ms
 			s := newSel(t, Config{Gateways: gws, Prober: p, ProbeID: "https"})
 			s.Select(context.Background(), "loc")
@@ -61,7 +61,7 @@ func TestReconfigureRules(t *testing.T) {
 
 // A stale result is the previous selection while the new run is silent.
 func TestReconfigureStaleIsPrevious(t *testing.T) {
-	p := seedProber()
+	p := exampleProber()
 	s := newSel(t, Config{Gateways: exampleGateways(), Prober: p, Deadline: 100 * ms})
 	s.Select(context.Background(), "loc")
 	p.block.Store(true)
@@ -78,7 +78,7 @@ func TestReconfigureStaleIsPrevious(t *testing.T) {
 // A run in flight across a reload stores its result mapped onto the new
 // gateways, and queries after the reload wait for it instead of probing.
 func TestReconfigureDuringRun(t *testing.T) {
-	p := &gatedProber{fakeProber: seedProber(), gate: make(chan struct{})}
+	p := &gatedProber{fakeProber: exampleProber(), gate: make(chan struct{})}
 	s := newSel(t, Config{Gateways: exampleGateways(), Prober: p, Deadline: 5 * time.Second})
 	got := make(chan *Result, 2)
 	go func() { res, _ := pick(s.Select(context.Background(), "loc")); got <- res }()
@@ -129,7 +129,7 @@ func (p *gatedProber) Probe(ctx context.Context, addr string) (time.Duration, er
 func TestPoolAdoptsAndClosesOnLastRelease(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "ogs.json")
 	pool := NewPool()
-	p := seedProber()
+	p := exampleProber()
 	cfg := Config{Gateways: exampleGateways(), Prober: p, CacheFile: path}
 	a, err := pool.Acquire("blk", cfg)
 	if err != nil || a.Adopted {

@@ -19,7 +19,7 @@ func BenchmarkSelectReports(b *testing.B) {
 		key     string
 	}{{"reports_off", false, ""}, {"reports_on_none_here", true, "10.9.0.0/24"}, {"from_reports", true, "10.1.0.0/24"}} {
 		b.Run(c.name, func(b *testing.B) {
-			s := newSelB(b, Config{Gateways: exampleGateways(), Prober: seedProber(), Recheck: -1, Reports: ReportConfig{Enabled: c.reports}})
+			s := newSelB(b, Config{Gateways: exampleGateways(), Prober: exampleProber(), Recheck: -1, Reports: ReportConfig{Enabled: c.reports}})
 			defer s.Close()
 			now := time.Now()
 			if c.reports {

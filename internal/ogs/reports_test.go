@@ -235,7 +235,7 @@ func TestMedian(t *testing.T) {
 // (source reports, no probe run); another location is probed as before; a
 // gateway the re-check finds dead is moved back in reported orders too.
 func TestSelectorReported(t *testing.T) {
-	p := seedProber()
+	p := exampleProber()
 	s := newSel(t, Config{Gateways: exampleGateways(), Prober: p, Recheck: -1, Reports: ReportConfig{Enabled: true}})
 	now := time.Now()
 	for i := range 3 {

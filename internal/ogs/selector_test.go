@@ -36,7 +36,7 @@ func exampleGateways() []Gateway {
 	return []Gateway{{Name: "gw1", Addr: "a:1"}, {Name: "gw2", Addr: "b:1"}, {Name: "gw3", Addr: "c:1"}, {Name: "gw4", Addr: "d:1"}}
 }
 
-func seedProber() *fakeProber {
+func exampleProber() *fakeProber {
 	return &fakeProber{rtts: map[string]time.Duration{"a:1": 302 * ms, "b:1": 132 * ms, "c:1": 506 * ms, "d:1": 877 * ms}}
 }
 
@@ -50,7 +50,7 @@ func newSel(t *testing.T, cfg Config) *Selector {
 }
 
 func TestSelectProbesOnceThenCaches(t *testing.T) {
-	p := seedProber()
+	p := exampleProber()
 	s := newSel(t, Config{Gateways: exampleGateways(), Prober: p})
 	res, src := pick(s.Select(context.Background(), "loc"))
 	if src != Probed || !slices.Equal(names(exampleGateways(), res.Order), []string{"gw2", "gw1", "gw3", "gw4"}) {
@@ -72,7 +72,7 @@ func TestSelectProbesOnceThenCaches(t *testing.T) {
 }
 
 func TestConcurrentQueriesShareOneRun(t *testing.T) {
-	p := seedProber()
+	p := exampleProber()
 	s := newSel(t, Config{Gateways: exampleGateways(), Prober: p})
 	var wg sync.WaitGroup
 	for range 20 {
@@ -92,7 +92,7 @@ func TestConcurrentQueriesShareOneRun(t *testing.T) {
 
 // Past the deadline: the previous selection, or the configured order.
 func TestDeadlineFallsBack(t *testing.T) {
-	p := seedProber()
+	p := exampleProber()
 	now := time.Unix(1_000_000, 0)
 	s := newSel(t, Config{Gateways: exampleGateways(), Prober: p, Deadline: 100 * ms, CacheTTL: time.Hour, Retry: time.Minute})
 	s.now = func() time.Time { return now }
@@ -119,7 +119,7 @@ func TestDeadlineFallsBack(t *testing.T) {
 
 func TestSaveLoadAndForget(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "ogs.json")
-	p := seedProber()
+	p := exampleProber()
 	s := newSel(t, Config{Gateways: exampleGateways(), Prober: p})
 	s.Select(context.Background(), "10.1.2.0/24")
 	if err := s.Save(path); err != nil {
@@ -168,7 +168,7 @@ func TestSaveLoadAndForget(t *testing.T) {
 }
 
 func TestLocationsBounded(t *testing.T) {
-	s := newSel(t, Config{Gateways: exampleGateways(), Prober: seedProber(), MaxLocations: 5})
+	s := newSel(t, Config{Gateways: exampleGateways(), Prober: exampleProber(), MaxLocations: 5})
 	for i := range 50 {
 		s.Select(context.Background(), string(rune('A'+i)))
 	}

@@ -213,7 +213,7 @@ func replica(t *testing.T, store Store, p *fakeProber, ev *events, mod ...func(*
 // there; the second query there is a local hit.
 func TestSharedResultServesOtherReplica(t *testing.T) {
 	store, ev := newFakeStore(), &events{}
-	pa, pb := seedProber(), seedProber()
+	pa, pb := exampleProber(), exampleProber()
 	a, b := replica(t, store, pa, ev), replica(t, store, pb, ev)
 	if sel := a.Select(context.Background(), "loc"); sel.Source != Probed {
 		t.Fatalf("a: %v", sel.Source)
@@ -292,7 +292,7 @@ func (c countingProber) Probe(ctx context.Context, addr string) (time.Duration, 
 func TestStoreDownProbesLocally(t *testing.T) {
 	store, ev := newFakeStore(), &events{}
 	store.down.Store(true)
-	p := seedProber()
+	p := exampleProber()
 	now := time.Now()
 	var clock atomic.Int64
 	clock.Store(now.UnixNano())
@@ -329,7 +329,7 @@ func TestStoreHangingIsBounded(t *testing.T) {
 	const timeout = 100 * ms
 	store, ev := &timedStore{fakeStore: newFakeStore()}, &events{}
 	store.hang.Store(true)
-	s := replica(t, store, seedProber(), ev, func(c *Config) { c.StoreTimeout = timeout; c.StoreRetry = time.Nanosecond })
+	s := replica(t, store, exampleProber(), ev, func(c *Config) { c.StoreTimeout = timeout; c.StoreRetry = time.Nanosecond })
 	var wg sync.WaitGroup
 	for i := range 4 {
 		wg.Add(1)
@@ -415,7 +415,7 @@ func TestStoreValuesValidated(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			store, ev := newFakeStore(), &events{}
 			store.put("loc", tc.value, time.Hour)
-			p := seedProber()
+			p := exampleProber()
 			s := replica(t, store, p, ev)
 			if sel := s.Select(context.Background(), "loc"); sel.Source != Probed || p.calls.Load() != 12 {
 				t.Fatalf("%v after %d probes", sel.Source, p.calls.Load())
@@ -432,7 +432,7 @@ func TestStoreValuesValidated(t *testing.T) {
 	// The good value itself answers.
 	store, ev := newFakeStore(), &events{}
 	store.put("loc", good(func(*storedEntry) {}), time.Hour)
-	p := seedProber()
+	p := exampleProber()
 	s := replica(t, store, p, ev)
 	if sel := s.Select(context.Background(), "loc"); sel.Source != FromReplica || p.calls.Load() != 0 || sel.Gateways[sel.Order[0]].Name != "gw1" {
 		t.Fatalf("%v after %d probes", sel.Source, p.calls.Load())
@@ -443,7 +443,7 @@ func TestStoreValuesValidated(t *testing.T) {
 func TestStoreWrongTypeIsMalformed(t *testing.T) {
 	store, ev := newFakeStore(), &events{}
 	store.wrong.Store(true)
-	p := seedProber()
+	p := exampleProber()
 	s := replica(t, store, p, ev)
 	if sel := s.Select(context.Background(), "loc"); sel.Source != Probed || p.calls.Load() != 12 {
 		t.Fatalf("%v after %d probes", sel.Source, p.calls.Load())
@@ -460,7 +460,7 @@ func TestStoreWrongTypeIsMalformed(t *testing.T) {
 func TestDeadLockHolderFallsBackThenProbes(t *testing.T) {
 	store, ev := newFakeStore(), &events{}
 	store.lock("loc", "dead replica", 300*ms)
-	p := seedProber()
+	p := exampleProber()
 	s := replica(t, store, p, ev, func(c *Config) { c.AnswerDeadline = 50 * ms; c.Deadline = 300 * ms; c.StorePoll = 10 * ms })
 	sel := s.Select(context.Background(), "loc")
 	if sel.Source != Configured || sel.Why != WhyDeadline || p.calls.Load() != 0 {
