@@ -85,7 +85,7 @@ func metricWith(t *testing.T, addr, name, label string) float64 {
 	return total
 }
 
-// The seed's figures through bin/coredns and dig: gw1 302, gw2 132, gw3 506,
+// The worked example through bin/coredns and dig: gw1 302, gw2 132, gw3 506,
 // gw4 877 ms; gw2 first, then its backup gw4, then gw1 and gw3 by RTT.
 func TestOrderCacheECSRestartAndDeletion(t *testing.T) {
 	addrs, _ := gateways(t, 302*ms, 132*ms, 506*ms, 877*ms)

@@ -71,7 +71,7 @@ func TestParseDefaults(t *testing.T) {
 	cfg := o.cfg
 	if cfg.Probes != 3 || cfg.Deadline != 7*time.Second || cfg.CacheTTL != 14*24*time.Hour || cfg.Recheck != time.Minute || o.soa.minimum != 30 ||
 		cfg.ProbeTimeout != 2*time.Second || cfg.AnswerDeadline != 1500*time.Millisecond || o.fallbackTTL != 5 {
-		t.Fatalf("seed defaults: %+v", cfg)
+		t.Fatalf("defaults: %+v", cfg)
 	}
 	c = caddy.NewTestController("dns", "ogs vpn.example.test {\n gateway gw1 192.0.2.1:443\n probe tcp\n}")
 	if tcp, err := parse(c); err != nil || tcp.cfg.ProbeTimeout != 500*time.Millisecond {

@@ -26,8 +26,8 @@ func storedValue(t *testing.T, rtts map[string]time.Duration) string {
 	return string(data)
 }
 
-// otherRTTs is another replica's measurement: gw3 first, where the seed
-// prober measures gw2 first.
+// otherRTTs is another replica's measurement: gw3 first, where
+// exampleProber measures gw2 first.
 var otherRTTs = map[string]time.Duration{"gw1": 40 * ms, "gw2": 30 * ms, "gw3": 10 * ms, "gw4": 20 * ms}
 
 // The interleaving that made two replicas probe one location: the waiter
@@ -104,7 +104,7 @@ func TestLateRunKeepsItsLock(t *testing.T) {
 	}
 }
 
-// gateProber answers the seed's RTTs once open is closed.
+// gateProber answers exampleProber's RTTs once open is closed.
 type gateProber struct {
 	*fakeProber
 	open chan struct{}

@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// The seed's example: location A has suffix locationa.com and DNS servers
+// Location A has suffix locationa.com and DNS servers
 // ip1 and ip2; each pair is a key to the same cache entry, and a network
 // matching any of them is location A.
 func TestNetworksLocationA(t *testing.T) {

@@ -12,7 +12,9 @@ import (
 	"github.com/edgesteer/edgesteer/internal/latency"
 )
 
-// Defaults, from the seed.
+// Defaults: AnyConnect's 3 probes per gateway, 7 s probe run and 14 days of
+// cache; a minute before a location whose gateways all failed is probed
+// again; at most 100 000 cached locations.
 const (
 	DefaultProbes       = 3
 	DefaultDeadline     = 7 * time.Second
@@ -610,7 +612,7 @@ func (s *Selector) evictTo(n int) {
 }
 
 // Forget drops every cached result, so the next query of each location
-// probes again (the seed's "delete the preferences file").
+// probes again, as deleting AnyConnect's preferences file does.
 func (s *Selector) Forget() {
 	s.mu.Lock()
 	for loc, e := range s.entries {
