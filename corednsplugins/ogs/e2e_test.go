@@ -145,9 +145,15 @@ func TestOrderCacheECSRestartAndDeletion(t *testing.T) {
 		t.Fatalf("after restart: %v runs, %v hits; want answers from the cache file", runs, hits)
 	}
 
-	// Deleting the file forces a new evaluation. The plugin looks at the
-	// file every second; until it has noticed, the location's TXT still
-	// says "from OGS cache", and the first TXT query after that probes.
+	checkDeletionReprobes(t, d, cacheFile, metricsAddr, want)
+}
+
+// checkDeletionReprobes deletes the cache file, which forces a new
+// evaluation. The plugin looks at the file every second; until it has
+// noticed, the location's TXT still says "from OGS cache", and the first
+// TXT query after that probes.
+func checkDeletionReprobes(t *testing.T, d *e2e.CoreDNS, cacheFile, metricsAddr, want string) {
+	t.Helper()
 	os.Remove(cacheFile)
 	d.WaitFor(t, "the cache file's deletion noticed", 30*time.Second, func() error {
 		if txt := dig(t, d.Addr, "_ogs.vpn.example.test", "TXT", "+short"); strings.Contains(txt, "Results obtained from OGS cache") {
