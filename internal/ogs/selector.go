@@ -395,6 +395,17 @@ func (s *Selector) SelectReported(ctx context.Context, location, reportKey strin
 	wait := s.cfg.Wait() - now.Sub(e.started)
 	s.mu.Unlock()
 
+	why = awaitRun(ctx, flight, why, wait)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.afterWait(e, why)
+}
+
+// awaitRun waits for the run in flight to end, for at most wait or until
+// ctx ends, unless why says that no run is coming (closed, or waiting to
+// retry). It returns why is WhyNoAnswer if the run ended, else why: what a
+// selection without a fresh result says, if it has none.
+func awaitRun(ctx context.Context, flight chan struct{}, why Why, wait time.Duration) Why {
 	if why != WhyClosed && why != WhyRetryWait && wait > 0 {
 		timer := time.NewTimer(wait)
 		defer timer.Stop()
@@ -412,8 +423,14 @@ func (s *Selector) SelectReported(ctx context.Context, location, reportKey strin
 		default:
 		}
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	return why
+}
+
+// afterWait is the selection of location entry e once a query's wait has
+// ended (why: see awaitRun): the run's fresh result, else the gateways a
+// run still going has heard from, else the previous selection, else the
+// configured order. Called with s.mu held.
+func (s *Selector) afterWait(e *entry, why Why) Selection {
 	if s.fresh(e, s.now()) {
 		if e.fromReplica {
 			return Selection{Result: s.answered(e), Source: FromReplica}
@@ -491,43 +508,7 @@ func (s *Selector) run(location string, e *entry, done chan struct{}, cfg Config
 	s.mu.Lock()
 	e.progress = prog
 	s.mu.Unlock()
-	all := make([][]time.Duration, n)
-	why := make([][]string, n)
-	errsAt := make([][]error, n)
-	var wg sync.WaitGroup
-	for i, g := range cfg.Gateways {
-		all[i] = make([]time.Duration, cfg.Probes)
-		why[i] = make([]string, cfg.Probes)
-		errsAt[i] = make([]error, cfg.Probes)
-		for k := range cfg.Probes {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if !sleep(ctx, time.Duration(k)*cfg.ProbeSpacing) {
-					all[i][k], why[i][k], errsAt[i][k] = 0, Reason(ctx.Err()), ctx.Err()
-					return
-				}
-				r := latency.Measure(ctx, cfg.Prober, g.Addr, 1, cfg.ProbeTimeout)
-				all[i][k], why[i][k], errsAt[i][k] = r.Best, Reason(r.Err), r.Err
-				s.mu.Lock()
-				if r.OK > 0 && (prog.best[i] == 0 || r.Best < prog.best[i]) {
-					prog.best[i] = r.Best
-				} else if r.OK == 0 {
-					prog.reasons[i] = Reason(r.Err)
-				}
-				s.mu.Unlock()
-			}()
-		}
-	}
-	wg.Wait()
-	errs := make([]error, n)
-	for i := range errsAt {
-		for _, err := range errsAt[i] {
-			if err != nil {
-				errs[i] = err // the last failed probe's, in probe order
-			}
-		}
-	}
+	all, why, errs := s.probeAll(ctx, cfg, prog)
 	best := prog.best // no writer is left
 	reasons := make([]string, n)
 	any := false
@@ -568,6 +549,51 @@ func (s *Selector) run(location string, e *entry, done chan struct{}, cfg Config
 	if res != nil {
 		s.requestSave()
 	}
+}
+
+// probeAll runs every probe of cfg, updating prog as they answer, and
+// returns every probe's RTT (0: failed) and failure reason, per gateway,
+// and each gateway's last failed probe's error, in probe order.
+func (s *Selector) probeAll(ctx context.Context, cfg Config, prog *progress) (all [][]time.Duration, why [][]string, errs []error) {
+	n := len(cfg.Gateways)
+	all = make([][]time.Duration, n)
+	why = make([][]string, n)
+	errsAt := make([][]error, n)
+	var wg sync.WaitGroup
+	for i, g := range cfg.Gateways {
+		all[i] = make([]time.Duration, cfg.Probes)
+		why[i] = make([]string, cfg.Probes)
+		errsAt[i] = make([]error, cfg.Probes)
+		for k := range cfg.Probes {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if !sleep(ctx, time.Duration(k)*cfg.ProbeSpacing) {
+					all[i][k], why[i][k], errsAt[i][k] = 0, Reason(ctx.Err()), ctx.Err()
+					return
+				}
+				r := latency.Measure(ctx, cfg.Prober, g.Addr, 1, cfg.ProbeTimeout)
+				all[i][k], why[i][k], errsAt[i][k] = r.Best, Reason(r.Err), r.Err
+				s.mu.Lock()
+				if r.OK > 0 && (prog.best[i] == 0 || r.Best < prog.best[i]) {
+					prog.best[i] = r.Best
+				} else if r.OK == 0 {
+					prog.reasons[i] = Reason(r.Err)
+				}
+				s.mu.Unlock()
+			}()
+		}
+	}
+	wg.Wait()
+	errs = make([]error, n)
+	for i := range errsAt {
+		for _, err := range errsAt[i] {
+			if err != nil {
+				errs[i] = err // the last failed probe's, in probe order
+			}
+		}
+	}
+	return all, why, errs
 }
 
 // sleep waits d, or until ctx ends; it reports whether d passed.
