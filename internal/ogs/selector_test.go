@@ -192,3 +192,18 @@ func TestValidateNamesProblem(t *testing.T) {
 		}
 	}
 }
+
+// A gateway's Run.Errors entry is its last failed probe's error, in probe
+// order: here the first probe is refused at once and the second, due an
+// hour later, is ended by the run's deadline.
+func TestRunErrorsKeepTheLastFailedProbe(t *testing.T) {
+	runs := make(chan Run, 1)
+	s := newSel(t, Config{Gateways: []Gateway{{Name: "gw1", Addr: "a:1"}}, Prober: &fakeProber{}, Probes: 2,
+		ProbeSpacing: time.Hour, Deadline: 50 * ms, Recheck: -1, OnRun: func(r Run) { runs <- r }})
+	defer s.Close()
+	s.Select(context.Background(), "loc")
+	r := <-runs
+	if !errors.Is(r.Errors[0], context.DeadlineExceeded) || r.Reasons[0][0] == "" || r.Reasons[0][0] == r.Reasons[0][1] {
+		t.Fatalf("errors %v, reasons %v; want the deadline's, after the first probe's refusal", r.Errors, r.Reasons)
+	}
+}
