@@ -15,6 +15,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"net"
@@ -51,81 +52,81 @@ func (g *gatewayFlags) Set(s string) error {
 
 func main() { os.Exit(run(os.Args[1:])) }
 
-func run(args []string) int {
+// flags are the command line's settings.
+type flags struct {
+	gateways  gatewayFlags
+	url       string
+	tokenFile string
+	probe     string
+	path      string
+	verify    bool
+	probes    int
+	timeout   time.Duration
+	source    string
+	dry       bool
+}
+
+// parseFlags reads the command line; the flag package prints what is wrong.
+func parseFlags(args []string) (*flags, error) {
+	f := &flags{}
 	fs := flag.NewFlagSet("ogs-report", flag.ContinueOnError)
-	var gws gatewayFlags
-	fs.Var(&gws, "gateway", "a gateway as NAME=HOST:PORT, its name as the ogs block's `gateway` option gives it (repeat)")
-	url := fs.String("url", "", "the report endpoint, http://HOST:PORT/ogs/reports (the ogs block's admin address)")
-	tokenFile := fs.String("token-file", "", "file holding this reporter's bearer token (or set OGS_REPORT_TOKEN)")
-	probe := fs.String("probe", "https", "probe kind, as the ogs block's `probe`: tcp, tls, http or https")
-	path := fs.String("path", "/", "path of http and https probes")
-	verify := fs.Bool("verify", false, "verify gateways' TLS certificates (as probe_verify_tls)")
-	probes := fs.Int("probes", ogs.DefaultProbes, "probes per gateway; the lowest RTT counts")
-	timeout := fs.Duration("timeout", 0, "one probe's timeout (default: the plugin's for the kind)")
-	source := fs.String("source", "", "local IP address to send the report from")
-	dry := fs.Bool("n", false, "dry run: measure and print the report, send nothing")
-	if err := fs.Parse(args); err != nil {
+	fs.Var(&f.gateways, "gateway", "a gateway as NAME=HOST:PORT, its name as the ogs block's `gateway` option gives it (repeat)")
+	fs.StringVar(&f.url, "url", "", "the report endpoint, http://HOST:PORT/ogs/reports (the ogs block's admin address)")
+	fs.StringVar(&f.tokenFile, "token-file", "", "file holding this reporter's bearer token (or set OGS_REPORT_TOKEN)")
+	fs.StringVar(&f.probe, "probe", "https", "probe kind, as the ogs block's `probe`: tcp, tls, http or https")
+	fs.StringVar(&f.path, "path", "/", "path of http and https probes")
+	fs.BoolVar(&f.verify, "verify", false, "verify gateways' TLS certificates (as probe_verify_tls)")
+	fs.IntVar(&f.probes, "probes", ogs.DefaultProbes, "probes per gateway; the lowest RTT counts")
+	fs.DurationVar(&f.timeout, "timeout", 0, "one probe's timeout (default: the plugin's for the kind)")
+	fs.StringVar(&f.source, "source", "", "local IP address to send the report from")
+	fs.BoolVar(&f.dry, "n", false, "dry run: measure and print the report, send nothing")
+	return f, fs.Parse(args)
+}
+
+// usage prints a bad-flags or bad-files error and returns its exit code.
+func usage(format string, a ...any) int {
+	fmt.Fprintf(os.Stderr, "ogs-report: "+format+"\n", a...)
+	return exitUsage
+}
+
+func run(args []string) int {
+	f, err := parseFlags(args)
+	if err != nil {
 		return exitUsage
 	}
-	fail := func(format string, a ...any) int {
-		fmt.Fprintf(os.Stderr, "ogs-report: "+format+"\n", a...)
-		return exitUsage
+	if len(f.gateways) == 0 {
+		return usage("no -gateway given")
 	}
-	if len(gws) == 0 {
-		return fail("no -gateway given")
-	}
-	if *probes < 1 {
-		return fail("-probes %d: must be at least 1", *probes)
+	if f.probes < 1 {
+		return usage("-probes %d: must be at least 1", f.probes)
 	}
 	var token string
-	if !*dry {
-		if *url == "" {
-			return fail("no -url given (or -n for a dry run)")
+	if !f.dry {
+		if f.url == "" {
+			return usage("no -url given (or -n for a dry run)")
 		}
-		token = os.Getenv("OGS_REPORT_TOKEN")
-		if *tokenFile != "" {
-			data, err := os.ReadFile(*tokenFile)
-			if err != nil {
-				return fail("-token-file: %v", err)
-			}
-			token = strings.TrimSpace(string(data))
-		}
-		if token == "" {
-			return fail("no token: give -token-file or set OGS_REPORT_TOKEN")
+		if token, err = f.token(); err != nil {
+			return usage("%v", err)
 		}
 	}
-	prober, def, err := ogs.NewProber(*probe, *path, *verify)
+	prober, def, err := ogs.NewProber(f.probe, f.path, f.verify)
 	if err != nil {
-		return fail("-%v", err)
+		return usage("-%v", err)
 	}
-	if *timeout <= 0 {
-		*timeout = def
-	}
-	tty := false
-	if fi, err := os.Stderr.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
-		tty = true
-	}
-	progress := func(g ogs.Gateway, r latency.Result) {
-		if !tty {
-			return
-		}
-		if r.OK == 0 {
-			fmt.Fprintf(os.Stderr, "%s %s: failed (%v)\n", g.Name, g.Addr, r.Err)
-			return
-		}
-		fmt.Fprintf(os.Stderr, "%s %s: %.1f ms (%d of %d probes answered)\n", g.Name, g.Addr, float64(r.Best)/float64(time.Millisecond), r.OK, len(r.RTTs))
+	if f.timeout <= 0 {
+		f.timeout = def
 	}
 	ctx := context.Background()
-	rep := ogs.Measure(ctx, gws, prober, *probe, *probes, *timeout, progress)
+	rep := ogs.Measure(ctx, f.gateways, prober, f.probe, f.probes, f.timeout, progress())
 	body, err := ogs.EncodeReport(rep)
 	if err != nil {
-		return fail("%v", err)
+		return usage("%v", err)
 	}
 	answered := false
 	for _, m := range rep.Measurements {
 		answered = answered || !m.Failed
 	}
-	if *dry {
+	if f.dry {
 		fmt.Println(string(body))
 		if !answered {
 			return exitNoGateway
@@ -136,7 +137,44 @@ func run(args []string) int {
 		fmt.Fprintln(os.Stderr, "ogs-report: no gateway answered; nothing sent")
 		return exitNoGateway
 	}
-	status, reason, detail, err := ogs.SendReport(ctx, *url, token, *source, body)
+	return send(ctx, f.url, token, f.source, body)
+}
+
+// token is the reporter's bearer token: the token file's, else
+// OGS_REPORT_TOKEN's.
+func (f *flags) token() (string, error) {
+	token := os.Getenv("OGS_REPORT_TOKEN")
+	if f.tokenFile != "" {
+		data, err := os.ReadFile(f.tokenFile)
+		if err != nil {
+			return "", fmt.Errorf("-token-file: %v", err)
+		}
+		token = strings.TrimSpace(string(data))
+	}
+	if token == "" {
+		return "", errors.New("no token: give -token-file or set OGS_REPORT_TOKEN")
+	}
+	return token, nil
+}
+
+// progress prints each gateway's measurement as it ends, when standard
+// error is a terminal (nil otherwise).
+func progress() func(ogs.Gateway, latency.Result) {
+	if fi, err := os.Stderr.Stat(); err != nil || fi.Mode()&os.ModeCharDevice == 0 {
+		return nil
+	}
+	return func(g ogs.Gateway, r latency.Result) {
+		if r.OK == 0 {
+			fmt.Fprintf(os.Stderr, "%s %s: failed (%v)\n", g.Name, g.Addr, r.Err)
+			return
+		}
+		fmt.Fprintf(os.Stderr, "%s %s: %.1f ms (%d of %d probes answered)\n", g.Name, g.Addr, float64(r.Best)/float64(time.Millisecond), r.OK, len(r.RTTs))
+	}
+}
+
+// send posts the report and returns the exit code for the server's answer.
+func send(ctx context.Context, url, token, source string, body []byte) int {
+	status, reason, detail, err := ogs.SendReport(ctx, url, token, source, body)
 	switch {
 	case err != nil:
 		fmt.Fprintf(os.Stderr, "ogs-report: %v\n", err)

@@ -65,11 +65,7 @@ func TestClusterACLPartialKeys(t *testing.T) {
 	}
 	acl("values", ns+"ecs:*") // not ns+"lock:*"
 	acl("locks", ns+"lock:*")
-	cases := []struct {
-		r              *replica
-		keys, pattern  string
-		refusedKeyword string
-	}{
+	cases := []aclCase{
 		{startACLReplica(t, gws, redisAddr, "values"), "lock", ns + "lock:*", "lock"},
 		{startACLReplica(t, gws, redisAddr, "locks"), "value", ns + "*", "value"},
 	}
@@ -92,30 +88,7 @@ func TestClusterACLPartialKeys(t *testing.T) {
 		time.Sleep(1100 * time.Millisecond)
 	}
 	for _, c := range cases {
-		var v troubles
-		getJSON(t, c.r.admin, &v)
-		s := v.Servers[0]
-		if s.RedisHealthy == nil || *s.RedisHealthy || len(s.RedisTroubles) != 1 {
-			t.Fatalf("%s user: admin %+v; want unhealthy with one trouble", c.keys, s)
-		}
-		tr := s.RedisTroubles[0]
-		if tr.Keys != c.keys || tr.Pattern != c.pattern || tr.Operation != "get_or_lock" || tr.Reason != "noperm" || !strings.Contains(tr.Error, "NOPERM") || tr.Since.IsZero() {
-			t.Fatalf("%s user: trouble %+v", c.keys, tr)
-		}
-		series := fmt.Sprintf(`coredns_ogs_store_errors_total{keys=%q,operation="get_or_lock",reason="noperm"}`, c.keys)
-		// One per location that went to Redis, and per reconcile step that
-		// took the results probed meanwhile back to it (also refused).
-		if n, all := metric(t, c.r.metrics, series), metric(t, c.r.metrics, "coredns_ogs_store_errors_total"); n < 1 || all < 3 {
-			t.Fatalf("%s user: %s = %v, %v store errors in all; want at least 1 and 3", c.keys, series, n, all)
-		}
-		logs := c.r.Logs()
-		line := fmt.Sprintf("get_or_lock failed on %s (noperm", c.pattern)
-		if n := strings.Count(logs, "probing locally until it answers again"); n != 1 || !strings.Contains(logs, line) {
-			t.Fatalf("%s user: the trouble logged %d times (want once, with %q):\n%s", c.keys, n, line, logs)
-		}
-		if runs := metric(t, c.r.metrics, "coredns_ogs_probe_runs_total"); runs != 3 {
-			t.Fatalf("%s user: %v probe runs", c.keys, runs)
-		}
+		checkACLTrouble(t, c)
 	}
 	if n, _ := rdb.DBSize(ctx).Result(); n != 0 {
 		t.Fatalf("%d keys written by users who may not take the locks or write the values", n)
@@ -148,6 +121,45 @@ func TestClusterACLPartialKeys(t *testing.T) {
 	stored, _ := query(t, cases[0].r.Addr, "10.40.9.0/24")
 	if ips, _ := query(t, cases[1].r.Addr, "10.40.9.0/24"); !slices.Equal(ips, stored) || totalConns(gws...) != before {
 		t.Fatalf("replica 2: %v after %d probes", ips, totalConns(gws...)-before)
+	}
+}
+
+// aclCase is a replica logged in as an ACL user refused some of ogs's keys:
+// keys and pattern as the admin view and the log name those.
+type aclCase struct {
+	r              *replica
+	keys, pattern  string
+	refusedKeyword string
+}
+
+// checkACLTrouble checks that c's replica says, in the admin view, the
+// metrics and the log (once), which keys Redis refused, on which operation
+// and why, and that each location was probed locally.
+func checkACLTrouble(t *testing.T, c aclCase) {
+	t.Helper()
+	var v troubles
+	getJSON(t, c.r.admin, &v)
+	s := v.Servers[0]
+	if s.RedisHealthy == nil || *s.RedisHealthy || len(s.RedisTroubles) != 1 {
+		t.Fatalf("%s user: admin %+v; want unhealthy with one trouble", c.keys, s)
+	}
+	tr := s.RedisTroubles[0]
+	if tr.Keys != c.keys || tr.Pattern != c.pattern || tr.Operation != "get_or_lock" || tr.Reason != "noperm" || !strings.Contains(tr.Error, "NOPERM") || tr.Since.IsZero() {
+		t.Fatalf("%s user: trouble %+v", c.keys, tr)
+	}
+	series := fmt.Sprintf(`coredns_ogs_store_errors_total{keys=%q,operation="get_or_lock",reason="noperm"}`, c.keys)
+	// One per location that went to Redis, and per reconcile step that
+	// took the results probed meanwhile back to it (also refused).
+	if n, all := metric(t, c.r.metrics, series), metric(t, c.r.metrics, "coredns_ogs_store_errors_total"); n < 1 || all < 3 {
+		t.Fatalf("%s user: %s = %v, %v store errors in all; want at least 1 and 3", c.keys, series, n, all)
+	}
+	logs := c.r.Logs()
+	line := fmt.Sprintf("get_or_lock failed on %s (noperm", c.pattern)
+	if n := strings.Count(logs, "probing locally until it answers again"); n != 1 || !strings.Contains(logs, line) {
+		t.Fatalf("%s user: the trouble logged %d times (want once, with %q):\n%s", c.keys, n, line, logs)
+	}
+	if runs := metric(t, c.r.metrics, "coredns_ogs_probe_runs_total"); runs != 3 {
+		t.Fatalf("%s user: %v probe runs", c.keys, runs)
 	}
 }
 

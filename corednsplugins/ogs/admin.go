@@ -132,7 +132,7 @@ type reportsView struct {
 	Tokens         int                  `json:"tokens"`
 	TokensError    string               `json:"tokens_error,omitempty"`
 	AcceptedTotal  uint64               `json:"accepted_total"`
-	Shared         bool                 `json:"shared"`                  // store redis: reports are shared with the other replicas
+	SharedViaStore bool                 `json:"shared"`                  // store redis: reports are shared with the other replicas
 	StoreBacklog   *int                 `json:"store_backlog,omitempty"` // with store redis: reporters waiting to be written again after a store error
 	StoreDropped   *uint64              `json:"store_dropped,omitempty"` // with store redis: reporters not queued (the backlog was full)
 	LocationsTotal int                  `json:"locations_total"`
@@ -234,7 +234,7 @@ func (o *OGS) view(now time.Time) serverView {
 		res := l.Result
 		lv := locationView{Location: l.Location, Order: []string{}, RTTsMs: map[string]float64{}, ProbedAt: res.At.UTC(),
 			AgeSeconds: math.Round(now.Sub(res.At).Seconds()*10) / 10, Fresh: l.Fresh, Source: "probed", Dead: []string{}}
-		if l.Shared {
+		if l.FromReplica {
 			lv.Source = "shared"
 		}
 		for _, i := range res.Order {
@@ -273,7 +273,7 @@ func (o *OGS) reportsView(now time.Time) *reportsView {
 	}
 	if o.cfg.ReportStore != nil {
 		waiting, dropped := o.sel.ReportBacklog()
-		rv.Shared, rv.StoreBacklog, rv.StoreDropped = true, &waiting, &dropped
+		rv.SharedViaStore, rv.StoreBacklog, rv.StoreDropped = true, &waiting, &dropped
 	}
 	for _, l := range rs.Locations {
 		lv := reportLocationView{Location: l.Location, Reporters: l.Reporters, LatestAt: l.Latest.UTC(),

@@ -145,8 +145,8 @@ func (o *OGS) glue(zone string, state request.Request, only string, types ...uin
 	return out
 }
 
-// results renders the seed's "OGS Selection Results" as one TXT record; the
-// layout is in the README (Diagnostics).
+// results renders a location's "OGS Selection Results" as one TXT record;
+// the layout is in the README (Diagnostics).
 func (o *OGS) results(qname, loc string, sel ogs.Selection) dns.RR {
 	gws := sel.Gateways
 	txt := []string{"OGS Selection Results", "location " + loc, happened(sel, o.cfg.Wait())}
@@ -194,7 +194,7 @@ func happened(sel ogs.Selection, deadline time.Duration) string {
 	switch sel.Source {
 	case ogs.Cached:
 		return "Results obtained from OGS cache. No ping tests were performed."
-	case ogs.Shared:
+	case ogs.FromReplica:
 		return "Results obtained from the shared OGS cache (another replica's ping tests). No ping tests were performed."
 	case ogs.Probed:
 		return "OGS ping tests performed."
@@ -225,8 +225,9 @@ func happened(sel ogs.Selection, deadline time.Duration) string {
 	return what + "; no previous selection, configured order used."
 }
 
-// logRun logs a probe run the way the seed's client does, with each failing
-// gateway's last error, then records its metrics.
+// logRun logs a probe run, one line per gateway with its probes' RTTs (and a
+// failing gateway's last error) and then the gateway selected, and records
+// its metrics.
 func (o *OGS) logRun(run ogs.Run) {
 	gws := run.Gateways
 	for i, rs := range run.RTTs {

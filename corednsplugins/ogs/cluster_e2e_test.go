@@ -158,8 +158,15 @@ func TestClusterSharesProbeResults(t *testing.T) {
 		t.Fatalf("replica b's TXT: %s", txt)
 	}
 
-	// Admin views: the same location, order, RTTs and time on both; one
-	// run, on a.
+	checkAdminViewsAgree(t, a, b)
+	checkMalformedValuesReplaced(t, rdb, a, gws, want)
+}
+
+// checkAdminViewsAgree checks the admin views of two replicas after b
+// answered a's result: the same location, order, RTTs and time on both; one
+// run, on a.
+func checkAdminViewsAgree(t *testing.T, a, b *replica) {
+	t.Helper()
 	va, vb := fetchAdmin(t, a.admin), fetchAdmin(t, b.admin)
 	for name, v := range map[string]adminJSON{"a": va, "b": vb} {
 		if len(v.Servers) != 1 {
@@ -183,7 +190,13 @@ func TestClusterSharesProbeResults(t *testing.T) {
 	if va.Servers[0].RunsTotal != 1 || va.Servers[0].LastRun == nil || vb.Servers[0].RunsTotal != 0 || vb.Servers[0].LastRun != nil {
 		t.Fatalf("runs: a %d (%v), b %d (%v)", va.Servers[0].RunsTotal, va.Servers[0].LastRun, vb.Servers[0].RunsTotal, vb.Servers[0].LastRun)
 	}
+}
 
+// checkMalformedValuesReplaced puts values no replica wrote under the
+// prefix: each is ignored, counted and replaced by a's run.
+func checkMalformedValuesReplaced(t *testing.T, rdb *redis.Client, a *replica, gws []*countingGateway, want []string) {
+	t.Helper()
+	ctx := context.Background()
 	// Another program's value under the prefix: ignored, counted, and
 	// replaced by this run's result.
 	rdb.Set(ctx, storeKey("10.5.0.0/24"), `{"v":1,"gateways":{"evil.example":"1.2.3.4:1"},"rtts_ms":{"evil.example":1}}`, time.Hour)
@@ -290,8 +303,42 @@ func TestClusterRedisDownAndBack(t *testing.T) {
 	a.WaitFor(t, "the result in Redis", 30*time.Second, func() error { return rdb.Get(ctx, storeKey("10.1.0.0/24")).Err() })
 
 	rp.Kill()
-	// A burst over both replicas: locations cached (answered from memory)
-	// and new ones (probed locally, the store failing under them).
+	burstWithRedisDown(t, a, b)
+	for _, r := range []*replica{a, b} {
+		// Every new location was probed by each replica that got it, and
+		// answered with its measured order.
+		if ips, ttl := query(t, r.Addr, "10.3.0.0/24"); !slices.Equal(ips, want) || ttl != 30 {
+			t.Fatalf("%s with Redis down: %v ttl %d", r.Addr, ips, ttl)
+		}
+		if n := metric(t, r.metrics, "coredns_ogs_store_errors_total"); n < 1 {
+			t.Fatalf("%s: %v store errors counted", r.Addr, n)
+		}
+		if v := fetchAdmin(t, r.admin); *v.Servers[0].RedisHealthy {
+			t.Fatalf("%s: admin says Redis is healthy", r.Addr)
+		}
+		if n := strings.Count(r.Logs(), "probing locally until it answers again"); n != 1 {
+			t.Fatalf("%s: the outage logged %d times, want once:\n%s", r.Addr, n, r.Logs())
+		}
+	}
+
+	e2e.StartRedisAt(t, redisDir, redisAddr) // empty: it kept nothing
+	waitSharingAgain(t, rdb, a, b, gws, want)
+	for _, r := range []*replica{a, b} {
+		if v := fetchAdmin(t, r.admin); !*v.Servers[0].RedisHealthy {
+			t.Fatalf("%s: admin says Redis is down after it returned", r.Addr)
+		}
+	}
+	if !strings.Contains(a.Logs(), "answering again") {
+		t.Fatalf("a did not log Redis' return:\n%s", a.Logs())
+	}
+}
+
+// burstWithRedisDown sends 40 queries at once over both replicas while
+// Redis is down: locations cached (answered from memory) and new ones
+// (probed locally, the store failing under them); every one must be
+// answered.
+func burstWithRedisDown(t *testing.T, a, b *replica) {
+	t.Helper()
 	var wg sync.WaitGroup
 	errs := make(chan error, 40)
 	for i := range 40 {
@@ -317,24 +364,13 @@ func TestClusterRedisDownAndBack(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
-	for _, r := range []*replica{a, b} {
-		// Every new location was probed by each replica that got it, and
-		// answered with its measured order.
-		if ips, ttl := query(t, r.Addr, "10.3.0.0/24"); !slices.Equal(ips, want) || ttl != 30 {
-			t.Fatalf("%s with Redis down: %v ttl %d", r.Addr, ips, ttl)
-		}
-		if n := metric(t, r.metrics, "coredns_ogs_store_errors_total"); n < 1 {
-			t.Fatalf("%s: %v store errors counted", r.Addr, n)
-		}
-		if v := fetchAdmin(t, r.admin); *v.Servers[0].RedisHealthy {
-			t.Fatalf("%s: admin says Redis is healthy", r.Addr)
-		}
-		if n := strings.Count(r.Logs(), "probing locally until it answers again"); n != 1 {
-			t.Fatalf("%s: the outage logged %d times, want once:\n%s", r.Addr, n, r.Logs())
-		}
-	}
+}
 
-	e2e.StartRedisAt(t, redisDir, redisAddr) // empty: it kept nothing
+// waitSharingAgain waits, after Redis returned, for a location probed on a
+// to be answered from Redis on b with no probe of b's own.
+func waitSharingAgain(t *testing.T, rdb *redis.Client, a, b *replica, gws []*countingGateway, want []string) {
+	t.Helper()
+	ctx := context.Background()
 	// Each replica leaves a failed store alone for a second; until both use
 	// it again, a location probed on a is probed on b too. Wait for one
 	// that is not, with a new location each time.
@@ -361,14 +397,6 @@ func TestClusterRedisDownAndBack(t *testing.T) {
 		}
 		return nil
 	})
-	for _, r := range []*replica{a, b} {
-		if v := fetchAdmin(t, r.admin); !*v.Servers[0].RedisHealthy {
-			t.Fatalf("%s: admin says Redis is down after it returned", r.Addr)
-		}
-	}
-	if !strings.Contains(a.Logs(), "answering again") {
-		t.Fatalf("a did not log Redis' return:\n%s", a.Logs())
-	}
 }
 
 // A Redis that accepts connections and never answers: every query is still

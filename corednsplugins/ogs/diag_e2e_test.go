@@ -183,7 +183,13 @@ func TestRecheckOmitDedupeSOAAndECS(t *testing.T) {
 		t.Fatalf("re-check not logged:\n%s", d.Logs())
 	}
 
-	// Apex records, negative answers and ECS scope.
+	checkApexNegativeAndScope(t, d.Addr)
+}
+
+// checkApexNegativeAndScope checks the apex records, negative answers and
+// ECS scope of the server at addr.
+func checkApexNegativeAndScope(t *testing.T, addr string) {
+	t.Helper()
 	for _, tc := range []struct {
 		name   string
 		qtype  uint16
@@ -199,7 +205,7 @@ func TestRecheckOmitDedupeSOAAndECS(t *testing.T) {
 		{"vpn.example.test", dns.TypeMX, dns.RcodeSuccess, 0, 0},
 		{"nope.vpn.example.test", dns.TypeA, dns.RcodeNameError, 0, 0},
 	} {
-		r := ask(t, d.Addr, tc.name, tc.qtype, "10.3.0.0/24")
+		r := ask(t, addr, tc.name, tc.qtype, "10.3.0.0/24")
 		got := uint16(0)
 		if len(r.Answer) > 0 {
 			got = r.Answer[0].Header().Rrtype
@@ -218,7 +224,7 @@ func TestRecheckOmitDedupeSOAAndECS(t *testing.T) {
 				tc.name, dns.TypeToString[tc.qtype], r.Rcode, dns.TypeToString[got], scope, negSOA, tc.rcode, dns.TypeToString[tc.answer], tc.scope, r)
 		}
 	}
-	if a := ask(t, d.Addr, "ns.dns.vpn.example.test", dns.TypeA, ""); len(a.Answer) != 1 || a.Answer[0].(*dns.A).A.String() != "127.0.0.1" {
+	if a := ask(t, addr, "ns.dns.vpn.example.test", dns.TypeA, ""); len(a.Answer) != 1 || a.Answer[0].(*dns.A).A.String() != "127.0.0.1" {
 		t.Fatalf("name server address %v, want the bound address", a.Answer)
 	}
 }

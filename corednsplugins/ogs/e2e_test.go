@@ -85,9 +85,9 @@ func metricWith(t *testing.T, addr, name, label string) float64 {
 	return total
 }
 
-// The seed's figures through bin/coredns and dig: gw1 302, gw2 132, gw3 506,
+// The worked example through bin/coredns and dig: gw1 302, gw2 132, gw3 506,
 // gw4 877 ms; gw2 first, then its backup gw4, then gw1 and gw3 by RTT.
-func TestSeedOrderCacheECSRestartAndDeletion(t *testing.T) {
+func TestOrderCacheECSRestartAndDeletion(t *testing.T) {
 	addrs, _ := gateways(t, 302*ms, 132*ms, 506*ms, 877*ms)
 	dir := t.TempDir()
 	cacheFile := filepath.Join(dir, "ogs.json")
@@ -145,9 +145,15 @@ func TestSeedOrderCacheECSRestartAndDeletion(t *testing.T) {
 		t.Fatalf("after restart: %v runs, %v hits; want answers from the cache file", runs, hits)
 	}
 
-	// Deleting the file forces a new evaluation. The plugin looks at the
-	// file every second; until it has noticed, the location's TXT still
-	// says "from OGS cache", and the first TXT query after that probes.
+	checkDeletionReprobes(t, d, cacheFile, metricsAddr, want)
+}
+
+// checkDeletionReprobes deletes the cache file, which forces a new
+// evaluation. The plugin looks at the file every second; until it has
+// noticed, the location's TXT still says "from OGS cache", and the first
+// TXT query after that probes.
+func checkDeletionReprobes(t *testing.T, d *e2e.CoreDNS, cacheFile, metricsAddr, want string) {
+	t.Helper()
 	os.Remove(cacheFile)
 	d.WaitFor(t, "the cache file's deletion noticed", 30*time.Second, func() error {
 		if txt := dig(t, d.Addr, "_ogs.vpn.example.test", "TXT", "+short"); strings.Contains(txt, "Results obtained from OGS cache") {

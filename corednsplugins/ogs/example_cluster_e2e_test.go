@@ -69,24 +69,8 @@ func TestExampleOGSClusterSharesProbeResults(t *testing.T) {
 	defer rdb.Close()
 	ctx := context.Background()
 
-	start := func() (*e2e.CoreDNS, string) {
-		admin := e2e.Addr(t)
-		corefile := string(data)
-		for _, r := range [][2]string{
-			{"127.0.0.11:8443", gws[0].Addr}, {"127.0.0.12:8443", gws[1].Addr}, {"127.0.0.13:8443", gws[2].Addr},
-			{"127.0.0.1:6379", redisAddr}, {"127.0.0.1:9254", admin},
-		} {
-			if !strings.Contains(corefile, r[0]) {
-				t.Fatalf("the example no longer has %s: update this test", r[0])
-			}
-			corefile = strings.ReplaceAll(corefile, r[0], r[1])
-		}
-		// Ready when a name outside the zone is answered (REFUSED): no
-		// query of the zone before the test's own.
-		return e2e.StartCoreDNS(t, corefile, "other.example.test A"), admin
-	}
-	a, adminA := start()
-	b, adminB := start()
+	a, adminA := startExampleReplica(t, string(data), gws, redisAddr)
+	b, adminB := startExampleReplica(t, string(data), gws, redisAddr)
 
 	// records 1: the nearest gateway only.
 	want := []string{"127.0.0.12"}
@@ -135,8 +119,34 @@ func TestExampleOGSClusterSharesProbeResults(t *testing.T) {
 		t.Fatalf("%d probes after replica b's TXT query, %d before: b probed", n, probes)
 	}
 
-	// Admin views (the example's admin listener): a probed both, b ran
-	// nothing and holds both as shared, with a's order; Redis healthy.
+	checkExampleAdminViews(t, adminA, adminB)
+}
+
+// startExampleReplica starts the example's Corefile with the test's
+// gateways, Redis and a free admin address in place of its own; it returns
+// the server and its admin address.
+func startExampleReplica(t *testing.T, corefile string, gws []*countingGateway, redisAddr string) (*e2e.CoreDNS, string) {
+	t.Helper()
+	admin := e2e.Addr(t)
+	for _, r := range [][2]string{
+		{"127.0.0.11:8443", gws[0].Addr}, {"127.0.0.12:8443", gws[1].Addr}, {"127.0.0.13:8443", gws[2].Addr},
+		{"127.0.0.1:6379", redisAddr}, {"127.0.0.1:9254", admin},
+	} {
+		if !strings.Contains(corefile, r[0]) {
+			t.Fatalf("the example no longer has %s: update this test", r[0])
+		}
+		corefile = strings.ReplaceAll(corefile, r[0], r[1])
+	}
+	// Ready when a name outside the zone is answered (REFUSED): no
+	// query of the zone before the test's own.
+	return e2e.StartCoreDNS(t, corefile, "other.example.test A"), admin
+}
+
+// checkExampleAdminViews checks the example's admin views after the test's
+// queries: a probed both locations, b ran nothing and holds both as
+// shared, with a's order; Redis healthy.
+func checkExampleAdminViews(t *testing.T, adminA, adminB string) {
+	t.Helper()
 	va, vb := fetchAdmin(t, adminA), fetchAdmin(t, adminB)
 	for name, v := range map[string]adminJSON{"a": va, "b": vb} {
 		if len(v.Servers) != 1 {

@@ -123,7 +123,7 @@ func (o *OGS) selectFor(ctx context.Context, loc, reportKey string) ogs.Selectio
 	case ogs.Cached:
 		cacheHits.WithLabelValues(server).Inc()
 		storeHits.WithLabelValues("local").Inc()
-	case ogs.Shared:
+	case ogs.FromReplica:
 		cacheHits.WithLabelValues(server).Inc()
 		storeHits.WithLabelValues("redis").Inc()
 	default:

@@ -108,44 +108,13 @@ func TestClusterRaceOneRunPerLocation(t *testing.T) {
 	_, redisAddr := e2e.StartRedis(t)
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
 	defer rdb.Close()
-	// Store calls get 3 s, not 250 ms: this test is about the race, and a
-	// call timing out on a loaded host is store trouble (the replica then
-	// probes locally, as documented), which TestClusterRedisHanging covers.
-	start1 := func(addr string) *replica {
-		r := &replica{metrics: e2e.Addr(t), admin: e2e.Addr(t)}
-		cf := strings.Replace(clusterCorefile(gws, addr, r.metrics, r.admin, ""), "key_prefix e2e\n", "key_prefix e2e\n\t\t\tread_timeout 3s\n\t\t\twrite_timeout 3s\n", 1)
-		r.CoreDNS = e2e.StartCoreDNS(t, cf, "other.example.test A")
-		return r
+	replicas := []*replica{
+		startRaceReplica(t, gws, redisAddr),
+		startRaceReplica(t, gws, delayProxy(t, redisAddr, 10*ms)),
+		startRaceReplica(t, gws, delayProxy(t, redisAddr, 25*ms)),
 	}
-	replicas := []*replica{start1(redisAddr), start1(delayProxy(t, redisAddr, 10*ms)), start1(delayProxy(t, redisAddr, 25*ms))}
 	const locations = 40
-	subnet := func(i int) string { return fmt.Sprintf("10.%d.%d.0/24", 20+i/200, i%200) }
-
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	errs := make(chan error, locations*len(replicas))
-	for i := range locations {
-		for _, r := range replicas {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				resp, err := exchange(r.Addr, "vpn.example.test", dns.TypeA, subnet(i))
-				if err == nil && (resp.Rcode != dns.RcodeSuccess || len(resp.Answer) == 0) {
-					err = fmt.Errorf("rcode %s, %d records", dns.RcodeToString[resp.Rcode], len(resp.Answer))
-				}
-				if err != nil {
-					errs <- fmt.Errorf("%s from %s: %v", r.Addr, subnet(i), err)
-				}
-			}()
-		}
-	}
-	close(start)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
-	}
+	queryAllAtOnce(t, replicas, locations)
 
 	// Every replica ends with a fresh result for every location (a
 	// replica whose queries fell back waits on for the stored result).
@@ -181,54 +150,106 @@ func TestClusterRaceOneRunPerLocation(t *testing.T) {
 		t.Error("no replica waited for another's run: the race was not there to lose")
 	}
 
+	for i := range locations {
+		checkOneStoredResult(t, rdb, replicas, views, raceSubnet(i))
+	}
+}
+
+// startRaceReplica starts a replica whose store calls get 3 s, not 250 ms:
+// this test is about the race, and a call timing out on a loaded host is
+// store trouble (the replica then probes locally, as documented), which
+// TestClusterRedisHanging covers.
+func startRaceReplica(t *testing.T, gws []*countingGateway, redisAddr string) *replica {
+	t.Helper()
+	r := &replica{metrics: e2e.Addr(t), admin: e2e.Addr(t)}
+	cf := strings.Replace(clusterCorefile(gws, redisAddr, r.metrics, r.admin, ""), "key_prefix e2e\n", "key_prefix e2e\n\t\t\tread_timeout 3s\n\t\t\twrite_timeout 3s\n", 1)
+	r.CoreDNS = e2e.StartCoreDNS(t, cf, "other.example.test A")
+	return r
+}
+
+func raceSubnet(i int) string { return fmt.Sprintf("10.%d.%d.0/24", 20+i/200, i%200) }
+
+// queryAllAtOnce queries each of locations new locations on every replica,
+// all at once; every query must be answered.
+func queryAllAtOnce(t *testing.T, replicas []*replica, locations int) {
+	t.Helper()
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	errs := make(chan error, locations*len(replicas))
+	for i := range locations {
+		for _, r := range replicas {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				resp, err := exchange(r.Addr, "vpn.example.test", dns.TypeA, raceSubnet(i))
+				if err == nil && (resp.Rcode != dns.RcodeSuccess || len(resp.Answer) == 0) {
+					err = fmt.Errorf("rcode %s, %d records", dns.RcodeToString[resp.Rcode], len(resp.Answer))
+				}
+				if err != nil {
+					errs <- fmt.Errorf("%s from %s: %v", r.Addr, raceSubnet(i), err)
+				}
+			}()
+		}
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+// checkOneStoredResult checks that every replica holds the result Redis
+// holds for subnet (the same probe time, RTTs and order) and answers it.
+func checkOneStoredResult(t *testing.T, rdb *redis.Client, replicas []*replica, views []adminJSON, subnet string) {
+	t.Helper()
 	type held struct {
 		at    time.Time
 		rtts  map[string]float64
 		order []string
 	}
 	ctx := context.Background()
-	for i := range locations {
-		loc := "ecs:" + subnet(i)
-		var stored struct {
-			At    time.Time `json:"at"`
-			Order []string  `json:"order"`
-		}
-		raw, err := rdb.Get(ctx, storeKey(subnet(i))).Result()
-		if err == nil {
-			err = json.Unmarshal([]byte(raw), &stored)
-		}
-		if err != nil {
-			t.Fatalf("%s in Redis: %v", loc, err)
-		}
-		var first *held
-		for k := range replicas {
-			var h *held
-			for _, l := range views[k].Servers[0].Locations {
-				if l.Location == loc {
-					h = &held{l.ProbedAt, l.RTTsMs, l.Order}
-				}
-			}
-			switch {
-			case h == nil:
-				t.Fatalf("replica %d lacks %s", k, loc)
-			case !h.at.Equal(stored.At):
-				t.Errorf("%s: replica %d holds a result probed at %v, Redis one of %v: not the stored result", loc, k, h.at, stored.At)
-			case first != nil && (!maps(first.rtts, h.rtts) || !slices.Equal(first.order, h.order)):
-				t.Errorf("%s: replica %d holds %v %v, replica 0 %v %v", loc, k, h.order, h.rtts, first.order, first.rtts)
-			}
-			if first == nil {
-				first = h
+	loc := "ecs:" + subnet
+	var stored struct {
+		At    time.Time `json:"at"`
+		Order []string  `json:"order"`
+	}
+	raw, err := rdb.Get(ctx, storeKey(subnet)).Result()
+	if err == nil {
+		err = json.Unmarshal([]byte(raw), &stored)
+	}
+	if err != nil {
+		t.Fatalf("%s in Redis: %v", loc, err)
+	}
+	var first *held
+	for k := range replicas {
+		var h *held
+		for _, l := range views[k].Servers[0].Locations {
+			if l.Location == loc {
+				h = &held{l.ProbedAt, l.RTTsMs, l.Order}
 			}
 		}
-		// And answers it: the same A records, in the same order, everywhere.
-		var want []string
-		for k, r := range replicas {
-			ips, ttl := query(t, r.Addr, subnet(i))
-			if ttl != 30 || (k > 0 && !slices.Equal(ips, want)) {
-				t.Errorf("%s: replica %d answers %v ttl %d, replica 0 %v", loc, k, ips, ttl, want)
-			}
-			want = ips
+		switch {
+		case h == nil:
+			t.Fatalf("replica %d lacks %s", k, loc)
+		case !h.at.Equal(stored.At):
+			t.Errorf("%s: replica %d holds a result probed at %v, Redis one of %v: not the stored result", loc, k, h.at, stored.At)
+		case first != nil && (!maps(first.rtts, h.rtts) || !slices.Equal(first.order, h.order)):
+			t.Errorf("%s: replica %d holds %v %v, replica 0 %v %v", loc, k, h.order, h.rtts, first.order, first.rtts)
 		}
+		if first == nil {
+			first = h
+		}
+	}
+	// And answers it: the same A records, in the same order, everywhere.
+	var want []string
+	for k, r := range replicas {
+		ips, ttl := query(t, r.Addr, subnet)
+		if ttl != 30 || (k > 0 && !slices.Equal(ips, want)) {
+			t.Errorf("%s: replica %d answers %v ttl %d, replica 0 %v", loc, k, ips, ttl, want)
+		}
+		want = ips
 	}
 }
 

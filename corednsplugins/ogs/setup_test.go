@@ -71,7 +71,7 @@ func TestParseDefaults(t *testing.T) {
 	cfg := o.cfg
 	if cfg.Probes != 3 || cfg.Deadline != 7*time.Second || cfg.CacheTTL != 14*24*time.Hour || cfg.Recheck != time.Minute || o.soa.minimum != 30 ||
 		cfg.ProbeTimeout != 2*time.Second || cfg.AnswerDeadline != 1500*time.Millisecond || o.fallbackTTL != 5 {
-		t.Fatalf("seed defaults: %+v", cfg)
+		t.Fatalf("defaults: %+v", cfg)
 	}
 	c = caddy.NewTestController("dns", "ogs vpn.example.test {\n gateway gw1 192.0.2.1:443\n probe tcp\n}")
 	if tcp, err := parse(c); err != nil || tcp.cfg.ProbeTimeout != 500*time.Millisecond {
@@ -230,16 +230,6 @@ func TestSetupOnce(t *testing.T) {
 		"report_max_body":      {"report_max_body 16384", "report_max_body 1024"},
 		"trusted_proxies":      {"trusted_proxies 10.0.0.0/8", "trusted_proxies 10.0.0.0/8 ::1/128"},
 	}
-	// Report options need the endpoint: given before the lines tested.
-	prereq := func(opt string) string {
-		switch {
-		case opt == "report_tokens":
-			return "admin 127.0.0.1:9153\n "
-		case slices.Contains([]string{"report_window", "min_reporters", "max_reporters", "max_report_locations", "report_rate", "report_max_body", "trusted_proxies"}, opt):
-			return "admin 127.0.0.1:9153\n report_tokens " + tokens + "\n "
-		}
-		return ""
-	}
 	repeatable := map[string]bool{"gateway": true, "ns": true} // as the README says
 	for opt := range options {
 		two, ok := lines[opt]
@@ -247,7 +237,7 @@ func TestSetupOnce(t *testing.T) {
 			t.Errorf("%s: no sample lines", opt)
 			continue
 		}
-		pre := prereq(opt)
+		pre := reportPrereq(opt, tokens)
 		in := "ogs vpn.example.test {\n gateway a 192.0.2.1:1\n " + pre + two[0] + "\n " + two[1] + "\n}"
 		_, err := parse(caddy.NewTestController("dns", in))
 		if repeatable[opt] {
@@ -271,6 +261,18 @@ func TestSetupOnce(t *testing.T) {
 	if len(lines) != len(options) {
 		t.Errorf("%d sample options, %d options", len(lines), len(options))
 	}
+}
+
+// reportPrereq is what a report option needs before it, the endpoint:
+// given before the lines tested.
+func reportPrereq(opt, tokens string) string {
+	switch {
+	case opt == "report_tokens":
+		return "admin 127.0.0.1:9153\n "
+	case slices.Contains([]string{"report_window", "min_reporters", "max_reporters", "max_report_locations", "report_rate", "report_max_body", "trusted_proxies"}, opt):
+		return "admin 127.0.0.1:9153\n report_tokens " + tokens + "\n "
+	}
+	return ""
 }
 
 // TestReadmeExamplesParse keeps the README's Corefile examples valid: the

@@ -163,105 +163,132 @@ all.example.test {
 	// follows the zone's NS records, whose glue carries no port.
 	d := startCoreDNSOn53(t, cf)
 	ub, resolver := startUnbound(t, d.Addr, "vpn.example.test", "all.example.test")
-
-	ask := func(src, name string, qtype uint16) *dns.Msg {
-		t.Helper()
-		r, err := resolve(resolver, src, name, qtype)
-		if err != nil {
-			t.Fatalf("%s %s from %s: no answer through unbound: %v", name, dns.TypeToString[qtype], src, err)
-		}
-		if r.Rcode == dns.RcodeServerFailure {
-			t.Fatalf("%s %s from %s: SERVFAIL:\n%v", name, dns.TypeToString[qtype], src, r)
-		}
-		return r
-	}
-	first := func(src string) (string, uint32) {
-		t.Helper()
-		ips, ttl := aRecords(ask(src, "vpn.example.test", dns.TypeA))
-		if len(ips) != 1 {
-			t.Fatalf("from %s: %v, want one record (records 1)", src, ips)
-		}
-		return ips[0], ttl
-	}
-	measured := func(src, want string) {
-		t.Helper()
-		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * ms) {
-			ip, ttl := first(src)
-			if ttl > 5 {
-				if ip != want {
-					t.Fatalf("from %s, measured: %s, want %s", src, ip, want)
-				}
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("from %s: still the fallback answer (%s TTL %d)", src, ip, ttl)
-			}
-		}
-	}
+	u := viaUnbound{t, resolver}
 
 	// Location A (127.0.1.0/24): gw2 (10 ms) is optimal; gw3 drops SYNs, so
 	// its probes run to their 2 s timeout, past the 1.5 s answer deadline.
 	const a, b = "127.0.1.10", "127.0.2.10"
-	if ip, ttl := first(a); ip != "127.0.0.12" || ttl > 5 {
+	if ip, ttl := u.first(a); ip != "127.0.0.12" || ttl > 5 {
 		t.Fatalf("location A's first answer: %s TTL %d, want gw2 with the 5 s fallback TTL", ip, ttl)
 	}
-	measured(a, "127.0.0.12")
+	u.measured(a, "127.0.0.12")
 
 	// The network changes; location B (127.0.2.0/24) measures gw1 optimal.
 	delays[0].Store(int64(10 * ms))
 	delays[1].Store(int64(300 * ms))
-	if ip, ttl := first(b); ip != "127.0.0.11" || ttl > 5 {
+	if ip, ttl := u.first(b); ip != "127.0.0.11" || ttl > 5 {
 		t.Fatalf("location B's first answer: %s TTL %d, want gw1 with the 5 s fallback TTL", ip, ttl)
 	}
-	measured(b, "127.0.0.11")
+	u.measured(b, "127.0.0.11")
 	for range 20 {
 		for src, want := range map[string]string{a: "127.0.0.12", b: "127.0.0.11"} {
-			if ip, _ := first(src); ip != want {
+			if ip, _ := u.first(src); ip != want {
 				t.Fatalf("from %s: %s, want its own location's optimal gateway %s", src, ip, want)
 			}
 		}
 	}
 
-	// Several A records: unbound rotates them, so the order is lost; SRV
-	// priorities keep it.
+	checkSeveralRecordsThroughUnbound(u, b)
+
+	// The apex: SOA and NS through unbound.
+	if r := u.ask(a, "vpn.example.test", dns.TypeSOA); len(r.Answer) != 1 || r.Answer[0].Header().Rrtype != dns.TypeSOA {
+		t.Fatalf("SOA through unbound:\n%v", r)
+	}
+	if r := u.ask(a, "vpn.example.test", dns.TypeNS); len(r.Answer) != 1 || r.Answer[0].(*dns.NS).Ns != "ns.dns.vpn.example.test." {
+		t.Fatalf("NS through unbound:\n%v", r)
+	}
+
+	checkNegativeCachedByUnbound(u, d, a)
+	if strings.Contains(ub.Logs(), "Authority indicates no support") {
+		t.Fatalf("unbound found no ECS support:\n%s", grepLines(ub.Logs(), "subnet"))
+	}
+}
+
+// viaUnbound asks the resolver (unbound) as a client of a source address.
+type viaUnbound struct {
+	t        *testing.T
+	resolver string
+}
+
+// ask fails the test on no answer or SERVFAIL.
+func (u viaUnbound) ask(src, name string, qtype uint16) *dns.Msg {
+	u.t.Helper()
+	r, err := resolve(u.resolver, src, name, qtype)
+	if err != nil {
+		u.t.Fatalf("%s %s from %s: no answer through unbound: %v", name, dns.TypeToString[qtype], src, err)
+	}
+	if r.Rcode == dns.RcodeServerFailure {
+		u.t.Fatalf("%s %s from %s: SERVFAIL:\n%v", name, dns.TypeToString[qtype], src, r)
+	}
+	return r
+}
+
+// first is the one A record of vpn.example.test (records 1) and its TTL.
+func (u viaUnbound) first(src string) (string, uint32) {
+	u.t.Helper()
+	ips, ttl := aRecords(u.ask(src, "vpn.example.test", dns.TypeA))
+	if len(ips) != 1 {
+		u.t.Fatalf("from %s: %v, want one record (records 1)", src, ips)
+	}
+	return ips[0], ttl
+}
+
+// measured waits for src's answer with a measured order (a TTL above the
+// fallback's) and checks that it is want.
+func (u viaUnbound) measured(src, want string) {
+	u.t.Helper()
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * ms) {
-		if _, ttl := aRecords(ask(b, "all.example.test", dns.TypeA)); ttl > 5 {
+		ip, ttl := u.first(src)
+		if ttl > 5 {
+			if ip != want {
+				u.t.Fatalf("from %s, measured: %s, want %s", src, ip, want)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			u.t.Fatalf("from %s: still the fallback answer (%s TTL %d)", src, ip, ttl)
+		}
+	}
+}
+
+// checkSeveralRecordsThroughUnbound: with several A records unbound
+// rotates them, so the order is lost; SRV priorities keep it.
+func checkSeveralRecordsThroughUnbound(u viaUnbound, b string) {
+	u.t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * ms) {
+		if _, ttl := aRecords(u.ask(b, "all.example.test", dns.TypeA)); ttl > 5 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("all.example.test never answered with a measured order")
+			u.t.Fatal("all.example.test never answered with a measured order")
 		}
 	}
 	firstOfFull := 0
 	for range 20 {
-		ips, _ := aRecords(ask(b, "all.example.test", dns.TypeA))
+		ips, _ := aRecords(u.ask(b, "all.example.test", dns.TypeA))
 		if len(ips) != 4 {
-			t.Fatalf("all.example.test: %v, want 4 records", ips)
+			u.t.Fatalf("all.example.test: %v, want 4 records", ips)
 		}
 		if ips[0] == "127.0.0.11" {
 			firstOfFull++
 		}
-		srv := ask(b, "all.example.test", dns.TypeSRV).Answer
+		srv := u.ask(b, "all.example.test", dns.TypeSRV).Answer
 		best := slices.MinFunc(srv, func(x, y dns.RR) int { return int(x.(*dns.SRV).Priority) - int(y.(*dns.SRV).Priority) })
 		if len(srv) != 4 || best.(*dns.SRV).Target != "gw1.example.test." {
-			t.Fatalf("SRV through unbound: lowest priority %v, want gw1:\n%v", best, srv)
+			u.t.Fatalf("SRV through unbound: lowest priority %v, want gw1:\n%v", best, srv)
 		}
 	}
 	if firstOfFull == 20 {
-		t.Fatal("unbound never rotated the four A records: this test no longer shows why records 1 is needed")
+		u.t.Fatal("unbound never rotated the four A records: this test no longer shows why records 1 is needed")
 	}
-	t.Logf("the optimal gateway came first in %d of 20 four-record answers through unbound", firstOfFull)
+	u.t.Logf("the optimal gateway came first in %d of 20 four-record answers through unbound", firstOfFull)
+}
 
-	// The apex: SOA and NS through unbound.
-	if r := ask(a, "vpn.example.test", dns.TypeSOA); len(r.Answer) != 1 || r.Answer[0].Header().Rrtype != dns.TypeSOA {
-		t.Fatalf("SOA through unbound:\n%v", r)
-	}
-	if r := ask(a, "vpn.example.test", dns.TypeNS); len(r.Answer) != 1 || r.Answer[0].(*dns.NS).Ns != "ns.dns.vpn.example.test." {
-		t.Fatalf("NS through unbound:\n%v", r)
-	}
-
-	// Negative answers: the SOA in authority, cached by unbound for the SOA
-	// minimum (the example's ttl, 30 s), so the second query stays there.
+// checkNegativeCachedByUnbound: negative answers carry the SOA in
+// authority, and unbound caches them for the SOA minimum (the example's
+// ttl, 30 s), so a second query does not reach CoreDNS.
+func checkNegativeCachedByUnbound(u viaUnbound, d *e2e.CoreDNS, a string) {
+	u.t.Helper()
 	for _, q := range []struct {
 		name  string
 		qtype uint16
@@ -272,25 +299,22 @@ all.example.test {
 		{"vpn.example.test", dns.TypeMX, dns.RcodeSuccess, "MX IN vpn.example.test."},
 	} {
 		for i := range 2 {
-			r := ask(a, q.name, q.qtype)
+			r := u.ask(a, q.name, q.qtype)
 			soa, ok := firstSOA(r)
 			if r.Rcode != q.rcode || len(r.Answer) != 0 || !ok || soa.Hdr.Ttl > 30 || soa.Minttl != 30 {
-				t.Fatalf("%s %s (query %d): want rcode %d with the SOA (minimum 30) in authority:\n%v", q.name, dns.TypeToString[q.qtype], i+1, q.rcode, r)
+				u.t.Fatalf("%s %s (query %d): want rcode %d with the SOA (minimum 30) in authority:\n%v", q.name, dns.TypeToString[q.qtype], i+1, q.rcode, r)
 			}
 		}
 		// CoreDNS logs queries in order, through a pipe: once a query sent
 		// after them is in the log, so are the two above if they came.
 		marker := fmt.Sprintf("marker-%d.vpn.example.test", q.qtype)
 		if _, err := d.Exchange(marker, dns.TypeA); err != nil {
-			t.Fatal(err)
+			u.t.Fatal(err)
 		}
-		d.WaitLog(t, marker+".", 10*time.Second)
+		d.WaitLog(u.t, marker+".", 10*time.Second)
 		if n := strings.Count(strings.ToLower(d.Logs()), strings.ToLower(q.logAs)); n != 1 {
-			t.Fatalf("%s reached CoreDNS %d times, want once (the second answered from unbound's cache)", q.logAs, n)
+			u.t.Fatalf("%s reached CoreDNS %d times, want once (the second answered from unbound's cache)", q.logAs, n)
 		}
-	}
-	if strings.Contains(ub.Logs(), "Authority indicates no support") {
-		t.Fatalf("unbound found no ECS support:\n%s", grepLines(ub.Logs(), "subnet"))
 	}
 }
 

@@ -12,7 +12,7 @@ import (
 )
 
 // BenchmarkProbeRun1000Gateways is one probe run (3 TCP probes each) over
-// 1,000 real loopback listeners, bounded by the seed's 7 s deadline. It
+// 1,000 real loopback listeners, bounded by the default 7 s deadline. It
 // reports how many gateways were measured inside the deadline, the run's
 // milliseconds, and the bytes allocated per run.
 func BenchmarkProbeRun1000Gateways(b *testing.B) {

@@ -186,7 +186,7 @@ func (s *Selector) adopt(e *entry, done chan struct{}, res *Result, epoch uint64
 			return false
 		}
 	}
-	e.res, e.epoch, e.failed, e.shared, e.pending = res, epoch, nil, true, false
+	e.res, e.epoch, e.failed, e.fromReplica, e.pending = res, epoch, nil, true, false
 	e.flight, e.progress = nil, nil
 	s.mu.Unlock()
 	close(done)
@@ -233,9 +233,9 @@ func (s *Selector) keepLock(location string, c *claim, cfg Config, stop chan str
 
 // outcome is what publishing a run's result left the location with.
 type outcome struct {
-	res     *Result // what the location answers: the run's, or the stored one
-	shared  bool    // res is the stored value of another replica's run
-	pending bool    // the run's result is not the stored one yet (reconcile)
+	res         *Result // what the location answers: the run's, or the stored one
+	fromReplica bool    // res is the stored value of another replica's run
+	pending     bool    // the run's result is not the stored one yet (reconcile)
 }
 
 // publish writes a run's result for the other replicas (Publish) and
@@ -280,7 +280,7 @@ func (s *Selector) publish(location string, res *Result, cfg Config, c *claim) o
 		counted := false
 		if r := s.decode(location, stored, &cfg, &counted); r != nil {
 			s.report(&cfg, StoreEvent{Kind: StoreAdopted, Location: location})
-			return outcome{res: r, shared: true}
+			return outcome{res: r, fromReplica: true}
 		}
 		out.pending = !counted // a value this replica cannot use: keep its own
 	default:
@@ -337,12 +337,12 @@ func (s *Selector) reconcile() {
 		s.mu.Lock()
 		if it.e.res == res && s.epoch == epoch {
 			it.e.pending = out.pending
-			if out.shared {
-				it.e.res, it.e.shared = out.res, true
+			if out.fromReplica {
+				it.e.res, it.e.fromReplica = out.res, true
 			}
 		}
 		s.mu.Unlock()
-		if out.shared {
+		if out.fromReplica {
 			s.requestSave()
 		}
 	}

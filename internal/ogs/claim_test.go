@@ -13,7 +13,7 @@ import (
 // (gateway name → RTT) writes it.
 func storedValue(t *testing.T, rtts map[string]time.Duration) string {
 	t.Helper()
-	gws := seedGateways()
+	gws := exampleGateways()
 	res := &Result{Gateways: gws, RTTs: make([]time.Duration, len(gws)), At: time.Now()}
 	for i, g := range gws {
 		res.RTTs[i] = rtts[g.Name]
@@ -26,8 +26,8 @@ func storedValue(t *testing.T, rtts map[string]time.Duration) string {
 	return string(data)
 }
 
-// otherRTTs is another replica's measurement: gw3 first, where the seed
-// prober measures gw2 first.
+// otherRTTs is another replica's measurement: gw3 first, where
+// exampleProber measures gw2 first.
 var otherRTTs = map[string]time.Duration{"gw1": 40 * ms, "gw2": 30 * ms, "gw3": 10 * ms, "gw4": 20 * ms}
 
 // The interleaving that made two replicas probe one location: the waiter
@@ -44,10 +44,10 @@ func TestWaiterNeverProbesWhatTheHolderWrote(t *testing.T) {
 		store.put(loc, value, time.Hour)
 		store.unlock(loc, "holder")
 	}
-	p := seedProber()
+	p := exampleProber()
 	s := replica(t, store, p, ev, func(c *Config) { c.StorePoll = 5 * ms })
 	sel := s.Select(context.Background(), "loc")
-	if p.calls.Load() != 0 || sel.Source != Shared {
+	if p.calls.Load() != 0 || sel.Source != FromReplica {
 		t.Fatalf("%v after %d probes: the waiter probed although the holder's result was there", sel.Source, p.calls.Load())
 	}
 	if got := names(sel.Gateways, sel.Order); !slices.Equal(got, []string{"gw3", "gw4", "gw2", "gw1"}) {
@@ -78,7 +78,7 @@ func TestLateRunKeepsItsLock(t *testing.T) {
 	}
 	late := &overrunProber{d: 600 * ms} // the lock lives 340 ms unless extended
 	a := replica(t, store, nil, &events{}, mod, func(c *Config) { c.Prober = late })
-	pb := seedProber()
+	pb := exampleProber()
 	b := replica(t, store, pb, &events{}, mod)
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -96,15 +96,15 @@ func TestLateRunKeepsItsLock(t *testing.T) {
 		}
 		time.Sleep(5 * ms)
 	}
-	if l := b.Snapshot(1).Locations[0]; pb.calls.Load() != 0 || !l.Shared {
-		t.Fatalf("b: shared %v after %d probes of its own; want a's late result, no second run", l.Shared, pb.calls.Load())
+	if l := b.Snapshot(1).Locations[0]; pb.calls.Load() != 0 || !l.FromReplica {
+		t.Fatalf("b: shared %v after %d probes of its own; want a's late result, no second run", l.FromReplica, pb.calls.Load())
 	}
 	if store.sets.Load() != 1 {
 		t.Fatalf("%d writes", store.sets.Load())
 	}
 }
 
-// gateProber answers the seed's RTTs once open is closed.
+// gateProber answers exampleProber's RTTs once open is closed.
 type gateProber struct {
 	*fakeProber
 	open chan struct{}
@@ -120,7 +120,7 @@ func (p gateProber) Probe(ctx context.Context, addr string) (time.Duration, erro
 // replica answers one order for the location.
 func TestLostRaceAnswersStoredResult(t *testing.T) {
 	store, ev := newFakeStore(), &events{}
-	p := gateProber{seedProber(), make(chan struct{})}
+	p := gateProber{exampleProber(), make(chan struct{})}
 	s := replica(t, store, nil, ev, func(c *Config) { c.Prober = p })
 	go func() {
 		for !store.locked("loc") {
@@ -133,13 +133,13 @@ func TestLostRaceAnswersStoredResult(t *testing.T) {
 		close(p.open)
 	}()
 	sel := s.Select(context.Background(), "loc")
-	if got := names(sel.Gateways, sel.Order); sel.Source != Shared || !slices.Equal(got, []string{"gw3", "gw4", "gw2", "gw1"}) {
+	if got := names(sel.Gateways, sel.Order); sel.Source != FromReplica || !slices.Equal(got, []string{"gw3", "gw4", "gw2", "gw1"}) {
 		t.Fatalf("%v %v; want the stored result (gw3 first)", sel.Source, got)
 	}
 	if store.sets.Load() != 0 || ev.count(StoreAdopted) != 1 {
 		t.Fatalf("%d writes over the other's value, %d adopted", store.sets.Load(), ev.count(StoreAdopted))
 	}
-	if snap := s.Snapshot(1); !snap.Locations[0].Shared || snap.Runs != 1 {
+	if snap := s.Snapshot(1); !snap.Locations[0].FromReplica || snap.Runs != 1 {
 		t.Fatalf("snapshot %+v", snap)
 	}
 }
@@ -150,7 +150,7 @@ func TestLostRaceAnswersStoredResult(t *testing.T) {
 // stored value once there, or by writing its own where nothing is stored.
 func TestPendingResultsConverge(t *testing.T) {
 	store, ev := newFakeStore(), &events{}
-	p := gateProber{seedProber(), make(chan struct{})}
+	p := gateProber{exampleProber(), make(chan struct{})}
 	s := replica(t, store, nil, ev, func(c *Config) { c.StoreRetry = 10 * ms; c.Prober = p })
 	go func() {
 		for !store.locked("loc") {
@@ -166,7 +166,7 @@ func TestPendingResultsConverge(t *testing.T) {
 	store.unlock("loc", "other")
 	s.reconcile()
 	sel := s.Select(context.Background(), "loc")
-	if got := names(sel.Gateways, sel.Order); sel.Source != Cached || !slices.Equal(got, []string{"gw3", "gw4", "gw2", "gw1"}) || !s.Snapshot(1).Locations[0].Shared {
+	if got := names(sel.Gateways, sel.Order); sel.Source != Cached || !slices.Equal(got, []string{"gw3", "gw4", "gw2", "gw1"}) || !s.Snapshot(1).Locations[0].FromReplica {
 		t.Fatalf("after reconcile: %v %v; want the stored result", sel.Source, got)
 	}
 
@@ -193,7 +193,7 @@ func TestPendingResultsConverge(t *testing.T) {
 func TestStoreTroubleNamesKeysOnce(t *testing.T) {
 	store, ev := newFakeStore(), &events{}
 	store.refuse.Store(uint32(KeysLock))
-	p := seedProber()
+	p := exampleProber()
 	var downs []StoreEvent
 	var mu sync.Mutex
 	s := replica(t, store, p, ev, func(c *Config) {
@@ -236,7 +236,7 @@ func TestStoreTroubleNamesKeysOnce(t *testing.T) {
 // A success on some keys clears only their trouble: values answering do
 // not clear the locks' (no flapping between down and up).
 func TestStoreTroubleClearsOnlyTouchedKeys(t *testing.T) {
-	s, ev := newSel(t, Config{Gateways: seedGateways(), Prober: seedProber(), Store: newFakeStore(), Recheck: -1}), &events{}
+	s, ev := newSel(t, Config{Gateways: exampleGateways(), Prober: exampleProber(), Store: newFakeStore(), Recheck: -1}), &events{}
 	defer s.Close()
 	cfg := s.Config()
 	cfg.OnStore = ev.on
@@ -258,7 +258,7 @@ func TestStoreTroubleClearsOnlyTouchedKeys(t *testing.T) {
 func TestReconcileRunsOnTheRecheckTimer(t *testing.T) {
 	store, ev := newFakeStore(), &events{}
 	store.down.Store(true)
-	s := replica(t, store, seedProber(), ev, func(c *Config) { c.Recheck = 50 * ms; c.StoreRetry = 10 * ms })
+	s := replica(t, store, exampleProber(), ev, func(c *Config) { c.Recheck = 50 * ms; c.StoreRetry = 10 * ms })
 	s.Start()
 	if sel := s.Select(context.Background(), "loc"); sel.Source != Probed {
 		t.Fatalf("%v", sel.Source)

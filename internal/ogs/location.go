@@ -8,8 +8,8 @@ import (
 	"github.com/miekg/dns"
 )
 
-// Networks names a client's network the way the seed's client does when it
-// has no better identity: every "DNS suffix|DNS server IP" pair of the
+// Networks names a client's network, when it has no better identity, as
+// AnyConnect's client does: every "DNS suffix|DNS server IP" pair of the
 // network's resolver configuration is a key, and a network whose keys match
 // any key already seen is that same location (so a location survives a
 // change of one DNS server).

@@ -8,10 +8,10 @@ import (
 	"time"
 )
 
-// The seed's example: location A has suffix locationa.com and DNS servers
+// Location A has suffix locationa.com and DNS servers
 // ip1 and ip2; each pair is a key to the same cache entry, and a network
 // matching any of them is location A.
-func TestNetworksSeedLocationA(t *testing.T) {
+func TestNetworksLocationA(t *testing.T) {
 	n := NewNetworks(100)
 	a := n.Location([]string{"locationa.com|ip1", "locationa.com|ip2"})
 	if got := n.Location([]string{"locationa.com|ip2", "locationa.com|ip3"}); got != a {

@@ -16,8 +16,8 @@ func names(gws []Gateway, order []int) []string {
 	return out
 }
 
-// The seed's "OGS Selection Results": gw1 302, gw2 132, gw3 506, gw4 877 ms.
-func TestOrderSeedResults(t *testing.T) {
+// The worked example: gw1 302, gw2 132, gw3 506, gw4 877 ms.
+func TestOrderWorkedExample(t *testing.T) {
 	gws := []Gateway{{Name: "gw1"}, {Name: "gw2"}, {Name: "gw3"}, {Name: "gw4"}}
 	rtts := []time.Duration{302 * ms, 132 * ms, 506 * ms, 877 * ms}
 	if got := names(gws, Order(gws, rtts, false)); !slices.Equal(got, []string{"gw2", "gw1", "gw3", "gw4"}) {

@@ -13,8 +13,8 @@ import (
 // re-check restores it.
 func TestRecheckDemotesDeadFirstChoice(t *testing.T) {
 	for _, omit := range []bool{false, true} {
-		p := seedProber()
-		gws := seedGateways()
+		p := exampleProber()
+		gws := exampleGateways()
 		gws[1].Backups = []string{"gw4"} // gw2 (132 ms) first, then its backup gw4
 		s := newSel(t, Config{Gateways: gws, Prober: p, OmitUnmeasured: omit})
 		for i := range 10 {
@@ -56,8 +56,8 @@ func TestRecheckDemotesDeadFirstChoice(t *testing.T) {
 
 // Every gateway dead: the order stays as it was (an answer needs one).
 func TestRecheckAllDeadKeepsOrder(t *testing.T) {
-	p := seedProber()
-	s := newSel(t, Config{Gateways: seedGateways()[1:2], Prober: p, OmitUnmeasured: true})
+	p := exampleProber()
+	s := newSel(t, Config{Gateways: exampleGateways()[1:2], Prober: p, OmitUnmeasured: true})
 	s.Select(context.Background(), "loc")
 	p.rtts["b:1"] = 0
 	s.RecheckNow()
@@ -71,7 +71,7 @@ func TestRecheckAllDeadKeepsOrder(t *testing.T) {
 func TestSelectionSaysWhatHappened(t *testing.T) {
 	p := &fakeProber{rtts: map[string]time.Duration{}}
 	now := time.Unix(1_000_000, 0)
-	s := newSel(t, Config{Gateways: seedGateways(), Prober: p, Retry: time.Minute})
+	s := newSel(t, Config{Gateways: exampleGateways(), Prober: p, Retry: time.Minute})
 	s.now = func() time.Time { return now }
 	sel := s.Select(context.Background(), "loc")
 	if sel.Source != Configured || sel.Why != WhyNoAnswer || sel.Failed == nil || sel.Failed.Reasons[0] != ReasonOther || !sel.RetryAt.Equal(now.Add(time.Minute)) {
@@ -81,7 +81,7 @@ func TestSelectionSaysWhatHappened(t *testing.T) {
 		t.Fatalf("second: %+v", sel)
 	}
 	// With an earlier result: the previous selection, and why.
-	p.rtts = seedProber().rtts
+	p.rtts = exampleProber().rtts
 	now = now.Add(2 * time.Minute)
 	s.Select(context.Background(), "loc")
 	now = now.Add(DefaultCacheTTL)

@@ -11,9 +11,9 @@ import (
 
 // What a reload keeps of a location probed before it, per kind of change.
 func TestReconfigureRules(t *testing.T) {
-	gws := seedGateways() // RTTs gw1 302, gw2 132, gw3 506, gw4 877
+	gws := exampleGateways() // RTTs gw1 302, gw2 132, gw3 506, gw4 877
 	without := func(name string) []Gateway {
-		return slices.DeleteFunc(seedGateways(), func(g Gateway) bool { return g.Name == name })
+		return slices.DeleteFunc(exampleGateways(), func(g Gateway) bool { return g.Name == name })
 	}
 	for _, tc := range []struct {
 		name      string
@@ -34,12 +34,12 @@ func TestReconfigureRules(t *testing.T) {
 		{"probe changed", func(c *Config) { c.ProbeID = "tls" }, Probed, []string{"gw2", "gw1", "gw3", "gw4"}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := seedProber()
+			p := exampleProber()
 			p.rtts["e:1"] = 50 * ms
 			s := newSel(t, Config{Gateways: gws, Prober: p, ProbeID: "https"})
 			s.Select(context.Background(), "loc")
 			calls := p.calls.Load()
-			cfg := Config{Gateways: seedGateways(), Prober: p, ProbeID: "https"}
+			cfg := Config{Gateways: exampleGateways(), Prober: p, ProbeID: "https"}
 			tc.change(&cfg)
 			ch, err := s.Reconfigure(cfg)
 			if err != nil {
@@ -61,11 +61,11 @@ func TestReconfigureRules(t *testing.T) {
 
 // A stale result is the previous selection while the new run is silent.
 func TestReconfigureStaleIsPrevious(t *testing.T) {
-	p := seedProber()
-	s := newSel(t, Config{Gateways: seedGateways(), Prober: p, Deadline: 100 * ms})
+	p := exampleProber()
+	s := newSel(t, Config{Gateways: exampleGateways(), Prober: p, Deadline: 100 * ms})
 	s.Select(context.Background(), "loc")
 	p.block.Store(true)
-	cfg := Config{Gateways: append(seedGateways(), Gateway{Name: "gw5", Addr: "e:1"}), Prober: p, Deadline: 100 * ms}
+	cfg := Config{Gateways: append(exampleGateways(), Gateway{Name: "gw5", Addr: "e:1"}), Prober: p, Deadline: 100 * ms}
 	if _, err := s.Reconfigure(cfg); err != nil {
 		t.Fatal(err)
 	}
@@ -78,14 +78,14 @@ func TestReconfigureStaleIsPrevious(t *testing.T) {
 // A run in flight across a reload stores its result mapped onto the new
 // gateways, and queries after the reload wait for it instead of probing.
 func TestReconfigureDuringRun(t *testing.T) {
-	p := &gatedProber{fakeProber: seedProber(), gate: make(chan struct{})}
-	s := newSel(t, Config{Gateways: seedGateways(), Prober: p, Deadline: 5 * time.Second})
+	p := &gatedProber{fakeProber: exampleProber(), gate: make(chan struct{})}
+	s := newSel(t, Config{Gateways: exampleGateways(), Prober: p, Deadline: 5 * time.Second})
 	got := make(chan *Result, 2)
 	go func() { res, _ := pick(s.Select(context.Background(), "loc")); got <- res }()
 	for p.waiting.Load() < 4 { // every gateway's first probe has started
 		time.Sleep(ms)
 	}
-	cfg := Config{Gateways: seedGateways()[1:], Prober: p, Deadline: 5 * time.Second} // gw1 removed
+	cfg := Config{Gateways: exampleGateways()[1:], Prober: p, Deadline: 5 * time.Second} // gw1 removed
 	if _, err := s.Reconfigure(cfg); err != nil {
 		t.Fatal(err)
 	}
@@ -129,8 +129,8 @@ func (p *gatedProber) Probe(ctx context.Context, addr string) (time.Duration, er
 func TestPoolAdoptsAndClosesOnLastRelease(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "ogs.json")
 	pool := NewPool()
-	p := seedProber()
-	cfg := Config{Gateways: seedGateways(), Prober: p, CacheFile: path}
+	p := exampleProber()
+	cfg := Config{Gateways: exampleGateways(), Prober: p, CacheFile: path}
 	a, err := pool.Acquire("blk", cfg)
 	if err != nil || a.Adopted {
 		t.Fatalf("%+v %v", a, err)

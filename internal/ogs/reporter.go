@@ -30,7 +30,7 @@ func NewProber(kind, path string, verify bool) (latency.Prober, time.Duration, e
 		return latency.TLSProber{Config: tlsCfg}, ExchangeProbeTimeout, nil
 	case "http", "https":
 		// Each probe its own connection, timed from the SYN to the end of
-		// the exchange, as the seed does.
+		// the exchange, as AnyConnect times SYN to FIN/ACK.
 		return latency.NewHTTPProber(kind, path, "", tlsCfg, true), ExchangeProbeTimeout, nil
 	}
 	return nil, 0, fmt.Errorf("probe %q: want tcp, tls, http or https", kind)
@@ -38,7 +38,8 @@ func NewProber(kind, path string, verify bool) (latency.Prober, time.Duration, e
 
 // Measure is the reporter's run: every gateway probed probes times, one
 // after another, each bounded by timeout; a gateway's lowest RTT is its
-// measurement (the seed's rule). progress, if set, is called per gateway
+// measurement, as in the plugin's own probe runs, so a report and a
+// run measure alike. progress, if set, is called per gateway
 // as it finishes. Gateways are measured at once.
 func Measure(ctx context.Context, gws []Gateway, p latency.Prober, kind string, probes int, timeout time.Duration, progress func(Gateway, latency.Result)) Report {
 	rep := Report{Probe: kind, Measurements: make([]Measurement, len(gws))}

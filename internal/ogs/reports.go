@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// Client reports (issue 30). Probes from the DNS server measure from the DNS
+// Client reports. Probes from the DNS server measure from the DNS
 // server's network; in an authoritative deployment every location would get
 // that one view. Reports carry what clients measured from their own network
 // with the same rule (lowest of a few probes per gateway). A location's

@@ -19,7 +19,7 @@ func BenchmarkSelectReports(b *testing.B) {
 		key     string
 	}{{"reports_off", false, ""}, {"reports_on_none_here", true, "10.9.0.0/24"}, {"from_reports", true, "10.1.0.0/24"}} {
 		b.Run(c.name, func(b *testing.B) {
-			s := newSelB(b, Config{Gateways: seedGateways(), Prober: seedProber(), Recheck: -1, Reports: ReportConfig{Enabled: c.reports}})
+			s := newSelB(b, Config{Gateways: exampleGateways(), Prober: exampleProber(), Recheck: -1, Reports: ReportConfig{Enabled: c.reports}})
 			defer s.Close()
 			now := time.Now()
 			if c.reports {
@@ -46,7 +46,7 @@ func BenchmarkSelectReports(b *testing.B) {
 // with 64 reporters, and one aggregation after it (the next query's).
 func BenchmarkReportAdd(b *testing.B) {
 	r := NewReports()
-	r.Configure(ReportConfig{Enabled: true}, seedGateways(), false)
+	r.Configure(ReportConfig{Enabled: true}, exampleGateways(), false)
 	now := time.Now()
 	i := 0
 	for b.Loop() {
@@ -64,7 +64,7 @@ func TestReportMemoryPerLocation(t *testing.T) {
 	for _, reporters := range []int{3, 64} {
 		const n = 2000
 		r := NewReports()
-		r.Configure(ReportConfig{Enabled: true, MaxLocations: n}, seedGateways(), false)
+		r.Configure(ReportConfig{Enabled: true, MaxLocations: n}, exampleGateways(), false)
 		now := time.Now()
 		var before, after runtime.MemStats
 		runtime.GC()

@@ -14,7 +14,7 @@ var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 func newReports(cfg ReportConfig) *Reports {
 	cfg.Enabled = true
 	r := NewReports()
-	r.Configure(cfg, seedGateways(), false)
+	r.Configure(cfg, exampleGateways(), false)
 	return r
 }
 
@@ -83,7 +83,7 @@ func TestReportRefusals(t *testing.T) {
 		t.Fatalf("refused report changed a vote: %v", v.rtt)
 	}
 	off := NewReports()
-	off.Configure(ReportConfig{}, seedGateways(), false)
+	off.Configure(ReportConfig{}, exampleGateways(), false)
 	if err := off.Add("l", "a", rep(t0, "gw1", ms), t0); err == nil {
 		t.Fatal("reports off accepted one")
 	}
@@ -106,7 +106,7 @@ func TestReportsMinReportersAndOneVote(t *testing.T) {
 	mustAdd(t, r, "l", "tok1|10.0.0.3", rep(t0, "gw1", 48*ms, "gw2", 11*ms, "gw3", 33*ms, "gw4", 80*ms), now)
 	got, n := orderNames(t, r, "l", now)
 	if want := []string{"gw2", "gw3", "gw1", "gw4"}; !slices.Equal(got, want) || n != 3 {
-		// gw2 has no backup in seedGateways: by RTT.
+		// gw2 has no backup in exampleGateways: by RTT.
 		t.Fatalf("order %v (%d reporters), want %v", got, n, want)
 	}
 	res, _, _ := r.Order("l", now)
@@ -114,7 +114,7 @@ func TestReportsMinReportersAndOneVote(t *testing.T) {
 		t.Fatalf("medians %v, want gw1 50ms gw2 11ms", res.RTTs)
 	}
 	// The order rule's backups: gw2 backed by gw4.
-	gws := seedGateways()
+	gws := exampleGateways()
 	gws[1].Backups = []string{"gw4"}
 	r.Configure(ReportConfig{Enabled: true}, gws, false)
 	if got, _ := orderNames(t, r, "l", now); !slices.Equal(got, []string{"gw2", "gw4", "gw3", "gw1"}) {
@@ -210,7 +210,7 @@ func TestReportsBounded(t *testing.T) {
 		t.Fatal("the newest reporter was evicted")
 	}
 	// A lowered bound trims.
-	r.Configure(ReportConfig{Enabled: true, MaxLocations: 1, MaxReporters: 2, MinReporters: 2}, seedGateways(), false)
+	r.Configure(ReportConfig{Enabled: true, MaxLocations: 1, MaxReporters: 2, MinReporters: 2}, exampleGateways(), false)
 	if len(r.locs) != 1 || len(r.locs["loc9"].reporters) != 2 {
 		t.Fatalf("after lowering the bounds: %d locations", len(r.locs))
 	}
@@ -235,8 +235,8 @@ func TestMedian(t *testing.T) {
 // (source reports, no probe run); another location is probed as before; a
 // gateway the re-check finds dead is moved back in reported orders too.
 func TestSelectorReported(t *testing.T) {
-	p := seedProber()
-	s := newSel(t, Config{Gateways: seedGateways(), Prober: p, Recheck: -1, Reports: ReportConfig{Enabled: true}})
+	p := exampleProber()
+	s := newSel(t, Config{Gateways: exampleGateways(), Prober: p, Recheck: -1, Reports: ReportConfig{Enabled: true}})
 	now := time.Now()
 	for i := range 3 {
 		if err := s.Reports().Add("10.1.0.0/24", fmt.Sprint(i), rep(now, "gw1", 90*ms, "gw3", 5*ms), now); err != nil {
@@ -244,20 +244,20 @@ func TestSelectorReported(t *testing.T) {
 		}
 	}
 	sel := s.SelectReported(context.Background(), "ecs:10.1.0.0/24", "10.1.0.0/24")
-	if sel.Source != Reported || sel.Reporters != 3 || names(seedGateways(), sel.Order)[0] != "gw3" {
-		t.Fatalf("reported location: %v %d %v", sel.Source, sel.Reporters, names(seedGateways(), sel.Order))
+	if sel.Source != Reported || sel.Reporters != 3 || names(exampleGateways(), sel.Order)[0] != "gw3" {
+		t.Fatalf("reported location: %v %d %v", sel.Source, sel.Reporters, names(exampleGateways(), sel.Order))
 	}
 	if p.calls.Load() != 0 {
 		t.Fatalf("%d probes for a reported location", p.calls.Load())
 	}
 	other := s.SelectReported(context.Background(), "ecs:10.2.0.0/24", "10.2.0.0/24")
-	if other.Source != Probed || names(seedGateways(), other.Order)[0] != "gw2" {
-		t.Fatalf("unreported location: %v %v", other.Source, names(seedGateways(), other.Order))
+	if other.Source != Probed || names(exampleGateways(), other.Order)[0] != "gw2" {
+		t.Fatalf("unreported location: %v %v", other.Source, names(exampleGateways(), other.Order))
 	}
 	delete(p.rtts, "c:1") // gw3 dies
 	s.RecheckNow()
 	sel = s.SelectReported(context.Background(), "ecs:10.1.0.0/24", "10.1.0.0/24")
-	if got := names(seedGateways(), sel.Order); got[0] != "gw1" || got[len(got)-1] != "gw3" {
+	if got := names(exampleGateways(), sel.Order); got[0] != "gw1" || got[len(got)-1] != "gw3" {
 		t.Fatalf("dead reported first choice not moved back: %v", got)
 	}
 	// A reload keeps the reports (they are the selector's process state).

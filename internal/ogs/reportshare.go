@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// Client reports shared by replicas (issue 30, item 5). With a ReportStore
+// Client reports shared by replicas. With a ReportStore
 // every accepted report is written to the store as well as kept here, and
 // every replica pulls the locations changed since its last look on a
 // timer, so each holds the same votes and, by the one rule of reports.go,

@@ -128,7 +128,7 @@ func (m *memReportStore) Votes(_ context.Context, location string) (map[string]s
 // selector once the store answers again.
 func TestSharedReportsConverge(t *testing.T) {
 	st := &memReportStore{votes: map[string]map[string]string{}, at: map[string]int64{}}
-	cfg := Config{Gateways: seedGateways(), Prober: seedProber(), ReportStore: st, StoreRetry: time.Nanosecond, Reports: ReportConfig{Enabled: true, Probe: "https"}}
+	cfg := Config{Gateways: exampleGateways(), Prober: exampleProber(), ReportStore: st, StoreRetry: time.Nanosecond, Reports: ReportConfig{Enabled: true, Probe: "https"}}
 	a, b := newSel(t, cfg), newSel(t, cfg)
 	now := time.Now()
 	var wg sync.WaitGroup

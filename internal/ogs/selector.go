@@ -12,7 +12,9 @@ import (
 	"github.com/edgesteer/edgesteer/internal/latency"
 )
 
-// Defaults, from the seed.
+// Defaults: AnyConnect's 3 probes per gateway, 7 s probe run and 14 days of
+// cache; a minute before a location whose gateways all failed is probed
+// again; at most 100 000 cached locations.
 const (
 	DefaultProbes       = 3
 	DefaultDeadline     = 7 * time.Second
@@ -82,15 +84,15 @@ type Config struct {
 
 // Run is one finished probe run, as reported to Config.OnRun.
 type Run struct {
-	Location string
-	Gateways []Gateway
-	RTTs     [][]time.Duration // per gateway, every probe (0: failed)
-	Reasons  [][]string        // per gateway, every probe's failure reason ("": succeeded)
-	Errors   []error           // per gateway, its last failed probe's error (nil: none failed)
-	Result   *Result           // what the location answers: nil when no gateway answered
-	Shared   bool              // Result is another replica's, stored first (this run lost the race)
-	Previous *Result           // without Result: the location's earlier result, if any
-	RetryAt  time.Time         // without Result: no new run before this
+	Location    string
+	Gateways    []Gateway
+	RTTs        [][]time.Duration // per gateway, every probe (0: failed)
+	Reasons     [][]string        // per gateway, every probe's failure reason ("": succeeded)
+	Errors      []error           // per gateway, its last failed probe's error (nil: none failed)
+	Result      *Result           // what the location answers: nil when no gateway answered
+	FromReplica bool              // Result is another replica's, stored first (this run lost the race)
+	Previous    *Result           // without Result: the location's earlier result, if any
+	RetryAt     time.Time         // without Result: no new run before this
 }
 
 // Validate checks the configuration, naming the bad option.
@@ -173,13 +175,13 @@ func orDefault[T comparable](v *T, def T) {
 type Source int
 
 const (
-	Probed     Source = iota // a probe run that finished within this query's wait
-	Cached                   // a location entry still inside its lifetime
-	Previous                 // no fresh result (see Why): the location's previous selection
-	Configured               // no fresh result and none before: the configured order
-	Partial                  // a probe run still going at the answer deadline: the gateways answered so far
-	Shared                   // a fresh result read from the shared store (another replica's probe run)
-	Reported                 // the location's clients' reports (reports.go)
+	Probed      Source = iota // a probe run that finished within this query's wait
+	Cached                    // a location entry still inside its lifetime
+	Previous                  // no fresh result (see Why): the location's previous selection
+	Configured                // no fresh result and none before: the configured order
+	Partial                   // a probe run still going at the answer deadline: the gateways answered so far
+	FromReplica               // a fresh result read from the shared store (another replica's probe run)
+	Reported                  // the location's clients' reports (reports.go)
 )
 
 func (s Source) String() string {
@@ -188,7 +190,7 @@ func (s Source) String() string {
 
 // Fresh reports whether the selection is a finished probe run's result
 // (answers may carry their full TTL), rather than a stand-in until one is.
-func (s Source) Fresh() bool { return s == Probed || s == Cached || s == Shared || s == Reported }
+func (s Source) Fresh() bool { return s == Probed || s == Cached || s == FromReplica || s == Reported }
 
 // Why says why a Previous or Configured selection answered.
 type Why int
@@ -230,19 +232,19 @@ type Result struct {
 }
 
 type entry struct {
-	res      *Result // nil until a run has produced one
-	epoch    uint64  // the measurement epoch res belongs to
-	failed   *Result // the latest run in which no gateway answered, if later than res
-	flight   chan struct{}
-	started  time.Time // when the run in flight started
-	progress *progress // the run in flight's measurements so far
-	retryAt  time.Time // no new run before this, after a run with no result
-	lastUsed time.Time
-	view     *Result // res as answered, given the re-check (recheck.go)
-	viewOf   *Result // the res view was derived from
-	viewVer  uint64  // the deadVer view was derived at
-	shared   bool    // res was read from the store, not probed here
-	pending  bool    // res was probed here and is not the stored result yet (see reconcile)
+	res         *Result // nil until a run has produced one
+	epoch       uint64  // the measurement epoch res belongs to
+	failed      *Result // the latest run in which no gateway answered, if later than res
+	flight      chan struct{}
+	started     time.Time // when the run in flight started
+	progress    *progress // the run in flight's measurements so far
+	retryAt     time.Time // no new run before this, after a run with no result
+	lastUsed    time.Time
+	view        *Result // res as answered, given the re-check (recheck.go)
+	viewOf      *Result // the res view was derived from
+	viewVer     uint64  // the deadVer view was derived at
+	fromReplica bool    // res was read from the store, not probed here
+	pending     bool    // res was probed here and is not the stored result yet (see reconcile)
 }
 
 // progress is what a probe run has measured so far, so that a query whose
@@ -393,6 +395,17 @@ func (s *Selector) SelectReported(ctx context.Context, location, reportKey strin
 	wait := s.cfg.Wait() - now.Sub(e.started)
 	s.mu.Unlock()
 
+	why = awaitRun(ctx, flight, why, wait)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.afterWait(e, why)
+}
+
+// awaitRun waits for the run in flight to end, for at most wait or until
+// ctx ends, unless why says that no run is coming (closed, or waiting to
+// retry). It returns why is WhyNoAnswer if the run ended, else why: what a
+// selection without a fresh result says, if it has none.
+func awaitRun(ctx context.Context, flight chan struct{}, why Why, wait time.Duration) Why {
 	if why != WhyClosed && why != WhyRetryWait && wait > 0 {
 		timer := time.NewTimer(wait)
 		defer timer.Stop()
@@ -410,11 +423,17 @@ func (s *Selector) SelectReported(ctx context.Context, location, reportKey strin
 		default:
 		}
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	return why
+}
+
+// afterWait is the selection of location entry e once a query's wait has
+// ended (why: see awaitRun): the run's fresh result, else the gateways a
+// run still going has heard from, else the previous selection, else the
+// configured order. Called with s.mu held.
+func (s *Selector) afterWait(e *entry, why Why) Selection {
 	if s.fresh(e, s.now()) {
-		if e.shared {
-			return Selection{Result: s.answered(e), Source: Shared}
+		if e.fromReplica {
+			return Selection{Result: s.answered(e), Source: FromReplica}
 		}
 		return Selection{Result: s.answered(e), Source: Probed}
 	}
@@ -489,8 +508,56 @@ func (s *Selector) run(location string, e *entry, done chan struct{}, cfg Config
 	s.mu.Lock()
 	e.progress = prog
 	s.mu.Unlock()
-	all := make([][]time.Duration, n)
-	why := make([][]string, n)
+	all, why, errs := s.probeAll(ctx, cfg, prog)
+	best := prog.best // no writer is left
+	reasons := make([]string, n)
+	any := false
+	for i := range best {
+		any = any || best[i] > 0
+		reasons[i] = Reason(errs[i])
+	}
+	var probed *Result
+	if any {
+		probed = &Result{Gateways: cfg.Gateways, Order: Order(cfg.Gateways, best, cfg.OmitUnmeasured), RTTs: best, Reasons: reasons, At: s.now()}
+	}
+	out := s.publish(location, probed, cfg, c)
+	s.mu.Lock()
+	res := out.res
+	if res != nil && (!sameGateways(cfg.Gateways, s.cfg.Gateways) || cfg.OmitUnmeasured != s.cfg.OmitUnmeasured) {
+		res = s.remap(res)
+	}
+	switch {
+	case res != nil:
+		e.res, e.epoch, e.failed, e.fromReplica, e.pending = res, epoch, nil, out.fromReplica, out.pending
+	case !any:
+		e.retryAt = s.now().Add(cfg.Retry)
+		e.failed = &Result{Gateways: cfg.Gateways, RTTs: best, Reasons: reasons, At: s.now()}
+	}
+	e.flight, e.progress = nil, nil
+	s.runs++
+	s.lastRun = s.now()
+	run := Run{Location: location, Gateways: cfg.Gateways, RTTs: all, Reasons: why, Errors: errs, Result: res, FromReplica: out.fromReplica, RetryAt: e.retryAt}
+	if res == nil {
+		run.Previous = e.res
+	}
+	onRun := s.cfg.OnRun
+	s.mu.Unlock()
+	close(done)
+	if onRun != nil {
+		onRun(run)
+	}
+	if res != nil {
+		s.requestSave()
+	}
+}
+
+// probeAll runs every probe of cfg, updating prog as they answer, and
+// returns every probe's RTT (0: failed) and failure reason, per gateway,
+// and each gateway's last failed probe's error, in probe order.
+func (s *Selector) probeAll(ctx context.Context, cfg Config, prog *progress) (all [][]time.Duration, why [][]string, errs []error) {
+	n := len(cfg.Gateways)
+	all = make([][]time.Duration, n)
+	why = make([][]string, n)
 	errsAt := make([][]error, n)
 	var wg sync.WaitGroup
 	for i, g := range cfg.Gateways {
@@ -518,7 +585,7 @@ func (s *Selector) run(location string, e *entry, done chan struct{}, cfg Config
 		}
 	}
 	wg.Wait()
-	errs := make([]error, n)
+	errs = make([]error, n)
 	for i := range errsAt {
 		for _, err := range errsAt[i] {
 			if err != nil {
@@ -526,46 +593,7 @@ func (s *Selector) run(location string, e *entry, done chan struct{}, cfg Config
 			}
 		}
 	}
-	best := prog.best // no writer is left
-	reasons := make([]string, n)
-	any := false
-	for i := range best {
-		any = any || best[i] > 0
-		reasons[i] = Reason(errs[i])
-	}
-	var probed *Result
-	if any {
-		probed = &Result{Gateways: cfg.Gateways, Order: Order(cfg.Gateways, best, cfg.OmitUnmeasured), RTTs: best, Reasons: reasons, At: s.now()}
-	}
-	out := s.publish(location, probed, cfg, c)
-	s.mu.Lock()
-	res := out.res
-	if res != nil && (!sameGateways(cfg.Gateways, s.cfg.Gateways) || cfg.OmitUnmeasured != s.cfg.OmitUnmeasured) {
-		res = s.remap(res)
-	}
-	switch {
-	case res != nil:
-		e.res, e.epoch, e.failed, e.shared, e.pending = res, epoch, nil, out.shared, out.pending
-	case !any:
-		e.retryAt = s.now().Add(cfg.Retry)
-		e.failed = &Result{Gateways: cfg.Gateways, RTTs: best, Reasons: reasons, At: s.now()}
-	}
-	e.flight, e.progress = nil, nil
-	s.runs++
-	s.lastRun = s.now()
-	run := Run{Location: location, Gateways: cfg.Gateways, RTTs: all, Reasons: why, Errors: errs, Result: res, Shared: out.shared, RetryAt: e.retryAt}
-	if res == nil {
-		run.Previous = e.res
-	}
-	onRun := s.cfg.OnRun
-	s.mu.Unlock()
-	close(done)
-	if onRun != nil {
-		onRun(run)
-	}
-	if res != nil {
-		s.requestSave()
-	}
+	return all, why, errs
 }
 
 // sleep waits d, or until ctx ends; it reports whether d passed.
@@ -610,7 +638,7 @@ func (s *Selector) evictTo(n int) {
 }
 
 // Forget drops every cached result, so the next query of each location
-// probes again (the seed's "delete the preferences file").
+// probes again, as deleting AnyConnect's preferences file does.
 func (s *Selector) Forget() {
 	s.mu.Lock()
 	for loc, e := range s.entries {

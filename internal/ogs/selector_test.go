@@ -32,11 +32,13 @@ func (p *fakeProber) Probe(ctx context.Context, addr string) (time.Duration, err
 	return 0, errors.New("refused")
 }
 
-func seedGateways() []Gateway {
+// exampleGateways and exampleProber are the worked example: four gateways of
+// RTT gw1 302, gw2 132, gw3 506 and gw4 877 ms, so gw2 is optimal.
+func exampleGateways() []Gateway {
 	return []Gateway{{Name: "gw1", Addr: "a:1"}, {Name: "gw2", Addr: "b:1"}, {Name: "gw3", Addr: "c:1"}, {Name: "gw4", Addr: "d:1"}}
 }
 
-func seedProber() *fakeProber {
+func exampleProber() *fakeProber {
 	return &fakeProber{rtts: map[string]time.Duration{"a:1": 302 * ms, "b:1": 132 * ms, "c:1": 506 * ms, "d:1": 877 * ms}}
 }
 
@@ -50,11 +52,11 @@ func newSel(t *testing.T, cfg Config) *Selector {
 }
 
 func TestSelectProbesOnceThenCaches(t *testing.T) {
-	p := seedProber()
-	s := newSel(t, Config{Gateways: seedGateways(), Prober: p})
+	p := exampleProber()
+	s := newSel(t, Config{Gateways: exampleGateways(), Prober: p})
 	res, src := pick(s.Select(context.Background(), "loc"))
-	if src != Probed || !slices.Equal(names(seedGateways(), res.Order), []string{"gw2", "gw1", "gw3", "gw4"}) {
-		t.Fatalf("%v %v", src, names(seedGateways(), res.Order))
+	if src != Probed || !slices.Equal(names(exampleGateways(), res.Order), []string{"gw2", "gw1", "gw3", "gw4"}) {
+		t.Fatalf("%v %v", src, names(exampleGateways(), res.Order))
 	}
 	if p.calls.Load() != 12 {
 		t.Fatalf("%d probes, want 3 per gateway", p.calls.Load())
@@ -72,8 +74,8 @@ func TestSelectProbesOnceThenCaches(t *testing.T) {
 }
 
 func TestConcurrentQueriesShareOneRun(t *testing.T) {
-	p := seedProber()
-	s := newSel(t, Config{Gateways: seedGateways(), Prober: p})
+	p := exampleProber()
+	s := newSel(t, Config{Gateways: exampleGateways(), Prober: p})
 	var wg sync.WaitGroup
 	for range 20 {
 		wg.Add(1)
@@ -92,9 +94,9 @@ func TestConcurrentQueriesShareOneRun(t *testing.T) {
 
 // Past the deadline: the previous selection, or the configured order.
 func TestDeadlineFallsBack(t *testing.T) {
-	p := seedProber()
+	p := exampleProber()
 	now := time.Unix(1_000_000, 0)
-	s := newSel(t, Config{Gateways: seedGateways(), Prober: p, Deadline: 100 * ms, CacheTTL: time.Hour, Retry: time.Minute})
+	s := newSel(t, Config{Gateways: exampleGateways(), Prober: p, Deadline: 100 * ms, CacheTTL: time.Hour, Retry: time.Minute})
 	s.now = func() time.Time { return now }
 	p.block.Store(true)
 	res, src := pick(s.Select(context.Background(), "new"))
@@ -119,14 +121,14 @@ func TestDeadlineFallsBack(t *testing.T) {
 
 func TestSaveLoadAndForget(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "ogs.json")
-	p := seedProber()
-	s := newSel(t, Config{Gateways: seedGateways(), Prober: p})
+	p := exampleProber()
+	s := newSel(t, Config{Gateways: exampleGateways(), Prober: p})
 	s.Select(context.Background(), "10.1.2.0/24")
 	if err := s.Save(path); err != nil {
 		t.Fatal(err)
 	}
 	// A restart: a new selector loads the file and answers from it.
-	s2 := newSel(t, Config{Gateways: seedGateways(), Prober: p, CacheFile: path, OnError: func(err error) { t.Error(err) }})
+	s2 := newSel(t, Config{Gateways: exampleGateways(), Prober: p, CacheFile: path, OnError: func(err error) { t.Error(err) }})
 	if n, err := s2.Load(path); err != nil || n != 1 {
 		t.Fatalf("loaded %d: %v", n, err)
 	}
@@ -136,7 +138,7 @@ func TestSaveLoadAndForget(t *testing.T) {
 		t.Fatalf("after restart: %v, %d new probes", src, p.calls.Load()-calls)
 	}
 	// Expired entries are not loaded.
-	s3 := newSel(t, Config{Gateways: seedGateways(), Prober: p, CacheTTL: time.Hour})
+	s3 := newSel(t, Config{Gateways: exampleGateways(), Prober: p, CacheTTL: time.Hour})
 	s3.now = func() time.Time { return time.Now().Add(2 * time.Hour) }
 	if n, _ := s3.Load(path); n != 0 {
 		t.Fatalf("loaded %d expired entries", n)
@@ -168,7 +170,7 @@ func TestSaveLoadAndForget(t *testing.T) {
 }
 
 func TestLocationsBounded(t *testing.T) {
-	s := newSel(t, Config{Gateways: seedGateways(), Prober: seedProber(), MaxLocations: 5})
+	s := newSel(t, Config{Gateways: exampleGateways(), Prober: exampleProber(), MaxLocations: 5})
 	for i := range 50 {
 		s.Select(context.Background(), string(rune('A'+i)))
 	}
@@ -188,5 +190,20 @@ func TestValidateNamesProblem(t *testing.T) {
 		if _, err := NewSelector(c); err == nil {
 			t.Errorf("%+v accepted", c)
 		}
+	}
+}
+
+// A gateway's Run.Errors entry is its last failed probe's error, in probe
+// order: here the first probe is refused at once and the second, due an
+// hour later, is ended by the run's deadline.
+func TestRunErrorsKeepTheLastFailedProbe(t *testing.T) {
+	runs := make(chan Run, 1)
+	s := newSel(t, Config{Gateways: []Gateway{{Name: "gw1", Addr: "a:1"}}, Prober: &fakeProber{}, Probes: 2,
+		ProbeSpacing: time.Hour, Deadline: 50 * ms, Recheck: -1, OnRun: func(r Run) { runs <- r }})
+	defer s.Close()
+	s.Select(context.Background(), "loc")
+	r := <-runs
+	if !errors.Is(r.Errors[0], context.DeadlineExceeded) || r.Reasons[0][0] == "" || r.Reasons[0][0] == r.Reasons[0][1] {
+		t.Fatalf("errors %v, reasons %v; want the deadline's, after the first probe's refusal", r.Errors, r.Reasons)
 	}
 }

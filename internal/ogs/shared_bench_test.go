@@ -14,7 +14,7 @@ func BenchmarkSelectCached(b *testing.B) {
 	for _, withStore := range []bool{false, true} {
 		name := map[bool]string{false: "no_store", true: "store"}[withStore]
 		b.Run(name, func(b *testing.B) {
-			cfg := Config{Gateways: seedGateways(), Prober: seedProber(), ProbeID: "tcp", Recheck: -1}
+			cfg := Config{Gateways: exampleGateways(), Prober: exampleProber(), ProbeID: "tcp", Recheck: -1}
 			var store *fakeStore
 			if withStore {
 				store = newFakeStore()

@@ -200,7 +200,7 @@ func (e *events) count(k StoreEventKind) int {
 
 func replica(t *testing.T, store Store, p *fakeProber, ev *events, mod ...func(*Config)) *Selector {
 	t.Helper()
-	cfg := Config{Gateways: seedGateways(), Prober: p, ProbeID: "tcp", Store: store, OnStore: ev.on, Recheck: -1}
+	cfg := Config{Gateways: exampleGateways(), Prober: p, ProbeID: "tcp", Store: store, OnStore: ev.on, Recheck: -1}
 	for _, m := range mod {
 		m(&cfg)
 	}
@@ -213,7 +213,7 @@ func replica(t *testing.T, store Store, p *fakeProber, ev *events, mod ...func(*
 // there; the second query there is a local hit.
 func TestSharedResultServesOtherReplica(t *testing.T) {
 	store, ev := newFakeStore(), &events{}
-	pa, pb := seedProber(), seedProber()
+	pa, pb := exampleProber(), exampleProber()
 	a, b := replica(t, store, pa, ev), replica(t, store, pb, ev)
 	if sel := a.Select(context.Background(), "loc"); sel.Source != Probed {
 		t.Fatalf("a: %v", sel.Source)
@@ -223,10 +223,10 @@ func TestSharedResultServesOtherReplica(t *testing.T) {
 		t.Fatal("nothing stored")
 	}
 	sel := b.Select(context.Background(), "loc")
-	if sel.Source != Shared || !sel.Source.Fresh() || pb.calls.Load() != 0 {
+	if sel.Source != FromReplica || !sel.Source.Fresh() || pb.calls.Load() != 0 {
 		t.Fatalf("b: %v after %d probes", sel.Source, pb.calls.Load())
 	}
-	if got := names(seedGateways(), sel.Order); !slices.Equal(got, []string{"gw2", "gw1", "gw3", "gw4"}) || sel.RTTs[1] != 132*ms {
+	if got := names(exampleGateways(), sel.Order); !slices.Equal(got, []string{"gw2", "gw1", "gw3", "gw4"}) || sel.RTTs[1] != 132*ms {
 		t.Fatalf("b's order %v rtts %v", got, sel.RTTs)
 	}
 	calls := store.calls.Load()
@@ -234,7 +234,7 @@ func TestSharedResultServesOtherReplica(t *testing.T) {
 		t.Fatalf("second query on b: %v, %d store calls", sel.Source, store.calls.Load()-calls)
 	}
 	snap := b.Snapshot(10)
-	if snap.Total != 1 || !snap.Locations[0].Shared || !snap.Locations[0].Fresh || snap.Runs != 0 || !snap.StoreUp {
+	if snap.Total != 1 || !snap.Locations[0].FromReplica || !snap.Locations[0].Fresh || snap.Runs != 0 || !snap.StoreUp {
 		t.Fatalf("b's snapshot %+v", snap)
 	}
 }
@@ -248,7 +248,7 @@ func TestConcurrentReplicasProbeOnce(t *testing.T) {
 	var probes atomic.Int64
 	count := func(p *sleepingProber) countingProber { return countingProber{p, &probes} }
 	mk := func(p *sleepingProber) *Selector {
-		s := newSel(t, Config{Gateways: seedGateways(), Prober: count(p), ProbeID: "tcp", Store: store, OnStore: ev.on, Recheck: -1, StorePoll: 5 * ms, AnswerDeadline: 5 * time.Second})
+		s := newSel(t, Config{Gateways: exampleGateways(), Prober: count(p), ProbeID: "tcp", Store: store, OnStore: ev.on, Recheck: -1, StorePoll: 5 * ms, AnswerDeadline: 5 * time.Second})
 		t.Cleanup(func() { s.Close() })
 		return s
 	}
@@ -271,7 +271,7 @@ func TestConcurrentReplicasProbeOnce(t *testing.T) {
 	}
 	srcs := []Source{sels[0].Source, sels[1].Source}
 	slices.Sort(srcs)
-	if !slices.Equal(srcs, []Source{Probed, Shared}) || ev.count(StoreLockWait) != 1 {
+	if !slices.Equal(srcs, []Source{Probed, FromReplica}) || ev.count(StoreLockWait) != 1 {
 		t.Fatalf("sources %v, %d lock waits", srcs, ev.count(StoreLockWait))
 	}
 }
@@ -292,7 +292,7 @@ func (c countingProber) Probe(ctx context.Context, addr string) (time.Duration, 
 func TestStoreDownProbesLocally(t *testing.T) {
 	store, ev := newFakeStore(), &events{}
 	store.down.Store(true)
-	p := seedProber()
+	p := exampleProber()
 	now := time.Now()
 	var clock atomic.Int64
 	clock.Store(now.UnixNano())
@@ -329,7 +329,7 @@ func TestStoreHangingIsBounded(t *testing.T) {
 	const timeout = 100 * ms
 	store, ev := &timedStore{fakeStore: newFakeStore()}, &events{}
 	store.hang.Store(true)
-	s := replica(t, store, seedProber(), ev, func(c *Config) { c.StoreTimeout = timeout; c.StoreRetry = time.Nanosecond })
+	s := replica(t, store, exampleProber(), ev, func(c *Config) { c.StoreTimeout = timeout; c.StoreRetry = time.Nanosecond })
 	var wg sync.WaitGroup
 	for i := range 4 {
 		wg.Add(1)
@@ -415,7 +415,7 @@ func TestStoreValuesValidated(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			store, ev := newFakeStore(), &events{}
 			store.put("loc", tc.value, time.Hour)
-			p := seedProber()
+			p := exampleProber()
 			s := replica(t, store, p, ev)
 			if sel := s.Select(context.Background(), "loc"); sel.Source != Probed || p.calls.Load() != 12 {
 				t.Fatalf("%v after %d probes", sel.Source, p.calls.Load())
@@ -432,9 +432,9 @@ func TestStoreValuesValidated(t *testing.T) {
 	// The good value itself answers.
 	store, ev := newFakeStore(), &events{}
 	store.put("loc", good(func(*storedEntry) {}), time.Hour)
-	p := seedProber()
+	p := exampleProber()
 	s := replica(t, store, p, ev)
-	if sel := s.Select(context.Background(), "loc"); sel.Source != Shared || p.calls.Load() != 0 || sel.Gateways[sel.Order[0]].Name != "gw1" {
+	if sel := s.Select(context.Background(), "loc"); sel.Source != FromReplica || p.calls.Load() != 0 || sel.Gateways[sel.Order[0]].Name != "gw1" {
 		t.Fatalf("%v after %d probes", sel.Source, p.calls.Load())
 	}
 }
@@ -443,7 +443,7 @@ func TestStoreValuesValidated(t *testing.T) {
 func TestStoreWrongTypeIsMalformed(t *testing.T) {
 	store, ev := newFakeStore(), &events{}
 	store.wrong.Store(true)
-	p := seedProber()
+	p := exampleProber()
 	s := replica(t, store, p, ev)
 	if sel := s.Select(context.Background(), "loc"); sel.Source != Probed || p.calls.Load() != 12 {
 		t.Fatalf("%v after %d probes", sel.Source, p.calls.Load())
@@ -460,7 +460,7 @@ func TestStoreWrongTypeIsMalformed(t *testing.T) {
 func TestDeadLockHolderFallsBackThenProbes(t *testing.T) {
 	store, ev := newFakeStore(), &events{}
 	store.lock("loc", "dead replica", 300*ms)
-	p := seedProber()
+	p := exampleProber()
 	s := replica(t, store, p, ev, func(c *Config) { c.AnswerDeadline = 50 * ms; c.Deadline = 300 * ms; c.StorePoll = 10 * ms })
 	sel := s.Select(context.Background(), "loc")
 	if sel.Source != Configured || sel.Why != WhyDeadline || p.calls.Load() != 0 {
@@ -482,7 +482,7 @@ func FuzzDecodeStored(f *testing.F) {
 	f.Add([]byte(`{"v":1,"probe":"tcp","gateways":{"gw1":"a:1"},"at":"2026-01-01T00:00:00Z","order":["gw1"],"rtts_ms":{"gw1":3}}`))
 	f.Add([]byte(`{"v":1}`))
 	f.Add([]byte(`null`))
-	cfg := Config{Gateways: seedGateways(), ProbeID: "tcp"}
+	cfg := Config{Gateways: exampleGateways(), ProbeID: "tcp"}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		res, err := decodeStored(data, &cfg, time.Now())
 		if err != nil {

@@ -7,10 +7,10 @@ import (
 
 // LocationState is one cached location, as Snapshot reports it.
 type LocationState struct {
-	Location string
-	Result   *Result // as answered: with gateways the re-check found dead moved back
-	Fresh    bool    // inside its lifetime and measured with the probe and gateways in force
-	Shared   bool    // read from the shared store, not probed here
+	Location    string
+	Result      *Result // as answered: with gateways the re-check found dead moved back
+	Fresh       bool    // inside its lifetime and measured with the probe and gateways in force
+	FromReplica bool    // read from the shared store, not probed here
 }
 
 // Snapshot is a selector's state for an admin view.
@@ -40,7 +40,7 @@ func (s *Selector) Snapshot(limit int) Snapshot {
 		if e.res == nil {
 			continue
 		}
-		all = append(all, LocationState{Location: loc, Result: s.answered(e), Fresh: s.fresh(e, now), Shared: e.shared})
+		all = append(all, LocationState{Location: loc, Result: s.answered(e), Fresh: s.fresh(e, now), FromReplica: e.fromReplica})
 	}
 	s.mu.Unlock()
 	slices.SortFunc(snap.Troubles, func(a, b StoreTroubleState) int { return int(a.Keys) - int(b.Keys) })

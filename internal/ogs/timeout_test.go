@@ -61,7 +61,7 @@ func (p *sleepingProber) peakOf(addr string) int {
 // silent gateway last.
 func TestSilentGatewayEndsAtProbeTimeout(t *testing.T) {
 	p := newSleepingProber(map[string]time.Duration{"a:1": 30 * ms, "b:1": 10 * ms, "d:1": 20 * ms}) // c:1 silent
-	s := newSel(t, Config{Gateways: seedGateways(), Prober: p, Deadline: time.Minute, AnswerDeadline: 5 * time.Second, ProbeTimeout: 200 * ms})
+	s := newSel(t, Config{Gateways: exampleGateways(), Prober: p, Deadline: time.Minute, AnswerDeadline: 5 * time.Second, ProbeTimeout: 200 * ms})
 	sel := s.Select(context.Background(), "loc")
 	if sel.Source != Probed || !slices.Equal(names(sel.Gateways, sel.Order), []string{"gw2", "gw4", "gw1", "gw3"}) {
 		t.Fatalf("%v %v, want the probed order with the silent gw3 last", sel.Source, names(sel.Gateways, sel.Order))
@@ -78,7 +78,7 @@ func TestSilentGatewayEndsAtProbeTimeout(t *testing.T) {
 // costs about one RTT, not one per probe.
 func TestGatewayProbesOverlap(t *testing.T) {
 	p := newSleepingProber(map[string]time.Duration{"a:1": 300 * ms, "b:1": 300 * ms, "c:1": 300 * ms, "d:1": 300 * ms})
-	s := newSel(t, Config{Gateways: seedGateways(), Prober: p, Deadline: time.Minute, AnswerDeadline: time.Minute, ProbeTimeout: 10 * time.Second})
+	s := newSel(t, Config{Gateways: exampleGateways(), Prober: p, Deadline: time.Minute, AnswerDeadline: time.Minute, ProbeTimeout: 10 * time.Second})
 	if sel := s.Select(context.Background(), "loc"); sel.Source != Probed {
 		t.Fatalf("source %v", sel.Source)
 	}
@@ -95,7 +95,7 @@ func TestGatewayProbesOverlap(t *testing.T) {
 // a previous selection and nothing heard yet gets that selection.
 func TestAnswerDeadlineGivesWhatAnswered(t *testing.T) {
 	p := newSleepingProber(map[string]time.Duration{"a:1": 30 * ms, "b:1": 10 * ms, "d:1": 20 * ms}) // c:1 silent
-	gws := seedGateways()
+	gws := exampleGateways()
 	gws[1].Backups = []string{"gw3", "gw1"}
 	s := newSel(t, Config{Gateways: gws, Prober: p, Deadline: time.Minute, AnswerDeadline: 150 * ms, ProbeTimeout: 600 * ms})
 	sel := s.Select(context.Background(), "loc")
@@ -140,7 +140,7 @@ func waitSource(t *testing.T, s *Selector, loc string, want Source) {
 // answered at once with what the run has so far, not after another wait.
 func TestAnswerDeadlineCountsFromRunStart(t *testing.T) {
 	p := newSleepingProber(map[string]time.Duration{"b:1": ms}) // the others silent
-	s := newSel(t, Config{Gateways: seedGateways(), Prober: p, Deadline: time.Hour, AnswerDeadline: time.Minute, ProbeTimeout: 3 * time.Second})
+	s := newSel(t, Config{Gateways: exampleGateways(), Prober: p, Deadline: time.Hour, AnswerDeadline: time.Minute, ProbeTimeout: 3 * time.Second})
 	var mu sync.Mutex
 	now := time.Now()
 	s.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
