@@ -21,6 +21,7 @@ import (
 	"github.com/edgesteer/edgesteer/caddymodules/internal/cfparse"
 	"github.com/edgesteer/edgesteer/caddymodules/redisstore"
 	"github.com/edgesteer/edgesteer/internal/quota"
+	"github.com/edgesteer/edgesteer/internal/quotaredis"
 	"github.com/edgesteer/edgesteer/internal/ratelimit"
 )
 
@@ -254,7 +255,7 @@ func (c *cluster) messages() []*msgQuota {
 }
 
 func newCluster(parent context.Context, handler string, spec *clusterSpec) (*cluster, error) {
-	q, err := quota.New(spec.cfg, quota.NewRedisStore(spec.conn.Client))
+	q, err := quota.New(spec.cfg, quotaredis.New(spec.conn.Client))
 	if err != nil {
 		return nil, fmt.Errorf("peer_rate_limit: profile %s: cluster: %v", spec.profile, err)
 	}
@@ -295,7 +296,7 @@ func (c *cluster) updateMessages(old, spec *clusterSpec) error {
 		if cur[name] != nil && old != nil && old.messageCfg(name) == ms.cfg {
 			continue
 		}
-		q, err := quota.New(ms.cfg, quota.NewRedisStore(spec.conn.Client))
+		q, err := quota.New(ms.cfg, quotaredis.New(spec.conn.Client))
 		if err != nil {
 			return fmt.Errorf("peer_rate_limit: profile %s: message %s: cluster: %v", spec.profile, name, err)
 		}
@@ -311,7 +312,7 @@ func (c *cluster) updateMessages(old, spec *clusterSpec) error {
 		if q := fresh[name]; q != nil {
 			mq.q.Store(q)
 		} else if old.conn.Client != spec.conn.Client {
-			mq.q.Load().SetStore(quota.NewRedisStore(spec.conn.Client))
+			mq.q.Load().SetStore(quotaredis.New(spec.conn.Client))
 		}
 		mq.rule.Store(ms.rule)
 		next[name] = mq
@@ -342,7 +343,7 @@ func (c *cluster) update(spec *clusterSpec) error {
 	var q *quota.Quota
 	if old.cfg != spec.cfg {
 		var err error
-		if q, err = quota.New(spec.cfg, quota.NewRedisStore(spec.conn.Client)); err != nil {
+		if q, err = quota.New(spec.cfg, quotaredis.New(spec.conn.Client)); err != nil {
 			return fmt.Errorf("peer_rate_limit: profile %s: cluster: %v", spec.profile, err)
 		}
 	}
@@ -354,7 +355,7 @@ func (c *cluster) update(spec *clusterSpec) error {
 		c.q.Store(q)
 	} else if old.conn.Client != spec.conn.Client {
 		// The quota keeps its shares; only the client changes.
-		c.q.Load().SetStore(quota.NewRedisStore(spec.conn.Client))
+		c.q.Load().SetStore(quotaredis.New(spec.conn.Client))
 	}
 	select {
 	case c.wake <- struct{}{}:

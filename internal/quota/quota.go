@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/edgesteer/edgesteer/internal/ratelimit"
-	"github.com/edgesteer/edgesteer/internal/redisconn"
 )
 
 // Config is one cluster-wide limit: Limit requests per second per peer,
@@ -145,7 +144,7 @@ func newPeer() *peer { return &peer{lostAt: math.MinInt64, fallbackAt: math.MinI
 type PeerTrouble struct {
 	Peer   string
 	Key    string    // the key the failing command touched
-	Reason string    // redisconn.Reason: noperm, clusterdown, timeout, …
+	Reason string    // Store.Classify's reason: noperm, clusterdown, timeout, …
 	Error  string    // the store's error
 	Since  time.Time // first sync of this trouble (same key and reason)
 }
@@ -191,9 +190,9 @@ type State struct {
 	// the last sync (all tracked peers while Fallback).
 	FallbackPeers int
 	LastError     string // of the last store trouble: the key and the store's error
-	LastReason    string // its redisconn.Reason
+	LastReason    string // its reason (Store.Classify)
 	StoreErrors   uint64 // failed syncs (round trip or heartbeat)
-	// Errors counts store trouble by reason (redisconn.Reason): one per
+	// Errors counts store trouble by reason (Store.Classify): one per
 	// failed sync and one per key a successful sync could not read or
 	// write.
 	// ClockOffset is this replica's clock minus the store's (TIME),
@@ -442,7 +441,7 @@ func SyncGroup(ctx context.Context, now time.Time, qs []*Quota) []error {
 	// type (NOPERM on the replicas key, LOADING, READONLY, OOM, a
 	// timeout): the replica count is unknown and this replica is not
 	// registered, so every share of the group is the fallback share.
-	if err == nil && anss[0] != nil && redisconn.Classify(anss[0].ReplicasErr) == redisconn.Trouble {
+	if err == nil && anss[0] != nil && kindOf(qs[0].store, anss[0].ReplicasErr) == StoreTrouble {
 		err = fmt.Errorf("heartbeat %s: %w", ReplicasKey(bs[0].Prefix), anss[0].ReplicasErr)
 	}
 	for i, q := range qs {
@@ -453,7 +452,7 @@ func SyncGroup(ctx context.Context, now time.Time, qs []*Quota) []error {
 				ans.Replicas, ans.ReplicasErr = anss[0].Replicas, anss[0].ReplicasErr
 			}
 		}
-		errs[i] = q.finish(ps[i], ans, err)
+		errs[i] = q.finish(qs[0].store, ps[i], ans, err)
 	}
 	return errs
 }
@@ -497,13 +496,13 @@ func (q *Quota) prepare(now time.Time) *pending {
 	return ps
 }
 
-// finish applies the store's answer (or its error) to the shares (under
-// syncMu). Every error is classified once (redisconn.Classify): a value
+// finish applies the answer of store from (or its error) to the shares
+// (under syncMu). Every error is classified once (from.Classify): a value
 // that does not parse is ignored, counted and, where the limiter owns the
 // key, deleted at the next sync; anything else is store trouble for the
 // keys the command touched: their peers get the fallback share,
 // limit ÷ replicas, and the state says which and why.
-func (q *Quota) finish(ps *pending, ans *Answer, err error) error {
+func (q *Quota) finish(from Store, ps *pending, ans *Answer, err error) error {
 	b, e, now := ps.b, ps.e, ps.local
 	read, counted := ps.read, ps.counted
 	if err == nil && ans == nil {
@@ -517,9 +516,9 @@ func (q *Quota) finish(ps *pending, ans *Answer, err error) error {
 	st := &q.st
 	st.LastAttempt = now
 	if err != nil {
-		st.Healthy, st.Fallback, st.LastError, st.LastReason = false, true, err.Error(), reasonOf(err)
+		st.Healthy, st.Fallback, st.LastError, st.LastReason = false, true, err.Error(), reasonOf(from, err)
 		st.StoreErrors++
-		st.Errors[reasonOf(err)]++
+		st.Errors[reasonOf(from, err)]++
 		n := st.Replicas
 		q.stMu.Unlock()
 		q.lastFailed = e
@@ -549,17 +548,17 @@ func (q *Quota) finish(ps *pending, ans *Answer, err error) error {
 
 	troubled := map[*peer]*PeerTrouble{}
 	trouble := func(p *peer, peerName, key string, err error) {
-		errs[reasonOf(err)]++
+		errs[reasonOf(from, err)]++
 		if troubled[p] == nil {
-			troubled[p] = &PeerTrouble{Peer: peerName, Key: key, Reason: reasonOf(err), Error: err.Error(), Since: now}
+			troubled[p] = &PeerTrouble{Peer: peerName, Key: key, Reason: reasonOf(from, err), Error: err.Error(), Since: now}
 		}
 	}
 	for i, c := range b.Counts {
 		p, key := counted[i], PeerKey(b.Prefix, c.Peer, e)
-		switch err := ans.CountErrs[i]; redisconn.Classify(err) {
-		case redisconn.OK, redisconn.NotFound:
+		switch err := ans.CountErrs[i]; kindOf(from, err) {
+		case NoError, NotFound:
 			p.addOwn(e, c.Demanded)
-		case redisconn.Malformed:
+		case Malformed:
 			// e.g. another program's key of another type: our counts of
 			// e are not in the store, so the share is kept one more
 			// interval (lostAt) rather than read as idle.
@@ -584,9 +583,9 @@ func (q *Quota) finish(ps *pending, ans *Answer, err error) error {
 	fresh := make(map[*peer]float64, len(read))
 	for i, p := range read {
 		raw, key := ans.Totals[i], PeerKey(b.Prefix, b.Read[i], e-1)
-		switch redisconn.Classify(raw.Err) {
-		case redisconn.OK, redisconn.NotFound:
-		case redisconn.Malformed:
+		switch kindOf(from, raw.Err) {
+		case NoError, NotFound:
+		case Malformed:
 			malformed++
 			q.repair(key)
 			continue
@@ -658,9 +657,19 @@ func (q *Quota) finish(ps *pending, ans *Answer, err error) error {
 	return nil
 }
 
-// reasonOf is the bounded word of a store error (redisconn.Reason).
-func reasonOf(err error) string {
-	if r := redisconn.Reason(err); r != "" {
+// kindOf is what err, an error of store s, means (NoError for nil).
+func kindOf(s Store, err error) ErrorKind {
+	if err == nil {
+		return NoError
+	}
+	kind, _ := s.Classify(err)
+	return kind
+}
+
+// reasonOf is the bounded word of an error of store s ("other" when s
+// names none).
+func reasonOf(s Store, err error) string {
+	if _, r := s.Classify(err); r != "" {
 		return r
 	}
 	return "other"
@@ -784,7 +793,7 @@ type PeerShare struct {
 	Peer     string
 	Share    float64 // requests per second admitted here
 	Fraction float64 // of the effective cluster-wide limit
-	Trouble  string  // why the share is the fallback share (redisconn.Reason), if it is for its keys
+	Trouble  string  // why the share is the fallback share (Store.Classify), if it is for its keys
 }
 
 // Shares returns the tracked peers' shares, largest first, at most limit

@@ -1,4 +1,8 @@
-package quota
+// Package quotaredis is the Redis store of the cluster-wide limit
+// (internal/quota): a sync as one go-redis pipeline, the commands of
+// quota's package comment, and the classification of its errors
+// (internal/redisconn).
+package quotaredis
 
 import (
 	"context"
@@ -8,28 +12,29 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/edgesteer/edgesteer/internal/quota"
 	"github.com/edgesteer/edgesteer/internal/redisconn"
 )
 
-// RedisStore runs a sync as one go-redis pipeline: exactly the commands of
-// the package comment, in one round trip (a cluster client splits it per
+// Store runs a sync as one go-redis pipeline: exactly the commands of
+// quota's package comment, in one round trip (a cluster client splits it per
 // shard, in parallel). It only carries bytes; the engine validates them.
-type RedisStore struct {
+type Store struct {
 	client redis.UniversalClient
 }
 
-// NewRedisStore returns a store over client (single server, Sentinel or
-// Cluster: go-redis' universal client).
-func NewRedisStore(client redis.UniversalClient) *RedisStore { return &RedisStore{client: client} }
+// New returns a store over client (single server, Sentinel or Cluster:
+// go-redis' universal client).
+func New(client redis.UniversalClient) *Store { return &Store{client: client} }
 
 // Sync runs the batch. A failed round trip (no command answered:
 // connection refused, closed client, a timeout before any reply) is the
 // error; every other error — a command's own error reply (WRONGTYPE,
 // NOPERM, OOM, MOVED, …) or a timeout or reset that cut the pipeline
 // after some commands answered — goes in the Answer, for the command it
-// belongs to. The engine classifies them (redisconn.Classify).
-func (s *RedisStore) Sync(ctx context.Context, b *Batch) (*Answer, error) {
-	ans, err := s.SyncGroup(ctx, []*Batch{b})
+// belongs to. The engine classifies them (Classify).
+func (s *Store) Sync(ctx context.Context, b *quota.Batch) (*quota.Answer, error) {
+	ans, err := s.SyncGroup(ctx, []*quota.Batch{b})
 	if err != nil {
 		return nil, err
 	}
@@ -37,7 +42,7 @@ func (s *RedisStore) Sync(ctx context.Context, b *Batch) (*Answer, error) {
 }
 
 // SyncGroup runs the batches in one pipeline: one round trip.
-func (s *RedisStore) SyncGroup(ctx context.Context, bs []*Batch) ([]*Answer, error) {
+func (s *Store) SyncGroup(ctx context.Context, bs []*quota.Batch) ([]*quota.Answer, error) {
 	pipe := s.client.Pipeline()
 	type counted struct {
 		a, d *redis.IntCmd
@@ -60,7 +65,7 @@ func (s *RedisStore) SyncGroup(ctx context.Context, bs []*Batch) ([]*Answer, err
 			pipe.Del(ctx, k)
 		}
 		if !b.NoHeartbeat {
-			rk := ReplicasKey(b.Prefix)
+			rk := quota.ReplicasKey(b.Prefix)
 			nowMs := b.Now.UnixMilli()
 			cutoff := nowMs - b.ReplicaTTL.Milliseconds()
 			q.heartbeat = []redis.Cmder{
@@ -72,7 +77,7 @@ func (s *RedisStore) SyncGroup(ctx context.Context, bs []*Batch) ([]*Answer, err
 		}
 		q.counts = make([]counted, len(b.Counts))
 		for i, c := range b.Counts {
-			k := PeerKey(b.Prefix, c.Peer, b.Epoch)
+			k := quota.PeerKey(b.Prefix, c.Peer, b.Epoch)
 			q.counts[i] = counted{
 				a: pipe.HIncrBy(ctx, k, "a", clampInt(c.Admitted)),
 				d: pipe.HIncrBy(ctx, k, "d", clampInt(c.Demanded)),
@@ -81,17 +86,17 @@ func (s *RedisStore) SyncGroup(ctx context.Context, bs []*Batch) ([]*Answer, err
 		}
 		q.reads = make([]*redis.SliceCmd, len(b.Read))
 		for i, p := range b.Read {
-			q.reads[i] = pipe.HMGet(ctx, PeerKey(b.Prefix, p, b.Epoch-1), "a", "d")
+			q.reads[i] = pipe.HMGet(ctx, quota.PeerKey(b.Prefix, p, b.Epoch-1), "a", "d")
 		}
 	}
 	cmds, err := pipe.Exec(ctx)
 	if err != nil && noneAnswered(cmds) {
 		return nil, err
 	}
-	out := make([]*Answer, len(bs))
+	out := make([]*quota.Answer, len(bs))
 	for j, b := range bs {
 		q := &qs[j]
-		ans := &Answer{Totals: make([]Raw, len(b.Read)), CountErrs: make([]error, len(b.Counts))}
+		ans := &quota.Answer{Totals: make([]quota.Raw, len(b.Read)), CountErrs: make([]error, len(b.Counts))}
 		if q.time != nil {
 			ans.Time, ans.TimeErr = q.time.Result()
 		}
@@ -131,6 +136,21 @@ func (s *RedisStore) SyncGroup(ctx context.Context, bs []*Batch) ([]*Answer, err
 	return out, nil
 }
 
+// kinds maps redisconn's classification onto the engine's.
+var kinds = map[redisconn.Kind]quota.ErrorKind{
+	redisconn.OK:        quota.NoError,
+	redisconn.NotFound:  quota.NotFound,
+	redisconn.Malformed: quota.Malformed,
+	redisconn.Trouble:   quota.StoreTrouble,
+}
+
+// Classify says what err means by redisconn.Classify, the one reading of
+// a Redis error every module shares, and names store trouble by
+// redisconn.Reason.
+func (s *Store) Classify(err error) (quota.ErrorKind, string) {
+	return kinds[redisconn.Classify(err)], redisconn.Reason(err)
+}
+
 // noneAnswered reports whether every command of a pipeline failed without
 // an answer of the store's own (not an error reply): the round trip
 // failed as a whole.
@@ -156,8 +176,8 @@ func field(v any) ([]byte, error) {
 }
 
 func clampInt(n uint64) int64 {
-	if n > maxCount {
-		return maxCount
+	if n > quota.MaxCount {
+		return quota.MaxCount
 	}
 	return int64(n)
 }
