@@ -14,7 +14,7 @@ import (
 // its cluster, updated to that generation's settings; a profile that no
 // attached generation limits cluster-wide any more has its cluster
 // stopped. The engines of gens get the cluster as their overall Allower.
-func (sh *shared) reconcileClusters(gens []*generation) error {
+func (hs *handlerState) reconcileClusters(gens []*generation) error {
 	newest := map[string]*clusterSpec{}
 	for _, g := range gens {
 		for _, s := range g.clusters {
@@ -23,30 +23,30 @@ func (sh *shared) reconcileClusters(gens []*generation) error {
 	}
 	var errs []error
 	for name, spec := range newest {
-		c := sh.clusters[name]
+		c := hs.clusters[name]
 		if c == nil {
 			var err error
-			if c, err = newCluster(sh.ctx, sh.name, spec); err != nil {
+			if c, err = newCluster(hs.ctx, hs.name, spec); err != nil {
 				errs = append(errs, err)
 				continue
 			}
-			sh.clusters[name] = c
+			hs.clusters[name] = c
 		} else if err := c.update(spec); err != nil {
 			errs = append(errs, err)
 			continue
 		}
 	}
-	for name, c := range sh.clusters {
+	for name, c := range hs.clusters {
 		if newest[name] == nil {
 			c.stop()
-			delete(sh.clusters, name)
+			delete(hs.clusters, name)
 		}
 	}
 	for _, g := range gens {
 		for _, e := range g.engines {
 			// An engine in use already has its cluster (the same one for
 			// as long as a generation has it): only new engines are set.
-			if c := sh.clusters[e.Name]; c != nil && g.hasCluster(e.Name) && e.Global() == nil {
+			if c := hs.clusters[e.Name]; c != nil && g.hasCluster(e.Name) && e.Global() == nil {
 				for _, mq := range c.messages() {
 					if e.Message(mq.name) != nil {
 						e.SetMessageGlobal(mq.name, mq)
@@ -141,18 +141,18 @@ func (c *cluster) updateMessages(old, spec *clusterSpec) error {
 
 // applyClusterThrottle passes a new dynamic level on at once (the sync
 // loop would at its next sync).
-func (sh *shared) applyClusterThrottle() {
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
+func (hs *handlerState) applyClusterThrottle() {
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
 	now := time.Now()
-	for _, c := range sh.clusters {
+	for _, c := range hs.clusters {
 		c.applyThrottle(now)
 	}
 }
 
 // clusterOf returns the profile's cluster, if any.
-func (sh *shared) clusterOf(profile string) *cluster {
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	return sh.clusters[profile]
+func (hs *handlerState) clusterOf(profile string) *cluster {
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	return hs.clusters[profile]
 }

@@ -19,7 +19,7 @@ import (
 // cluster is the process state of one profile's cluster-wide limits under
 // a (kind, name): the quota engines (the overall limit's and one per
 // message type), the store they sync with and the sync goroutine. It
-// outlives config generations (it is part of shared) and follows the
+// outlives config generations (it is part of handlerState) and follows the
 // newest generation's settings. It is the profile engines' overall
 // Allower, and each message type's msgQuota is that type's: every
 // generation's engine decides through the current quotas.

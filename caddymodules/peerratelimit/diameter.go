@@ -270,7 +270,7 @@ func (h *L4Handler) current() *L4Handler {
 	if h.lease == nil {
 		return h
 	}
-	if g := h.lease.sh.newest(); g != nil {
+	if g := h.lease.hs.newest(); g != nil {
 		if nh, ok := g.handler.(*L4Handler); ok && nh.Diameter != nil {
 			return nh
 		}
