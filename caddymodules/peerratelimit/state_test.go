@@ -19,7 +19,7 @@ func newGeneration(t *testing.T) caddy.Context {
 }
 
 func httpHandler(name string, rate float64, burst int) *HTTPHandler {
-	return &HTTPHandler{limiter: limiter{Name: name, Profiles: []ProfileConfig{{Name: "all", Rate: rate, Burst: burst}}}}
+	return &HTTPHandler{leasedConfig: leasedConfig{Name: name, Profiles: []ProfileConfig{{Name: "all", Rate: rate, Burst: burst}}}}
 }
 
 // status sends one request from peer through h.
