@@ -54,6 +54,8 @@ const (
 	defaultRefusalWait       = 5 * time.Second
 )
 
+// validate checks the mode as configured (a zero field takes its default
+// later, in fillDefaults).
 func (m *DiameterMode) validate() error {
 	switch {
 	case m.OriginHost == "" || m.OriginRealm == "":
@@ -67,6 +69,11 @@ func (m *DiameterMode) validate() error {
 	case m.RefusalWait < 0:
 		return fmt.Errorf("peer_rate_limit: diameter: refusal_wait %v: must be positive", time.Duration(m.RefusalWait))
 	}
+	return nil
+}
+
+// fillDefaults gives every field left zero its default.
+func (m *DiameterMode) fillDefaults() {
 	if m.MaxQueuedRefusals == 0 {
 		m.MaxQueuedRefusals = defaultMaxQueuedRefusals
 	}
@@ -82,7 +89,6 @@ func (m *DiameterMode) validate() error {
 	if m.MaxLength == 0 {
 		m.MaxLength = diameter.DefaultMaxLength
 	}
-	return nil
 }
 
 // handleDiameter wraps the connection so that the next handler (the proxy)

@@ -62,6 +62,7 @@ func (h *L4Handler) Provision(ctx caddy.Context) error {
 		if err := h.Diameter.validate(); err != nil {
 			return err
 		}
+		h.Diameter.fillDefaults()
 		if err := registerMetrics(ctx); err != nil {
 			return err
 		}
