@@ -141,7 +141,7 @@ func metricOf(t *testing.T, c *e2e.Caddy, series string) float64 {
 //     client connection, having written nothing into the partial message,
 //     counts the waiting refusals as discarded (upstream_stalled) and
 //     half-closes the upstream connection;
-//   - slow inside a message (issue 18): at most max_queued_refusals wait,
+//   - slow inside a message: at most max_queued_refusals wait,
 //     the rest are discarded and counted (queue_full); those that waited go
 //     out whole at the boundary.
 func TestDiameterUpstreamStopsAnswering(t *testing.T) {

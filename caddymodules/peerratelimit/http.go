@@ -18,7 +18,7 @@ func init() {
 	caddy.RegisterModule(HTTPHandler{})
 	httpcaddyfile.RegisterHandlerDirective("peer_rate_limit", parseHTTPCaddyfile)
 	// Limit before any authentication or proxying work is spent on a
-	// request (the seed: throttle "as soon as the message is received").
+	// request: a request is throttled as soon as it is received.
 	httpcaddyfile.RegisterDirectiveOrder("peer_rate_limit", httpcaddyfile.Before, "basic_auth")
 }
 

@@ -41,7 +41,9 @@ const (
 	// DefaultMaxLength bounds a message: larger ones close the connection.
 	DefaultMaxLength = 64 * 1024
 
-	// ResultTooBusy is DIAMETER_TOO_BUSY, the seed's rejection code.
+	// ResultTooBusy is the default result code of a rejected request:
+	// 3002, a protocol error (E bit set). RFC 6733 §7.1.3 names 3002
+	// DIAMETER_UNABLE_TO_DELIVER; DIAMETER_TOO_BUSY is 3004.
 	ResultTooBusy = 3002
 )
 
