@@ -15,7 +15,7 @@ import (
 
 // A worked trace of dynamic throttling: static 1000, table 55→30 %,
 // 60→40 %, 65→50 %, reversal below 50 %, hold 30 s, step 20 %.
-func TestDynamicSeedTrace(t *testing.T) {
+func TestDynamicThrottleTrace(t *testing.T) {
 	d, err := NewDynamic([]Step{{55, 30}, {60, 40}, {65, 50}}, 50, 30*time.Second, 20)
 	if err != nil {
 		t.Fatal(err)
@@ -353,7 +353,7 @@ func BenchmarkAllow(b *testing.B) {
 // The worked example of a profile: pGW2 overall 1000/s, Gx CCR-I 200/s,
 // CCR-T 200/s, everything else forwarded as received. One simulated second at 500/s of
 // each of CCR-I, CCR-T and CCR-U.
-func TestProfileSeedExample(t *testing.T) {
+func TestProfilePGW2Example(t *testing.T) {
 	overall, _ := NewRule("overall", 1000, 0)
 	ccri, _ := NewRule("gx-ccr-i", 200, 0)
 	ccrt, _ := NewRule("gx-ccr-t", 200, 0)
