@@ -81,7 +81,7 @@ func (m *DiameterMode) fillDefaults() {
 		m.RefusalWait = caddy.Duration(defaultRefusalWait)
 	}
 	if m.ResultCode == 0 {
-		m.ResultCode = diameter.ResultTooBusy
+		m.ResultCode = diameter.ResultUnableToDeliver
 	}
 	if m.ErrorMessage == "" {
 		m.ErrorMessage = "rate limit exceeded"

@@ -41,10 +41,10 @@ const (
 	// DefaultMaxLength bounds a message: larger ones close the connection.
 	DefaultMaxLength = 64 * 1024
 
-	// ResultTooBusy is the default result code of a rejected request:
+	// ResultUnableToDeliver is the default result code of a rejected request:
 	// 3002, a protocol error (E bit set). RFC 6733 §7.1.3 names 3002
 	// DIAMETER_UNABLE_TO_DELIVER; DIAMETER_TOO_BUSY is 3004.
-	ResultTooBusy = 3002
+	ResultUnableToDeliver = 3002
 )
 
 // ErrMalformed marks input that is not a well-formed Diameter message.
@@ -273,7 +273,7 @@ func pick(cond bool, a, b string) string {
 // Refusal builds the answer that refuses a request: the same command,
 // application and Hop-by-Hop and End-to-End identifiers, its Session-Id,
 // Result-Code, the proxy's Origin-Host and Origin-Realm, and an
-// Error-Message. With ResultTooBusy-class codes (3xxx, protocol errors)
+// Error-Message. With ResultUnableToDeliver-class codes (3xxx, protocol errors)
 // the E bit is set, as RFC 6733 requires.
 func Refusal(in Info, resultCode uint32, originHost, originRealm, errorMessage string) ([]byte, error) {
 	h := in.Header
