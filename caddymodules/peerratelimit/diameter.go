@@ -30,7 +30,8 @@ type DiameterMode struct {
 	// OriginHost and OriginRealm of the answers the proxy writes itself.
 	OriginHost  string `json:"origin_host"`
 	OriginRealm string `json:"origin_realm"`
-	// ResultCode of a rejection: default 3002 (DIAMETER_TOO_BUSY); e.g. 3004.
+	// ResultCode of a rejection: default 3002 (DIAMETER_UNABLE_TO_DELIVER);
+	// e.g. 3004 (DIAMETER_TOO_BUSY).
 	ResultCode uint32 `json:"result_code,omitempty"`
 	// ErrorMessage of a rejection: default "rate limit exceeded".
 	ErrorMessage string `json:"error_message,omitempty"`

@@ -41,9 +41,9 @@ const (
 	// DefaultMaxLength bounds a message: larger ones close the connection.
 	DefaultMaxLength = 64 * 1024
 
-	// ResultUnableToDeliver is the default result code of a rejected request:
-	// 3002, a protocol error (E bit set). RFC 6733 §7.1.3 names 3002
-	// DIAMETER_UNABLE_TO_DELIVER; DIAMETER_TOO_BUSY is 3004.
+	// ResultUnableToDeliver, DIAMETER_UNABLE_TO_DELIVER (RFC 6733
+	// §7.1.3), a protocol error (E bit set), is the default result code
+	// of a rejected request.
 	ResultUnableToDeliver = 3002
 )
 
@@ -273,8 +273,8 @@ func pick(cond bool, a, b string) string {
 // Refusal builds the answer that refuses a request: the same command,
 // application and Hop-by-Hop and End-to-End identifiers, its Session-Id,
 // Result-Code, the proxy's Origin-Host and Origin-Realm, and an
-// Error-Message. With ResultUnableToDeliver-class codes (3xxx, protocol errors)
-// the E bit is set, as RFC 6733 requires.
+// Error-Message. With protocol-error codes (3xxx) the E bit is set, as
+// RFC 6733 requires.
 func Refusal(in Info, resultCode uint32, originHost, originRealm, errorMessage string) ([]byte, error) {
 	h := in.Header
 	flags := h.CommandFlags &^ (diam.RequestFlag | diam.RetransmittedFlag)
