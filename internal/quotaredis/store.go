@@ -44,50 +44,9 @@ func (s *Store) Sync(ctx context.Context, b *quota.Batch) (*quota.Answer, error)
 // SyncGroup runs the batches in one pipeline: one round trip.
 func (s *Store) SyncGroup(ctx context.Context, bs []*quota.Batch) ([]*quota.Answer, error) {
 	pipe := s.client.Pipeline()
-	type counted struct {
-		a, d *redis.IntCmd
-		x    *redis.BoolCmd
-	}
-	type queued struct {
-		time      *redis.TimeCmd
-		heartbeat []redis.Cmder
-		card      *redis.IntCmd
-		counts    []counted
-		reads     []*redis.SliceCmd
-	}
 	qs := make([]queued, len(bs))
 	for j, b := range bs {
-		q := &qs[j]
-		if b.Time {
-			q.time = pipe.Time(ctx)
-		}
-		for _, k := range b.Repair {
-			pipe.Del(ctx, k)
-		}
-		if !b.NoHeartbeat {
-			rk := quota.ReplicasKey(b.Prefix)
-			nowMs := b.Now.UnixMilli()
-			cutoff := nowMs - b.ReplicaTTL.Milliseconds()
-			q.heartbeat = []redis.Cmder{
-				pipe.ZAdd(ctx, rk, redis.Z{Score: float64(nowMs), Member: b.Replica}),
-				pipe.ZRemRangeByScore(ctx, rk, "-inf", "("+strconv.FormatInt(cutoff, 10)),
-			}
-			q.card = pipe.ZCard(ctx, rk)
-			q.heartbeat = append(q.heartbeat, q.card)
-		}
-		q.counts = make([]counted, len(b.Counts))
-		for i, c := range b.Counts {
-			k := quota.PeerKey(b.Prefix, c.Peer, b.Epoch)
-			q.counts[i] = counted{
-				a: pipe.HIncrBy(ctx, k, "a", clampInt(c.Admitted)),
-				d: pipe.HIncrBy(ctx, k, "d", clampInt(c.Demanded)),
-				x: pipe.PExpire(ctx, k, b.KeyTTL),
-			}
-		}
-		q.reads = make([]*redis.SliceCmd, len(b.Read))
-		for i, p := range b.Read {
-			q.reads[i] = pipe.HMGet(ctx, quota.PeerKey(b.Prefix, p, b.Epoch-1), "a", "d")
-		}
+		qs[j] = queue(ctx, pipe, b)
 	}
 	cmds, err := pipe.Exec(ctx)
 	if err != nil && noneAnswered(cmds) {
@@ -95,45 +54,101 @@ func (s *Store) SyncGroup(ctx context.Context, bs []*quota.Batch) ([]*quota.Answ
 	}
 	out := make([]*quota.Answer, len(bs))
 	for j, b := range bs {
-		q := &qs[j]
-		ans := &quota.Answer{Totals: make([]quota.Raw, len(b.Read)), CountErrs: make([]error, len(b.Counts))}
-		if q.time != nil {
-			ans.Time, ans.TimeErr = q.time.Result()
-		}
-		for _, c := range q.heartbeat {
-			if e := c.Err(); e != nil && ans.ReplicasErr == nil {
-				ans.ReplicasErr = e
-			}
-		}
-		if q.card != nil && ans.ReplicasErr == nil {
-			ans.Replicas = q.card.Val()
-		}
-		for i, c := range q.counts {
-			for _, e := range []error{c.a.Err(), c.d.Err(), c.x.Err()} {
-				if e != nil {
-					ans.CountErrs[i] = e
-					break
-				}
-			}
-		}
-		for i, cmd := range q.reads {
-			vals, err := cmd.Result()
-			if err != nil {
-				ans.Totals[i].Err = err
-				continue
-			}
-			if len(vals) != 2 {
-				ans.Totals[i].Err = fmt.Errorf("%w: HMGET answered %d values for 2 fields", redisconn.ErrMalformed, len(vals))
-				continue
-			}
-			ans.Totals[i].Admitted, ans.Totals[i].Err = field(vals[0])
-			if ans.Totals[i].Err == nil {
-				ans.Totals[i].Demanded, ans.Totals[i].Err = field(vals[1])
-			}
-		}
-		out[j] = ans
+		out[j] = qs[j].answer(b)
 	}
 	return out, nil
+}
+
+// queued are the commands of one batch in the pipeline.
+type queued struct {
+	time      *redis.TimeCmd
+	heartbeat []redis.Cmder
+	card      *redis.IntCmd
+	counts    []counted
+	reads     []*redis.SliceCmd
+}
+
+// counted are the commands of one peer's counts.
+type counted struct {
+	a, d *redis.IntCmd
+	x    *redis.BoolCmd
+}
+
+// queue adds b's commands to pipe, in the order of quota's package
+// comment.
+func queue(ctx context.Context, pipe redis.Pipeliner, b *quota.Batch) queued {
+	var q queued
+	if b.Time {
+		q.time = pipe.Time(ctx)
+	}
+	for _, k := range b.Repair {
+		pipe.Del(ctx, k)
+	}
+	if !b.NoHeartbeat {
+		rk := quota.ReplicasKey(b.Prefix)
+		nowMs := b.Now.UnixMilli()
+		cutoff := nowMs - b.ReplicaTTL.Milliseconds()
+		q.heartbeat = []redis.Cmder{
+			pipe.ZAdd(ctx, rk, redis.Z{Score: float64(nowMs), Member: b.Replica}),
+			pipe.ZRemRangeByScore(ctx, rk, "-inf", "("+strconv.FormatInt(cutoff, 10)),
+		}
+		q.card = pipe.ZCard(ctx, rk)
+		q.heartbeat = append(q.heartbeat, q.card)
+	}
+	q.counts = make([]counted, len(b.Counts))
+	for i, c := range b.Counts {
+		k := quota.PeerKey(b.Prefix, c.Peer, b.Epoch)
+		q.counts[i] = counted{
+			a: pipe.HIncrBy(ctx, k, "a", clampInt(c.Admitted)),
+			d: pipe.HIncrBy(ctx, k, "d", clampInt(c.Demanded)),
+			x: pipe.PExpire(ctx, k, b.KeyTTL),
+		}
+	}
+	q.reads = make([]*redis.SliceCmd, len(b.Read))
+	for i, p := range b.Read {
+		q.reads[i] = pipe.HMGet(ctx, quota.PeerKey(b.Prefix, p, b.Epoch-1), "a", "d")
+	}
+	return q
+}
+
+// answer reads the replies of b's commands, after the pipeline ran.
+func (q *queued) answer(b *quota.Batch) *quota.Answer {
+	ans := &quota.Answer{Totals: make([]quota.Raw, len(b.Read)), CountErrs: make([]error, len(b.Counts))}
+	if q.time != nil {
+		ans.Time, ans.TimeErr = q.time.Result()
+	}
+	for _, c := range q.heartbeat {
+		if e := c.Err(); e != nil && ans.ReplicasErr == nil {
+			ans.ReplicasErr = e
+		}
+	}
+	if q.card != nil && ans.ReplicasErr == nil {
+		ans.Replicas = q.card.Val()
+	}
+	for i, c := range q.counts {
+		for _, e := range []error{c.a.Err(), c.d.Err(), c.x.Err()} {
+			if e != nil {
+				ans.CountErrs[i] = e
+				break
+			}
+		}
+	}
+	for i, cmd := range q.reads {
+		vals, err := cmd.Result()
+		if err != nil {
+			ans.Totals[i].Err = err
+			continue
+		}
+		if len(vals) != 2 {
+			ans.Totals[i].Err = fmt.Errorf("%w: HMGET answered %d values for 2 fields", redisconn.ErrMalformed, len(vals))
+			continue
+		}
+		ans.Totals[i].Admitted, ans.Totals[i].Err = field(vals[0])
+		if ans.Totals[i].Err == nil {
+			ans.Totals[i].Demanded, ans.Totals[i].Err = field(vals[1])
+		}
+	}
+	return ans
 }
 
 // kinds maps redisconn's classification onto the engine's.
