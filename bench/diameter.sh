@@ -3,12 +3,12 @@
 # peer_rate_limit's Diameter mode in front (limits never reached, so every
 # message is framed, classified and decided) vs the plain layer4 proxy, to
 # the same go-diameter peer. 64 requests in flight, 5 interleaved rounds;
-# median of per-round ratios (goal >= 0.95x, issue 18). BEFORE=<another
+# median of per-round ratios (goal >= 0.95x). BEFORE=<another
 # bin/caddy> adds that binary's Diameter limiter to each round (ports
 # 18366/18365), e.g. a build of the main branch, for a before/after ratio.
 # CLUSTER=1 adds, in a Caddy of its own (port 18364), the same limiter
 # with its profile cluster-wide through a local redis-server (`cluster
-# redis`, issue 15): what shared limits add per message.
+# redis`): what shared limits add per message.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/lib.sh

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # peer_rate_limit with `cluster redis` on vs off, through bin/caddy, in one
-# run (issue 15):
+# run:
 #  1. per-request cost: the same reverse_proxy to the same local upstream
 #     behind a profile whose limit is never reached, cluster-wide (a local
 #     redis-server) or per replica; wrk, PAIRS interleaved rounds, median of

@@ -182,17 +182,17 @@ func serveAdmin(w http.ResponseWriter, r *http.Request) error {
 // handlerViews is the admin API's answer (and the dashboard's).
 func handlerViews() []HandlerView {
 	views := []HandlerView{}
-	for _, sh := range registry.List(func(sh *shared) string { return sh.name + "\x00" + sh.kind }) {
-		g := sh.newest()
+	for _, hs := range registry.List(func(hs *handlerState) string { return hs.name + "\x00" + hs.kind }) {
+		g := hs.newest()
 		if g == nil {
 			continue
 		}
-		v := HandlerView{Name: sh.name, Kind: sh.kind}
-		totals := decisionTotals(sh.name)
+		v := HandlerView{Name: hs.name, Kind: hs.kind}
+		totals := decisionTotals(hs.name)
 		for _, e := range g.engines {
 			t := totals[e.Name]
 			pv := ProfileView{Name: e.Name, Keys: e.Keys(), AdmittedTotal: t[admitted], RejectedTotal: t[rejected], DroppedTotal: t[dropped]}
-			if c := sh.clusterOf(e.Name); c != nil {
+			if c := hs.clusterOf(e.Name); c != nil {
 				pv.Cluster = c.view()
 			}
 			for _, rule := range e.Rules() {
@@ -202,8 +202,8 @@ func handlerViews() []HandlerView {
 			slices.SortFunc(pv.Limits, func(a, b RuleView) int { return strings.Compare(a.Name, b.Name) })
 			v.Profiles = append(v.Profiles, pv)
 		}
-		if active, _ := sh.store.Active().(*generation); active != nil && active.dynamic != nil {
-			st, _ := sh.store.Controller()
+		if active, _ := hs.store.Active().(*generation); active != nil && active.dynamic != nil {
+			st, _ := hs.store.Controller()
 			v.Dynamic = &DynamicView{Source: active.dynamic.src.String(), LoadPercent: st.Load, SampledAt: st.SampledAt,
 				ThrottlePercent: st.Throttle, ReversalSince: st.ReversalSince, LastError: active.dynamic.lastError()}
 		}

@@ -18,7 +18,7 @@ import (
 func BenchmarkServeHTTP(b *testing.B) {
 	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
 	defer cancel()
-	h := &HTTPHandler{limiter: limiter{Profiles: []ProfileConfig{{
+	h := &HTTPHandler{leasedConfig: leasedConfig{Profiles: []ProfileConfig{{
 		Name: "all", Rate: 1e9,
 		Messages: []MessageConfig{{Type: "ccr-i", Rate: 1e9,
 			MatchRaw: caddy.ModuleMap{"method": []byte(`["POST"]`), "path": []byte(`["/gx/ccr-i"]`)}}},

@@ -466,9 +466,9 @@ http://:8080 {
 }
 
 // TestClusterAccuracySkewedShort is TestClusterAccuracySkewed at the size
-// CI runs (issue 29): one topology, the three limits at once (a profile
-// each, 3R offered to each, 80/10/10 over the replicas), admitted counted
-// at the upstream over 6 s after 3 s of warm-up. It asserts the figures
+// CI runs: one topology, the three limits at once (a profile each, 3R
+// offered to each, 80/10/10 over the replicas), admitted counted at the
+// upstream over 6 s after 3 s of warm-up. It asserts the figures
 // BENCHMARKS.md quotes within the band stated there: cluster redis
 // 1.000 ± 0.05; the anchors ± 0.05 of what per-replica limits admit of
 // the rate actually offered (at 3R: 1.60, R on each replica, the busy one

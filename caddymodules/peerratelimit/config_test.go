@@ -13,8 +13,9 @@ import (
 	"github.com/edgesteer/edgesteer/internal/e2e"
 )
 
-// The seed's example, as written, adapts to the JSON the handler reads.
-func TestAdaptSeedExample(t *testing.T) {
+// The worked example of a profile as a Caddyfile (pGW2: 1000/s overall,
+// Gx CCR-I and CCR-T 200/s each) adapts to the JSON the handler reads.
+func TestAdaptPGW2Example(t *testing.T) {
 	cf := `http://127.0.0.1:8081 {
 	peer_rate_limit {
 		profile pGW2 {

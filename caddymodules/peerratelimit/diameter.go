@@ -30,7 +30,8 @@ type DiameterMode struct {
 	// OriginHost and OriginRealm of the answers the proxy writes itself.
 	OriginHost  string `json:"origin_host"`
 	OriginRealm string `json:"origin_realm"`
-	// ResultCode of a rejection: default 3002 (DIAMETER_TOO_BUSY); e.g. 3004.
+	// ResultCode of a rejection: default 3002 (DIAMETER_UNABLE_TO_DELIVER);
+	// e.g. 3004 (DIAMETER_TOO_BUSY).
 	ResultCode uint32 `json:"result_code,omitempty"`
 	// ErrorMessage of a rejection: default "rate limit exceeded".
 	ErrorMessage string `json:"error_message,omitempty"`
@@ -54,6 +55,8 @@ const (
 	defaultRefusalWait       = 5 * time.Second
 )
 
+// validate checks the mode as configured (a zero field takes its default
+// later, in fillDefaults).
 func (m *DiameterMode) validate() error {
 	switch {
 	case m.OriginHost == "" || m.OriginRealm == "":
@@ -67,6 +70,11 @@ func (m *DiameterMode) validate() error {
 	case m.RefusalWait < 0:
 		return fmt.Errorf("peer_rate_limit: diameter: refusal_wait %v: must be positive", time.Duration(m.RefusalWait))
 	}
+	return nil
+}
+
+// fillDefaults gives every field left zero its default.
+func (m *DiameterMode) fillDefaults() {
 	if m.MaxQueuedRefusals == 0 {
 		m.MaxQueuedRefusals = defaultMaxQueuedRefusals
 	}
@@ -74,7 +82,7 @@ func (m *DiameterMode) validate() error {
 		m.RefusalWait = caddy.Duration(defaultRefusalWait)
 	}
 	if m.ResultCode == 0 {
-		m.ResultCode = diameter.ResultTooBusy
+		m.ResultCode = diameter.ResultUnableToDeliver
 	}
 	if m.ErrorMessage == "" {
 		m.ErrorMessage = "rate limit exceeded"
@@ -82,7 +90,6 @@ func (m *DiameterMode) validate() error {
 	if m.MaxLength == 0 {
 		m.MaxLength = diameter.DefaultMaxLength
 	}
-	return nil
 }
 
 // handleDiameter wraps the connection so that the next handler (the proxy)
@@ -270,7 +277,7 @@ func (h *L4Handler) current() *L4Handler {
 	if h.lease == nil {
 		return h
 	}
-	if g := h.lease.sh.newest(); g != nil {
+	if g := h.lease.hs.newest(); g != nil {
 		if nh, ok := g.handler.(*L4Handler); ok && nh.Diameter != nil {
 			return nh
 		}

@@ -82,7 +82,7 @@ func testDiameterConn(t *testing.T, src io.Reader) (*diameterConn, *layer4.Conne
 	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
 	t.Cleanup(cancel)
 	h := &L4Handler{
-		limiter: limiter{Profiles: []ProfileConfig{{Name: "all", Rate: 1e9,
+		leasedConfig: leasedConfig{Profiles: []ProfileConfig{{Name: "all", Rate: 1e9,
 			Messages: []MessageConfig{{Type: "gx-ccr-u", Rate: 1e9}}}}},
 		Diameter: &DiameterMode{OriginHost: "dra.example", OriginRealm: "example"},
 	}

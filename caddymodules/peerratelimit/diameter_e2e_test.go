@@ -405,7 +405,7 @@ func TestDiameterEgressGroup(t *testing.T) {
 		if ans := a.waitFor(t, h, 10*time.Second); ans.result != diam.Success || ans.origin != "pcrf.example" {
 			t.Errorf("command %s with the group's limit used up: answer %+v, want 2001 from the OCS", cmd, ans)
 		}
-		if after := a.waitFor(t, h+1, 10*time.Second); after.result != diameter.ResultTooBusy {
+		if after := a.waitFor(t, h+1, 10*time.Second); after.result != diameter.ResultUnableToDeliver {
 			t.Errorf("the CCR after command %s: %+v, want it refused (the group exhausted)", cmd, after)
 		}
 	}

@@ -122,13 +122,13 @@ func (c *DynamicConfig) build(rules []*ratelimit.Rule, logger *zap.Logger) (*dyn
 // interval apply from the next sample) and feeds the store's controller.
 // The schedule runs on across reloads, so a reversal hold in progress
 // is neither restarted nor cut short.
-func (sh *shared) sampleLoop() {
-	defer sh.wg.Done()
+func (hs *handlerState) sampleLoop() {
+	defer hs.wg.Done()
 	var tick *time.Ticker
 	for {
 		every := time.Second // while no generation has dynamic throttling
-		if g, _ := sh.store.Active().(*generation); g != nil && g.dynamic != nil {
-			sh.sample(g.dynamic, time.Now())
+		if g, _ := hs.store.Active().(*generation); g != nil && g.dynamic != nil {
+			hs.sample(g.dynamic, time.Now())
 			every = g.dynamic.every
 		}
 		if tick == nil {
@@ -138,7 +138,7 @@ func (sh *shared) sampleLoop() {
 			tick.Reset(every)
 		}
 		select {
-		case <-sh.ctx.Done():
+		case <-hs.ctx.Done():
 			return
 		case <-tick.C:
 		}
@@ -147,19 +147,19 @@ func (sh *shared) sampleLoop() {
 
 // sample reads the load once; when the source cannot be read the throttle
 // stays where it was.
-func (sh *shared) sample(ds *dynamicSettings, now time.Time) {
-	rctx, cancel := context.WithTimeout(sh.ctx, ds.every)
+func (hs *handlerState) sample(ds *dynamicSettings, now time.Time) {
+	rctx, cancel := context.WithTimeout(hs.ctx, ds.every)
 	load, err := ds.src.Read(rctx)
 	cancel()
-	if sh.ctx.Err() != nil {
+	if hs.ctx.Err() != nil {
 		return
 	}
 	ds.mu.Lock()
 	defer ds.mu.Unlock()
 	if err != nil {
-		theMetrics.sourceErrors.WithLabelValues(sh.name).Inc()
+		theMetrics.sourceErrors.WithLabelValues(hs.name).Inc()
 		if err.Error() != ds.lastErr {
-			st, _ := sh.store.Controller()
+			st, _ := hs.store.Controller()
 			ds.logger.Warn("load source unreadable: keeping the last throttle level",
 				zap.String("source", ds.src.String()), zap.Int("throttle_percent", st.Throttle), zap.Error(err))
 		}
@@ -167,13 +167,13 @@ func (sh *shared) sample(ds *dynamicSettings, now time.Time) {
 		return
 	}
 	ds.lastErr = ""
-	before, pct, ok := sh.store.Sample(load, now)
+	before, pct, ok := hs.store.Sample(load, now)
 	if !ok {
 		return
 	}
-	sh.applyClusterThrottle()
-	theMetrics.load.WithLabelValues(sh.name).Set(load)
-	theMetrics.throttle.WithLabelValues(sh.name).Set(float64(pct))
+	hs.applyClusterThrottle()
+	theMetrics.load.WithLabelValues(hs.name).Set(load)
+	theMetrics.throttle.WithLabelValues(hs.name).Set(float64(pct))
 	if pct != before {
 		ds.logger.Info("dynamic throttle changed", zap.Float64("load_percent", load),
 			zap.Int("from_percent", before), zap.Int("to_percent", pct))

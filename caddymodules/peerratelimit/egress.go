@@ -23,8 +23,8 @@ func init() {
 
 // EgressTransport limits requests per upstream group at egress: it wraps
 // reverse_proxy's transport, so it runs after the load-balancing policy has
-// chosen the upstream and just before the request is forwarded to it (the
-// seed's "just before forwarding to the PCRF peer group"). A refused request
+// chosen the upstream and just before the request is forwarded to it (to
+// the PCRF peer group, in a Diameter deployment). A refused request
 // is answered by the transport itself (status, message, Retry-After; the
 // proxy passes that on and does not retry) or dropped (the client's
 // connection closes, nothing written).

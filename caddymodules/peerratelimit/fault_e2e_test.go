@@ -141,7 +141,7 @@ func metricOf(t *testing.T, c *e2e.Caddy, series string) float64 {
 //     client connection, having written nothing into the partial message,
 //     counts the waiting refusals as discarded (upstream_stalled) and
 //     half-closes the upstream connection;
-//   - slow inside a message (issue 18): at most max_queued_refusals wait,
+//   - slow inside a message: at most max_queued_refusals wait,
 //     the rest are discarded and counted (queue_full); those that waited go
 //     out whole at the boundary.
 func TestDiameterUpstreamStopsAnswering(t *testing.T) {
@@ -199,7 +199,7 @@ func TestDiameterUpstreamStopsAnswering(t *testing.T) {
 		// CCR-I 12-15 are refused, and the refusals come at once.
 		pgw.send(t, append(ccr(2, 10), ccrIs(11, 5)...))
 		for h := uint32(12); h <= 15; h++ {
-			if a := pgw.waitFor(t, h, 10*time.Second); a.result != diameter.ResultTooBusy || a.origin != "dra.example" {
+			if a := pgw.waitFor(t, h, 10*time.Second); a.result != diameter.ResultUnableToDeliver || a.origin != "dra.example" {
 				t.Errorf("refusal %d: %+v", h, a)
 			}
 		}
@@ -278,7 +278,7 @@ func TestDiameterUpstreamStopsAnswering(t *testing.T) {
 				if a.result != diam.Success {
 					t.Errorf("answer %d: %+v", h, a)
 				}
-			case a.result == diameter.ResultTooBusy && a.session == fmt.Sprint("s;", h):
+			case a.result == diameter.ResultUnableToDeliver && a.session == fmt.Sprint("s;", h):
 				refusals++
 			default:
 				t.Errorf("answer %d: %+v", h, a)

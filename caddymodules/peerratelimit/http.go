@@ -18,7 +18,7 @@ func init() {
 	caddy.RegisterModule(HTTPHandler{})
 	httpcaddyfile.RegisterHandlerDirective("peer_rate_limit", parseHTTPCaddyfile)
 	// Limit before any authentication or proxying work is spent on a
-	// request (the seed: throttle "as soon as the message is received").
+	// request: a request is throttled as soon as it is received.
 	httpcaddyfile.RegisterDirectiveOrder("peer_rate_limit", httpcaddyfile.Before, "basic_auth")
 }
 
@@ -29,7 +29,7 @@ func init() {
 // Placeholders: {http.peer_rate_limit.verdict} (admitted, rejected,
 // dropped), {…profile}, {…message_type}, {…limit} (the limit that refused).
 type HTTPHandler struct {
-	limiter // name (default "http-<config hash>"), profiles, dynamic
+	leasedConfig // name (default "http-<config hash>"), profiles, dynamic
 
 	profiles []*httpProfile
 }
@@ -43,7 +43,7 @@ func (HTTPHandler) CaddyModule() caddy.ModuleInfo {
 }
 
 // Provision builds the profiles and adopts the state kept under the
-// handler's name (see limiter.Name).
+// handler's name (see leasedConfig.Name).
 func (h *HTTPHandler) Provision(ctx caddy.Context) error {
 	fp := fingerprint(h)
 	if h.Name == "" {

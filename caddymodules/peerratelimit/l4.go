@@ -26,7 +26,7 @@ func init() {
 //
 // Placeholders: {l4.peer_rate_limit.verdict}, {…profile}, {…limit}.
 type L4Handler struct {
-	limiter // name (default "layer4-<config hash>"), profiles, dynamic
+	leasedConfig // name (default "layer4-<config hash>"), profiles, dynamic
 
 	// Diameter, if set, limits Diameter requests by message type instead
 	// of connections (see DiameterMode).
@@ -48,7 +48,7 @@ func (L4Handler) CaddyModule() caddy.ModuleInfo {
 }
 
 // Provision builds the profiles and adopts the state kept under the
-// handler's name (see limiter.Name).
+// handler's name (see leasedConfig.Name).
 func (h *L4Handler) Provision(ctx caddy.Context) error {
 	fp := fingerprint(h)
 	if h.Name == "" {
@@ -62,6 +62,7 @@ func (h *L4Handler) Provision(ctx caddy.Context) error {
 		if err := h.Diameter.validate(); err != nil {
 			return err
 		}
+		h.Diameter.fillDefaults()
 		if err := registerMetrics(ctx); err != nil {
 			return err
 		}

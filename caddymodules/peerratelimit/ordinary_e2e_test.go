@@ -1,7 +1,7 @@
 package peerratelimit_test
 
-// Ordinary user input at the edges of the defaults (issue 14): low limits,
-// missing peer headers, small tables.
+// Ordinary user input at the edges of the defaults: low limits, missing
+// peer headers, small tables.
 
 import (
 	"fmt"

@@ -14,9 +14,10 @@ import (
 	"github.com/edgesteer/edgesteer/internal/ratelimit"
 )
 
-// limiter is the configuration and run-time state that the HTTP and layer4
-// handlers share (embedded, so its fields are theirs in JSON).
-type limiter struct {
+// leasedConfig is what the HTTP and layer4 handlers have in common: their
+// configuration (embedded, so its fields are theirs in JSON) and the lease
+// on the handler state it names.
+type leasedConfig struct {
 	// Name labels metrics and the admin API, and keys the state kept across
 	// config reloads (buckets, dynamic throttle level): a handler in the
 	// next config with the same name adopts it. Default: the kind and a hash
@@ -32,7 +33,7 @@ type limiter struct {
 
 // Cleanup lets go of the shared state; the last generation to let go
 // stops its dynamic throttling and sweeper.
-func (l *limiter) Cleanup() error {
+func (l *leasedConfig) Cleanup() error {
 	if l.lease != nil {
 		// The lease stays set (release is idempotent): connections
 		// accepted before a reload still read it (L4Handler.current).
@@ -66,7 +67,7 @@ func fingerprint(cfg any) string {
 // message options from opt), dynamic, and what extra knows (it returns
 // false for an option it does not know; nil: nothing more). profile may
 // repeat, once per name; every other option is given once.
-func (l *limiter) unmarshalCaddyfile(d *caddyfile.Dispenser, opt messageOption, extra func(*cfparse.Block) (bool, error)) error {
+func (l *leasedConfig) unmarshalCaddyfile(d *caddyfile.Dispenser, opt messageOption, extra func(*cfparse.Block) (bool, error)) error {
 	_, o, err := cfparse.Open(d, "peer_rate_limit", 0, 0)
 	if err != nil {
 		return err

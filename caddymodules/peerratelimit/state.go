@@ -18,16 +18,17 @@ import (
 // states keeps each named limiter's state across config generations, the
 // way Caddy keeps listeners: a new generation's Provision takes a reference
 // (adopting the state) before the old generation's Cleanup drops its own,
-// and the last reference stops the state's goroutines (shared.Destruct).
+// and the last reference stops the state's goroutines (handlerState.Destruct).
 var states = caddy.NewUsagePool()
 
 // registry holds the live states, for the admin API.
-var registry live.Set[*shared]
+var registry live.Set[*handlerState]
 
-// shared is the process state of one (kind, name): the engine's store, the
-// dynamic sampler and the sweeper. Its goroutines live as long as some
-// generation holds it, not as long as any one generation.
-type shared struct {
+// handlerState is the process state of one handler (kind, name), kept
+// across config generations: the engine's store, the dynamic sampler and
+// the sweeper. Its goroutines live as long as some generation holds it,
+// not as long as any one generation.
+type handlerState struct {
 	kind, name string
 	store      *ratelimit.Store
 
@@ -59,7 +60,7 @@ type claim struct {
 // lease is one module's hold on a shared state.
 type lease struct {
 	key      string
-	sh       *shared
+	hs       *handlerState
 	at       *ratelimit.Attachment
 	gen      *generation
 	genID    <-chan struct{}
@@ -72,44 +73,44 @@ func stateKey(kind, name string) string { return kind + "/" + name }
 func acquire(ctx caddy.Context, kind, name, fp string, g ratelimit.Generation) (*lease, error) {
 	key := stateKey(kind, name)
 	v, _, err := states.LoadOrNew(key, func() (caddy.Destructor, error) {
-		return newShared(kind, name), nil
+		return newHandlerState(kind, name), nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	sh := v.(*shared)
+	hs := v.(*handlerState)
 	genID := ctx.Done()
-	sh.mu.Lock()
-	c := sh.claims[genID]
+	hs.mu.Lock()
+	c := hs.claims[genID]
 	if c.n > 0 && c.fingerprint != fp {
-		sh.mu.Unlock()
+		hs.mu.Unlock()
 		states.Delete(key)
 		return nil, fmt.Errorf("peer_rate_limit: name %q is given to two different %s handlers in this config: the name keys the state kept across reloads, give each its own", name, kind)
 	}
-	sh.claims[genID] = claim{fp, c.n + 1}
-	sh.mu.Unlock()
+	hs.claims[genID] = claim{fp, c.n + 1}
+	hs.mu.Unlock()
 	gen, _ := g.Payload.(*generation)
-	l := &lease{key: key, sh: sh, at: sh.store.Attach(g), gen: gen, genID: genID}
-	sh.mu.Lock()
-	sh.gens = append(sh.gens, gen)
-	err = sh.reconcileClusters(sh.gens)
-	sh.mu.Unlock()
+	l := &lease{key: key, hs: hs, at: hs.store.Attach(g), gen: gen, genID: genID}
+	hs.mu.Lock()
+	hs.gens = append(hs.gens, gen)
+	err = hs.reconcileClusters(hs.gens)
+	hs.mu.Unlock()
 	if err != nil {
 		l.release()
 		return nil, err
 	}
 	if g.Dynamic != nil {
-		sh.startSampling()
+		hs.startSampling()
 	}
-	sh.publishLevel()
+	hs.publishLevel()
 	return l, nil
 }
 
 // publishLevel sets the throttle gauge after a generation came or went:
 // a new table may have lowered the level (ratelimit.Dynamic.Continue).
-func (sh *shared) publishLevel() {
-	if st, ok := sh.store.Controller(); ok {
-		theMetrics.throttle.WithLabelValues(sh.name).Set(float64(st.Throttle))
+func (hs *handlerState) publishLevel() {
+	if st, ok := hs.store.Controller(); ok {
+		theMetrics.throttle.WithLabelValues(hs.name).Set(float64(st.Throttle))
 	}
 }
 
@@ -120,48 +121,48 @@ func (l *lease) release() error {
 	}
 	l.released = true
 	l.at.Detach()
-	sh := l.sh
-	sh.publishLevel()
-	sh.mu.Lock()
-	if i := slices.Index(sh.gens, l.gen); i >= 0 {
-		sh.gens = slices.Delete(sh.gens, i, i+1)
+	hs := l.hs
+	hs.publishLevel()
+	hs.mu.Lock()
+	if i := slices.Index(hs.gens, l.gen); i >= 0 {
+		hs.gens = slices.Delete(hs.gens, i, i+1)
 	}
-	if err := sh.reconcileClusters(sh.gens); err != nil && l.gen != nil && l.gen.logger != nil {
+	if err := hs.reconcileClusters(hs.gens); err != nil && l.gen != nil && l.gen.logger != nil {
 		l.gen.logger.Error("restoring the cluster settings of the running config", zap.Error(err))
 	}
-	if c := sh.claims[l.genID]; c.n > 1 {
-		sh.claims[l.genID] = claim{c.fingerprint, c.n - 1}
+	if c := hs.claims[l.genID]; c.n > 1 {
+		hs.claims[l.genID] = claim{c.fingerprint, c.n - 1}
 	} else {
-		delete(sh.claims, l.genID)
+		delete(hs.claims, l.genID)
 	}
-	sh.mu.Unlock()
+	hs.mu.Unlock()
 	_, err := states.Delete(l.key)
 	return err
 }
 
-func newShared(kind, name string) *shared {
+func newHandlerState(kind, name string) *handlerState {
 	ctx, cancel := context.WithCancel(context.Background())
-	sh := &shared{kind: kind, name: name, store: ratelimit.NewStore(), ctx: ctx, cancel: cancel,
+	hs := &handlerState{kind: kind, name: name, store: ratelimit.NewStore(), ctx: ctx, cancel: cancel,
 		claims: map[<-chan struct{}]claim{}, clusters: map[string]*cluster{}}
-	sh.wg.Add(1)
-	go sh.sweep()
-	registry.Add(sh)
-	return sh
+	hs.wg.Add(1)
+	go hs.sweep()
+	registry.Add(hs)
+	return hs
 }
 
 // Destruct stops the goroutines once no generation holds the state, and
 // drops its metric series (its counters would restart from zero anyway).
-func (sh *shared) Destruct() error {
-	registry.Remove(sh)
-	sh.mu.Lock()
-	for name, c := range sh.clusters {
+func (hs *handlerState) Destruct() error {
+	registry.Remove(hs)
+	hs.mu.Lock()
+	for name, c := range hs.clusters {
 		c.stop()
-		delete(sh.clusters, name)
+		delete(hs.clusters, name)
 	}
-	sh.mu.Unlock()
-	sh.cancel()
-	sh.wg.Wait()
-	labels := prometheus.Labels{"handler": sh.name}
+	hs.mu.Unlock()
+	hs.cancel()
+	hs.wg.Wait()
+	labels := prometheus.Labels{"handler": hs.name}
 	theMetrics.decisions.DeletePartialMatch(labels)
 	theMetrics.throttle.Delete(labels)
 	theMetrics.load.Delete(labels)
@@ -173,34 +174,34 @@ func (sh *shared) Destruct() error {
 
 // sweep drops refilled buckets idle for a minute, so tables keyed by
 // client-controlled peers shrink back after a flood.
-func (sh *shared) sweep() {
-	defer sh.wg.Done()
+func (hs *handlerState) sweep() {
+	defer hs.wg.Done()
 	tick := time.NewTicker(time.Minute)
 	defer tick.Stop()
 	for {
 		select {
-		case <-sh.ctx.Done():
+		case <-hs.ctx.Done():
 			return
 		case now := <-tick.C:
-			sh.store.Sweep(now.Add(-time.Minute).UnixNano(), now.UnixNano())
+			hs.store.Sweep(now.Add(-time.Minute).UnixNano(), now.UnixNano())
 		}
 	}
 }
 
 // startSampling starts the dynamic sampler, once.
-func (sh *shared) startSampling() {
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if sh.sampling {
+func (hs *handlerState) startSampling() {
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	if hs.sampling {
 		return
 	}
-	sh.sampling = true
-	sh.wg.Add(1)
-	go sh.sampleLoop()
+	hs.sampling = true
+	hs.wg.Add(1)
+	go hs.sampleLoop()
 }
 
 // newest returns the newest generation holding the state, or nil.
-func (sh *shared) newest() *generation {
-	g, _ := sh.store.Newest().(*generation)
+func (hs *handlerState) newest() *generation {
+	g, _ := hs.store.Newest().(*generation)
 	return g
 }

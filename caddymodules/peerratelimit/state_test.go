@@ -19,7 +19,7 @@ func newGeneration(t *testing.T) caddy.Context {
 }
 
 func httpHandler(name string, rate float64, burst int) *HTTPHandler {
-	return &HTTPHandler{limiter: limiter{Name: name, Profiles: []ProfileConfig{{Name: "all", Rate: rate, Burst: burst}}}}
+	return &HTTPHandler{leasedConfig: leasedConfig{Name: name, Profiles: []ProfileConfig{{Name: "all", Rate: rate, Burst: burst}}}}
 }
 
 // status sends one request from peer through h.
@@ -54,10 +54,10 @@ func TestReloadAdoptsBucketsAndReleasesLast(t *testing.T) {
 	}
 	cur := httpHandler("reload-test", 0.001, 1)
 	provision(t, newGeneration(t), cur)
-	if old.lease.sh != cur.lease.sh {
+	if old.lease.hs != cur.lease.hs {
 		t.Fatal("the new generation did not adopt the state")
 	}
-	sh := cur.lease.sh
+	hs := cur.lease.hs
 	if err := old.Cleanup(); err != nil {
 		t.Fatal(err)
 	}
@@ -67,13 +67,13 @@ func TestReloadAdoptsBucketsAndReleasesLast(t *testing.T) {
 	if got := status(t, cur, "192.0.2.2"); got != 200 {
 		t.Fatalf("another peer got %d", got)
 	}
-	if sh.ctx.Err() != nil {
+	if hs.ctx.Err() != nil {
 		t.Fatal("the state's goroutines stopped while a generation holds it")
 	}
 	if err := cur.Cleanup(); err != nil {
 		t.Fatal(err)
 	}
-	if sh.ctx.Err() == nil {
+	if hs.ctx.Err() == nil {
 		t.Fatal("the last cleanup left the state's goroutines running")
 	}
 	if _, ok := states.References(stateKey("http", "reload-test")); ok {
@@ -123,7 +123,7 @@ func TestNamesInOneGeneration(t *testing.T) {
 	same := httpHandler("dup-test", 10, 0)
 	provision(t, ctx, same)
 	defer same.Cleanup()
-	if same.lease.sh != a.lease.sh {
+	if same.lease.hs != a.lease.hs {
 		t.Fatal("a repeated handler does not share its state")
 	}
 

@@ -41,8 +41,10 @@ const (
 	// DefaultMaxLength bounds a message: larger ones close the connection.
 	DefaultMaxLength = 64 * 1024
 
-	// ResultTooBusy is DIAMETER_TOO_BUSY, the seed's rejection code.
-	ResultTooBusy = 3002
+	// ResultUnableToDeliver, DIAMETER_UNABLE_TO_DELIVER (RFC 6733
+	// §7.1.3), a protocol error (E bit set), is the default result code
+	// of a rejected request.
+	ResultUnableToDeliver = 3002
 )
 
 // ErrMalformed marks input that is not a well-formed Diameter message.
@@ -271,8 +273,8 @@ func pick(cond bool, a, b string) string {
 // Refusal builds the answer that refuses a request: the same command,
 // application and Hop-by-Hop and End-to-End identifiers, its Session-Id,
 // Result-Code, the proxy's Origin-Host and Origin-Realm, and an
-// Error-Message. With ResultTooBusy-class codes (3xxx, protocol errors)
-// the E bit is set, as RFC 6733 requires.
+// Error-Message. With protocol-error codes (3xxx) the E bit is set, as
+// RFC 6733 requires.
 func Refusal(in Info, resultCode uint32, originHost, originRealm, errorMessage string) ([]byte, error) {
 	h := in.Header
 	flags := h.CommandFlags &^ (diam.RequestFlag | diam.RetransmittedFlag)

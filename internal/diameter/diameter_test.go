@@ -59,7 +59,7 @@ func TestRefusal(t *testing.T) {
 	b := ccr(t, AppGx, 1, "pgw2;9;1")
 	h, _ := ParseHeader(b, DefaultMaxLength)
 	in, _ := Classify(b, h)
-	ans, err := Refusal(in, ResultTooBusy, "dra.example", "example", "rate limit exceeded")
+	ans, err := Refusal(in, ResultUnableToDeliver, "dra.example", "example", "rate limit exceeded")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +171,7 @@ func FuzzFramer(f *testing.F) {
 			if err == nil {
 				_ = in.Type()
 				if in.Request {
-					if _, err := Refusal(in, ResultTooBusy, "dra", "realm", "x"); err != nil {
+					if _, err := Refusal(in, ResultUnableToDeliver, "dra", "realm", "x"); err != nil {
 						t.Fatalf("refusal for a classified request: %v", err)
 					}
 				}

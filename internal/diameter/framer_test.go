@@ -152,7 +152,7 @@ func TestFramerSplitAtEveryByteAndBatched(t *testing.T) {
 func TestBoundaryWriterSplitAtEveryByteAndBatched(t *testing.T) {
 	all, msgs := stream(t)
 	own, err := Refusal(Info{Header: &diam.Header{CommandCode: CmdCreditControl, ApplicationID: AppGx, HopByHopID: 99, EndToEndID: 99}, Request: true, SessionID: "own"},
-		ResultTooBusy, "dra.example", "example", "rate limit exceeded")
+		ResultUnableToDeliver, "dra.example", "example", "rate limit exceeded")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,7 +38,8 @@
 // replica's demand is absent from the next epoch's totals, so its share
 // returns to the others within two intervals.
 //
-// Every store error is classified once (redisconn.Classify). Store trouble
+// Every store error is classified once, by the store (Store.Classify; the
+// Redis store is internal/quotaredis). Store trouble
 // (NOPERM, LOADING, READONLY, OOM, CLUSTERDOWN, TRYAGAIN, MOVED, a timeout
 // or reset on any command of the pipeline) is trouble for the keys the
 // command touched: on the replicas key (the heartbeat), or no command
@@ -85,7 +86,7 @@
 //
 // SyncGroup syncs several quotas of one replica — a profile's overall
 // limit and its message-type limits, each a Quota with its own Prefix —
-// in one round trip of the first one's store (a GroupStore: RedisStore
+// in one round trip of the first one's store (a GroupStore: quotaredis.Store
 // and FakeStore run all batches in one pipeline). Only the first batch
 // carries the heartbeat (Batch.NoHeartbeat on the others); the others take
 // its replica count. Refund gives back an admission that a later check

@@ -2,9 +2,13 @@ package quota
 
 import (
 	"context"
+	"errors"
 	"math"
+	"os"
 	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -39,19 +43,43 @@ type fakeKey struct {
 	zset    map[string]float64
 }
 
-// Reply is an error reply of the store, as go-redis returns one (a
-// redis.Error): the classifier reads it by its first word.
+// Reply is an error reply of the store, as Redis sends one: Classify
+// reads it by its first word.
 type Reply string
 
 func (r Reply) Error() string { return string(r) }
-
-// RedisError marks Reply as a redis.Error.
-func (Reply) RedisError() {}
 
 var (
 	errWrongType = Reply("WRONGTYPE Operation against a key holding the wrong kind of value")
 	errNotInt    = Reply("ERR hash value is not an integer")
 )
+
+// Classify reads a Reply by its first word, as the Redis store does:
+// WRONGTYPE and a field that is not an integer are Malformed, every other
+// reply is StoreTrouble named by its first word in lower case (NOPERM:
+// "noperm"). Any other error (SetDown's, SetDeny's) is StoreTrouble,
+// named as the Redis store names a connection's: a deadline "timeout", a
+// reset "reset", a refused dial "refused", anything else "other".
+func (s *FakeStore) Classify(err error) (ErrorKind, string) {
+	var r Reply
+	switch {
+	case err == nil:
+		return NoError, ""
+	case errors.As(err, &r):
+		word, _, _ := strings.Cut(string(r), " ")
+		if word == "WRONGTYPE" || r == errNotInt {
+			return Malformed, ""
+		}
+		return StoreTrouble, strings.ToLower(word)
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded):
+		return StoreTrouble, "timeout"
+	case errors.Is(err, syscall.ECONNRESET):
+		return StoreTrouble, "reset"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return StoreTrouble, "refused"
+	}
+	return StoreTrouble, "other"
+}
 
 // NewFakeStore returns an empty store.
 func NewFakeStore() *FakeStore {

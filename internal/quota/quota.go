@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/edgesteer/edgesteer/internal/ratelimit"
-	"github.com/edgesteer/edgesteer/internal/redisconn"
 )
 
 // Config is one cluster-wide limit: Limit requests per second per peer,
@@ -145,7 +144,7 @@ func newPeer() *peer { return &peer{lostAt: math.MinInt64, fallbackAt: math.MinI
 type PeerTrouble struct {
 	Peer   string
 	Key    string    // the key the failing command touched
-	Reason string    // redisconn.Reason: noperm, clusterdown, timeout, …
+	Reason string    // Store.Classify's reason: noperm, clusterdown, timeout, …
 	Error  string    // the store's error
 	Since  time.Time // first sync of this trouble (same key and reason)
 }
@@ -191,9 +190,9 @@ type State struct {
 	// the last sync (all tracked peers while Fallback).
 	FallbackPeers int
 	LastError     string // of the last store trouble: the key and the store's error
-	LastReason    string // its redisconn.Reason
+	LastReason    string // its reason (Store.Classify)
 	StoreErrors   uint64 // failed syncs (round trip or heartbeat)
-	// Errors counts store trouble by reason (redisconn.Reason): one per
+	// Errors counts store trouble by reason (Store.Classify): one per
 	// failed sync and one per key a successful sync could not read or
 	// write.
 	// ClockOffset is this replica's clock minus the store's (TIME),
@@ -442,7 +441,7 @@ func SyncGroup(ctx context.Context, now time.Time, qs []*Quota) []error {
 	// type (NOPERM on the replicas key, LOADING, READONLY, OOM, a
 	// timeout): the replica count is unknown and this replica is not
 	// registered, so every share of the group is the fallback share.
-	if err == nil && anss[0] != nil && redisconn.Classify(anss[0].ReplicasErr) == redisconn.Trouble {
+	if err == nil && anss[0] != nil && kindOf(qs[0].store, anss[0].ReplicasErr) == StoreTrouble {
 		err = fmt.Errorf("heartbeat %s: %w", ReplicasKey(bs[0].Prefix), anss[0].ReplicasErr)
 	}
 	for i, q := range qs {
@@ -453,7 +452,7 @@ func SyncGroup(ctx context.Context, now time.Time, qs []*Quota) []error {
 				ans.Replicas, ans.ReplicasErr = anss[0].Replicas, anss[0].ReplicasErr
 			}
 		}
-		errs[i] = q.finish(ps[i], ans, err)
+		errs[i] = q.finish(qs[0].store, ps[i], ans, err)
 	}
 	return errs
 }
@@ -497,80 +496,26 @@ func (q *Quota) prepare(now time.Time) *pending {
 	return ps
 }
 
-// finish applies the store's answer (or its error) to the shares (under
-// syncMu). Every error is classified once (redisconn.Classify): a value
+// finish applies the answer of store from (or its error) to the shares
+// (under syncMu). Every error is classified once (from.Classify): a value
 // that does not parse is ignored, counted and, where the limiter owns the
 // key, deleted at the next sync; anything else is store trouble for the
 // keys the command touched: their peers get the fallback share,
 // limit ÷ replicas, and the state says which and why.
-func (q *Quota) finish(ps *pending, ans *Answer, err error) error {
+func (q *Quota) finish(from Store, ps *pending, ans *Answer, err error) error {
 	b, e, now := ps.b, ps.e, ps.local
-	read, counted := ps.read, ps.counted
 	if err == nil && ans == nil {
 		err = fmt.Errorf("store gave no answer")
 	}
 	if err == nil && (len(ans.Totals) != len(b.Read) || len(ans.CountErrs) != len(b.Counts)) {
 		err = fmt.Errorf("store answered %d totals for %d peers, %d count results for %d", len(ans.Totals), len(b.Read), len(ans.CountErrs), len(b.Counts))
 	}
-
-	q.stMu.Lock()
-	st := &q.st
-	st.LastAttempt = now
 	if err != nil {
-		st.Healthy, st.Fallback, st.LastError, st.LastReason = false, true, err.Error(), reasonOf(err)
-		st.StoreErrors++
-		st.Errors[reasonOf(err)]++
-		n := st.Replicas
-		q.stMu.Unlock()
-		q.lastFailed = e
-		peers := q.fallback(n, now.UnixNano())
-		q.stMu.Lock()
-		st.FallbackPeers = peers
-		q.stMu.Unlock()
-		return err
+		return q.failed(from, e, now, err)
 	}
-	var malformed uint64
-	errs := map[string]uint64{}
-	switch {
-	case ans.ReplicasErr == nil && ans.Replicas >= 1 && ans.Replicas <= 1<<20:
-		st.Replicas = int(ans.Replicas)
-	case !b.NoHeartbeat:
-		// Another program's key of another type, or a count that is no
-		// count (Trouble was the whole sync's error): keep the last
-		// known count, and delete the key at the next sync.
-		malformed++
-		q.repair(ReplicasKey(b.Prefix))
-	}
-	n := st.Replicas
-	prevOK := q.lastOK
-	st.LastSync = now
-	q.stMu.Unlock()
-	q.lastOK = e
-
-	troubled := map[*peer]*PeerTrouble{}
-	trouble := func(p *peer, peerName, key string, err error) {
-		errs[reasonOf(err)]++
-		if troubled[p] == nil {
-			troubled[p] = &PeerTrouble{Peer: peerName, Key: key, Reason: reasonOf(err), Error: err.Error(), Since: now}
-		}
-	}
-	for i, c := range b.Counts {
-		p, key := counted[i], PeerKey(b.Prefix, c.Peer, e)
-		switch err := ans.CountErrs[i]; redisconn.Classify(err) {
-		case redisconn.OK, redisconn.NotFound:
-			p.addOwn(e, c.Demanded)
-		case redisconn.Malformed:
-			// e.g. another program's key of another type: our counts of
-			// e are not in the store, so the share is kept one more
-			// interval (lostAt) rather than read as idle.
-			malformed++
-			p.lostAt = e
-			q.repair(key)
-		default:
-			p.lostAt = e
-			trouble(p, c.Peer, key, err)
-		}
-	}
+	o := &outcome{from: from, now: now, troubled: map[*peer]*PeerTrouble{}, errs: map[string]uint64{}}
+	n, prevOK := q.takeHeartbeat(b, ans, e, now, o)
+	q.takeCounts(ps, ans, o)
 
 	// Recompute. If this replica's counts of epoch e−1 may be missing (a
 	// failed sync then, or none in it), peers keep their share one more
@@ -581,38 +526,153 @@ func (q *Quota) finish(ps *pending, ans *Answer, err error) error {
 	// into the room it left. Until it reads an epoch with its counts, each
 	// peer's share is what the others leave of e−1 (see share).
 	returning := prevOK != math.MinInt64 && e-prevOK > 1 && q.lastFailed < prevOK
-	fresh := make(map[*peer]float64, len(read))
-	for i, p := range read {
+	fresh := q.takeTotals(ps, ans, n, known, returning, o)
+	first, inTrouble, peers := q.reshare(o.troubled, fresh, n, e, known || returning, now)
+
+	q.stMu.Lock()
+	st := &q.st
+	st.Healthy, st.Fallback, st.FallbackPeers = inTrouble == 0, false, inTrouble
+	if first != nil {
+		st.LastError, st.LastReason = first.Key+": "+first.Error, first.Reason
+	}
+	for r, k := range o.errs {
+		st.Errors[r] += k
+	}
+	st.Malformed += o.malformed
+	st.Repaired += uint64(len(b.Repair))
+	st.Peers = peers
+	q.stMu.Unlock()
+	return nil
+}
+
+// outcome is what a sync's answer says besides the shares: the peers
+// whose keys the store could not read or write, store trouble by reason,
+// and the values that did not parse.
+type outcome struct {
+	from      Store
+	now       time.Time
+	troubled  map[*peer]*PeerTrouble
+	errs      map[string]uint64
+	malformed uint64
+}
+
+// trouble records err, store trouble on key of peer p.
+func (o *outcome) trouble(p *peer, peerName, key string, err error) {
+	o.errs[reasonOf(o.from, err)]++
+	if o.troubled[p] == nil {
+		o.troubled[p] = &PeerTrouble{Peer: peerName, Key: key, Reason: reasonOf(o.from, err), Error: err.Error(), Since: o.now}
+	}
+}
+
+// failed records a sync whose round trip failed as a whole (or whose
+// heartbeat the store refused): every share is the fallback share.
+func (q *Quota) failed(from Store, e int64, now time.Time, err error) error {
+	q.stMu.Lock()
+	st := &q.st
+	st.LastAttempt = now
+	st.Healthy, st.Fallback, st.LastError, st.LastReason = false, true, err.Error(), reasonOf(from, err)
+	st.StoreErrors++
+	st.Errors[reasonOf(from, err)]++
+	n := st.Replicas
+	q.stMu.Unlock()
+	q.lastFailed = e
+	peers := q.fallback(n, now.UnixNano())
+	q.stMu.Lock()
+	st.FallbackPeers = peers
+	q.stMu.Unlock()
+	return err
+}
+
+// takeHeartbeat takes the replica count from the answer and records the
+// sync; it returns the count and the epoch of the previous good sync.
+func (q *Quota) takeHeartbeat(b *Batch, ans *Answer, e int64, now time.Time, o *outcome) (n int, prevOK int64) {
+	q.stMu.Lock()
+	st := &q.st
+	st.LastAttempt = now
+	switch {
+	case ans.ReplicasErr == nil && ans.Replicas >= 1 && ans.Replicas <= 1<<20:
+		st.Replicas = int(ans.Replicas)
+	case !b.NoHeartbeat:
+		// Another program's key of another type, or a count that is no
+		// count (Trouble was the whole sync's error): keep the last
+		// known count, and delete the key at the next sync.
+		o.malformed++
+		q.repair(ReplicasKey(b.Prefix))
+	}
+	n = st.Replicas
+	prevOK = q.lastOK
+	st.LastSync = now
+	q.stMu.Unlock()
+	q.lastOK = e
+	return n, prevOK
+}
+
+// takeCounts reads the results of the peers' counts of epoch e.
+func (q *Quota) takeCounts(ps *pending, ans *Answer, o *outcome) {
+	b, e := ps.b, ps.e
+	for i, c := range b.Counts {
+		p, key := ps.counted[i], PeerKey(b.Prefix, c.Peer, e)
+		switch err := ans.CountErrs[i]; kindOf(o.from, err) {
+		case NoError, NotFound:
+			p.addOwn(e, c.Demanded)
+		case Malformed:
+			// e.g. another program's key of another type: our counts of
+			// e are not in the store, so the share is kept one more
+			// interval (lostAt) rather than read as idle.
+			o.malformed++
+			p.lostAt = e
+			q.repair(key)
+		default:
+			p.lostAt = e
+			o.trouble(p, c.Peer, key, err)
+		}
+	}
+}
+
+// takeTotals reads the peers' totals of epoch e−1 and returns their new
+// fractions of the limit (peers without one keep theirs).
+func (q *Quota) takeTotals(ps *pending, ans *Answer, n int, known, returning bool, o *outcome) map[*peer]float64 {
+	b, e := ps.b, ps.e
+	fresh := make(map[*peer]float64, len(ps.read))
+	for i, p := range ps.read {
 		raw, key := ans.Totals[i], PeerKey(b.Prefix, b.Read[i], e-1)
-		switch redisconn.Classify(raw.Err) {
-		case redisconn.OK, redisconn.NotFound:
-		case redisconn.Malformed:
-			malformed++
+		switch kindOf(o.from, raw.Err) {
+		case NoError, NotFound:
+		case Malformed:
+			o.malformed++
 			q.repair(key)
 			continue
 		default:
-			trouble(p, b.Read[i], key, raw.Err)
+			o.trouble(p, b.Read[i], key, raw.Err)
 			continue
 		}
-		if troubled[p] != nil {
+		if o.troubled[p] != nil {
 			continue
 		}
 		f, v := q.share(p, raw, e, n, known && p.lostAt < e-1, returning)
 		switch v {
 		case badValue:
-			malformed++
+			o.malformed++
 			q.repair(key)
 		case lostCounts:
-			malformed++
+			o.malformed++
 		default:
 			if f >= 0 {
 				fresh[p] = f
 			}
 		}
 	}
+	return fresh
+}
+
+// reshare applies the new fractions (under mu): a troubled peer gets the
+// fallback share, one with a fresh fraction takes it, an idle one whose
+// counts are complete (complete: known or returning) falls to the floor,
+// and an idle peer with a full bucket is forgotten. It returns the first
+// troubled peer by name, the troubled count and the peers tracked.
+func (q *Quota) reshare(troubled map[*peer]*PeerTrouble, fresh map[*peer]float64, n int, e int64, complete bool, now time.Time) (first *PeerTrouble, inTrouble, peers int) {
 	q.mu.Lock()
-	var first *PeerTrouble
-	inTrouble := 0
+	defer q.mu.Unlock()
 	for k, p := range q.peers {
 		if t := troubled[p]; t != nil {
 			if p.trouble != nil && p.trouble.Key == t.Key && p.trouble.Reason == t.Reason {
@@ -629,7 +689,7 @@ func (q *Quota) finish(ps *pending, ans *Answer, err error) error {
 		p.trouble = nil
 		if f, ok := fresh[p]; ok {
 			p.frac = f
-		} else if p.idle > 0 && (known || returning) && p.fallbackAt < e-1 {
+		} else if p.idle > 0 && complete && p.fallbackAt < e-1 {
 			p.frac = q.floorFrac(n)
 		}
 		if p.idle >= q.cfg.IdleSyncs && p.lim.full(now.UnixNano()) {
@@ -640,27 +700,22 @@ func (q *Quota) finish(ps *pending, ans *Answer, err error) error {
 	}
 	q.overflow.frac = q.floorFrac(n)
 	q.apply(q.overflow, now.UnixNano())
-	peers := len(q.peers)
-	q.mu.Unlock()
-
-	q.stMu.Lock()
-	st.Healthy, st.Fallback, st.FallbackPeers = inTrouble == 0, false, inTrouble
-	if first != nil {
-		st.LastError, st.LastReason = first.Key+": "+first.Error, first.Reason
-	}
-	for r, k := range errs {
-		st.Errors[r] += k
-	}
-	st.Malformed += malformed
-	st.Repaired += uint64(len(b.Repair))
-	st.Peers = peers
-	q.stMu.Unlock()
-	return nil
+	return first, inTrouble, len(q.peers)
 }
 
-// reasonOf is the bounded word of a store error (redisconn.Reason).
-func reasonOf(err error) string {
-	if r := redisconn.Reason(err); r != "" {
+// kindOf is what err, an error of store s, means (NoError for nil).
+func kindOf(s Store, err error) ErrorKind {
+	if err == nil {
+		return NoError
+	}
+	kind, _ := s.Classify(err)
+	return kind
+}
+
+// reasonOf is the bounded word of an error of store s ("other" when s
+// names none).
+func reasonOf(s Store, err error) string {
+	if _, r := s.Classify(err); r != "" {
 		return r
 	}
 	return "other"
@@ -784,7 +839,7 @@ type PeerShare struct {
 	Peer     string
 	Share    float64 // requests per second admitted here
 	Fraction float64 // of the effective cluster-wide limit
-	Trouble  string  // why the share is the fallback share (redisconn.Reason), if it is for its keys
+	Trouble  string  // why the share is the fallback share (Store.Classify), if it is for its keys
 }
 
 // Shares returns the tracked peers' shares, largest first, at most limit

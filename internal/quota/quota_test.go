@@ -142,10 +142,10 @@ func near(t *testing.T, what string, got, want, tol float64) {
 	}
 }
 
-// The goal of issue 15: with demand split 80/10/10 across three replicas,
-// the cluster admits the limit within 3 % over 10 s; per-replica static
-// limits admit up to 3× (limit each) or starve the busy replica (limit/3
-// each).
+// The goal of a cluster-wide limit: with demand split 80/10/10 across
+// three replicas, the cluster admits the limit within 3 % over 10 s;
+// per-replica static limits admit up to 3× (limit each) or starve the
+// busy replica (limit/3 each).
 func TestEightyTenTen(t *testing.T) {
 	const limit = 1000.0
 	for _, tc := range []struct {

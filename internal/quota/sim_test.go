@@ -28,7 +28,7 @@ func (s *countingStore) Sync(ctx context.Context, b *Batch) (*Answer, error) {
 	return s.Store.Sync(ctx, b)
 }
 
-// TestClusterSimulation is the simulation: 100 replicas × 100,000
+// TestClusterSimulation is the sizing simulation: 100 replicas × 100,000
 // peers, Zipf demand, 10 simulated seconds at a 250 ms sync, over the fake
 // store. Opt-in (it takes tens of seconds): QUOTA_SIM=1 go test -run
 // TestClusterSimulation -v ./internal/quota/. QUOTA_SIM_RATE sets the
@@ -156,7 +156,7 @@ func simulate(t *testing.T, replicas, peers int, rate float64, dur time.Duration
 		t.Errorf("commands %d, want 4×syncs + 3×counted + read + probes = %d; round trips %d for %d syncs and %d probes", st.Commands, want, st.RoundTrips, store.syncs, store.probes)
 	}
 	// Accuracy is reported, not asserted: see BENCHMARKS.md for where it
-	// stands against the 0.97–1.03.
+	// stands against the goal of 0.97–1.03 of the limit.
 	if len(over) == 0 {
 		t.Error("no over-limit peers: the simulation measures nothing")
 	}

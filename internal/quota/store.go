@@ -10,14 +10,37 @@ import (
 
 // Store is what one pipelined round trip to the shared store does for a
 // sync (see the package comment for the Redis commands). An implementation
-// only carries bytes: the engine validates every answer and classifies
-// every error (redisconn.Classify).
+// only carries bytes and says what its errors mean (Classify): the engine
+// validates every answer and asks Classify once per error.
 type Store interface {
 	// Sync runs the batch. An error means the round trip failed as a
 	// whole (store unreachable: no command answered); errors of single
 	// commands go in the Answer.
 	Sync(ctx context.Context, b *Batch) (*Answer, error)
+	// Classify says what err means: an error of one of the store's
+	// commands, of its round trip, or one the engine wrapped around
+	// either. For StoreTrouble, reason names it in one word of a bounded
+	// set, fit for a metric label (noperm, clusterdown, timeout, …);
+	// reason is "" for the other kinds.
+	Classify(err error) (kind ErrorKind, reason string)
 }
+
+// ErrorKind is what a store error means to the engine.
+type ErrorKind int
+
+const (
+	// NoError: err is nil.
+	NoError ErrorKind = iota
+	// NotFound: the key or field does not exist.
+	NotFound
+	// Malformed: the store answered, and the value it holds is not one
+	// the engine wrote (another program's key of another type, a field
+	// that is not an integer): ignored, counted and repaired.
+	Malformed
+	// StoreTrouble: the store could not do what was asked for the keys
+	// the command touched: those peers get the fallback share.
+	StoreTrouble
+)
 
 // GroupStore runs several batches in one round trip (SyncGroup: a
 // profile's overall and message-type limits). Answers are in order; an
@@ -107,9 +130,10 @@ func escape(s string) string {
 	return b.String()
 }
 
-// maxCount bounds a count read from the store: 2⁴⁰ requests in one epoch
-// is far beyond any cluster, so a larger value is not a count.
-const maxCount = 1 << 40
+// MaxCount bounds a count read from the store: 2⁴⁰ requests in one epoch
+// is far beyond any cluster, so a larger value is not a count (and a store
+// clamps an increment to it).
+const MaxCount = 1 << 40
 
 // parseCount validates one count field; a missing field is zero.
 func parseCount(b []byte) (uint64, bool) {
@@ -120,7 +144,7 @@ func parseCount(b []byte) (uint64, bool) {
 		return 0, false
 	}
 	n, err := strconv.ParseUint(string(b), 10, 64)
-	if err != nil || n > maxCount {
+	if err != nil || n > MaxCount {
 		return 0, false
 	}
 	return n, true

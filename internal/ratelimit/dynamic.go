@@ -12,7 +12,7 @@ type Step struct {
 	Throttle int
 }
 
-// Dynamic is the controller of the seed's dynamic rate limiting:
+// Dynamic is the controller of dynamic rate limiting as Cisco vDRA does it:
 //
 //   - at or above a table threshold, the throttle is that row's value
 //     (the highest row the load reaches), up or down;
@@ -34,7 +34,8 @@ type Dynamic struct {
 	lastSampled time.Time
 }
 
-// Defaults from the seed.
+// Defaults of the reversal: after 30 s below the reversal threshold, the
+// throttle drops by 20 points.
 const (
 	DefaultReversalHold = 30 * time.Second
 	DefaultReversalStep = 20

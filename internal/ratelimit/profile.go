@@ -1,10 +1,10 @@
 package ratelimit
 
-// Profile is the seed's peer rate-limit profile with its message rate-limit
-// profiles: an overall limit and limits per message type, each applied per
-// key (a peer for ingress, an upstream group for egress). Message types
-// without a limit are forwarded as received, subject only to the overall
-// limit.
+// Profile is a peer rate-limit profile, as Cisco vDRA has them, with its
+// message rate-limit profiles: an overall limit and limits per message
+// type, each applied per key (a peer for ingress, an upstream group for
+// egress). Message types without a limit are forwarded as received,
+// subject only to the overall limit.
 type Profile struct {
 	Name     string
 	Overall  *Rule // nil: no overall limit

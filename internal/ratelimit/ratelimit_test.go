@@ -13,9 +13,9 @@ import (
 	"golang.org/x/time/rate"
 )
 
-// The seed's trace: static 1000, table 55→30 %, 60→40 %, 65→50 %, reversal
-// below 50 %, hold 30 s, step 20 %.
-func TestDynamicSeedTrace(t *testing.T) {
+// A worked trace of dynamic throttling: static 1000, table 55→30 %,
+// 60→40 %, 65→50 %, reversal below 50 %, hold 30 s, step 20 %.
+func TestDynamicThrottleTrace(t *testing.T) {
 	d, err := NewDynamic([]Step{{55, 30}, {60, 40}, {65, 50}}, 50, 30*time.Second, 20)
 	if err != nil {
 		t.Fatal(err)
@@ -133,7 +133,7 @@ func TestGCRAAccuracyRealClock(t *testing.T) {
 	}
 }
 
-// A limit of R admits R (issue 14): over 10 s of simulated time, a client
+// A limit of R admits R: over 10 s of simulated time, a client
 // paced at R whose requests scheduling delays by up to 20 ms, and one
 // offering 1.1 × R with the same jitter, are each admitted at ≥ 0.99 × R,
 // at every rate from 1/s up, under the default burst. Never more than the
@@ -179,7 +179,7 @@ func TestDefaultBurstAdmitsPacedClients(t *testing.T) {
 	}
 }
 
-// The burst follows the dynamic throttle (issue 14): at 75 % throttled, a
+// The burst follows the dynamic throttle: at 75 % throttled, a
 // limit of 1000 admits 250/s with the default burst of 250/s (14), so over
 // 10 s of a client at twice the rate the overshoot is at most 0.5 % plus
 // two requests, as unthrottled — not the 2 % that 1000/s's burst of 51
@@ -259,7 +259,7 @@ func TestTableBoundedAndSwept(t *testing.T) {
 }
 
 // The bound means what it says, and a peer in use keeps its bucket under a
-// key-rotation flood (issue 14): a table of n holds n peers, and while
+// key-rotation flood: a table of n holds n peers, and while
 // another client cycles through fresh names — fewer than n between two
 // requests of an active peer — the active peer, offering twice its limit,
 // never gets a fresh burst: it is admitted at most rate × time + burst, at
@@ -350,10 +350,10 @@ func BenchmarkAllow(b *testing.B) {
 	})
 }
 
-// The seed's example: pGW2 overall 1000/s, Gx CCR-I 200/s, CCR-T 200/s,
-// everything else forwarded as received. One simulated second at 500/s of
+// The worked example of a profile: pGW2 overall 1000/s, Gx CCR-I 200/s,
+// CCR-T 200/s, everything else forwarded as received. One simulated second at 500/s of
 // each of CCR-I, CCR-T and CCR-U.
-func TestProfileSeedExample(t *testing.T) {
+func TestProfilePGW2Example(t *testing.T) {
 	overall, _ := NewRule("overall", 1000, 0)
 	ccri, _ := NewRule("gx-ccr-i", 200, 0)
 	ccrt, _ := NewRule("gx-ccr-t", 200, 0)

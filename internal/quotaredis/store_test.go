@@ -1,4 +1,4 @@
-package quota
+package quotaredis
 
 import (
 	"context"
@@ -11,25 +11,26 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/edgesteer/edgesteer/internal/e2e"
+	"github.com/edgesteer/edgesteer/internal/quota"
 )
 
 // simStore is a real store whose clock (TIME) is the test's simulated
 // clock, for tests that step time faster than it passes.
 type simStore struct {
-	*RedisStore
+	*Store
 	now func() time.Time
 }
 
-func (s simStore) Sync(ctx context.Context, b *Batch) (*Answer, error) {
-	as, err := s.SyncGroup(ctx, []*Batch{b})
+func (s simStore) Sync(ctx context.Context, b *quota.Batch) (*quota.Answer, error) {
+	as, err := s.SyncGroup(ctx, []*quota.Batch{b})
 	if err != nil {
 		return nil, err
 	}
 	return as[0], nil
 }
 
-func (s simStore) SyncGroup(ctx context.Context, bs []*Batch) ([]*Answer, error) {
-	as, err := s.RedisStore.SyncGroup(ctx, bs)
+func (s simStore) SyncGroup(ctx context.Context, bs []*quota.Batch) ([]*quota.Answer, error) {
+	as, err := s.Store.SyncGroup(ctx, bs)
 	for i, a := range as {
 		if bs[i].Time && a.TimeErr == nil {
 			a.Time = s.now()
@@ -41,16 +42,16 @@ func (s simStore) SyncGroup(ctx context.Context, bs []*Batch) ([]*Answer, error)
 // redisReplicas returns n replicas over one real redis-server, each with
 // its own client (as separate processes would have), a 1 s interval, on
 // the simulated clock now.
-func redisReplicas(t *testing.T, addr string, n int, now func() time.Time) ([]*Quota, []*redis.Client) {
+func redisReplicas(t *testing.T, addr string, n int, now func() time.Time) ([]*quota.Quota, []*redis.Client) {
 	t.Helper()
-	var qs []*Quota
+	var qs []*quota.Quota
 	var cs []*redis.Client
 	for i := range n {
 		c := redis.NewClient(&redis.Options{Addr: addr, DialTimeout: 500 * time.Millisecond,
 			ReadTimeout: 500 * time.Millisecond, WriteTimeout: 500 * time.Millisecond, MaxRetries: -1})
 		t.Cleanup(func() { c.Close() })
-		q, err := NewWithClock(Config{Prefix: "es:peer_rate_limit:http/x/p", Replica: "r" + string(rune('0'+i)),
-			Limit: 100, Interval: time.Second}, simStore{NewRedisStore(c), now}, now)
+		q, err := quota.NewWithClock(quota.Config{Prefix: "es:peer_rate_limit:http/x/p", Replica: "r" + string(rune('0'+i)),
+			Limit: 100, Interval: time.Second}, simStore{New(c), now}, now)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -78,7 +79,7 @@ func TestRedisStore(t *testing.T) {
 	now := midEpoch(time.Now())
 	qs, cs := redisReplicas(t, addr, 2, func() time.Time { return now })
 	ctx := context.Background()
-	prefix := qs[0].cfg.Prefix
+	prefix := qs[0].Config().Prefix
 	for i := range 40 {
 		qs[min(i/30, 1)].Allow("a", now.UnixNano())
 	}
@@ -88,7 +89,7 @@ func TestRedisStore(t *testing.T) {
 		}
 	}
 	e := qs[0].Epoch(now)
-	key := PeerKey(prefix, "a", e)
+	key := quota.PeerKey(prefix, "a", e)
 	if !strings.HasPrefix(key, "{"+prefix+":a}:") {
 		t.Fatalf("peer key %q is not hash-tagged by prefix and peer", key)
 	}
@@ -104,7 +105,7 @@ func TestRedisStore(t *testing.T) {
 	if ttl := cs[0].PTTL(ctx, key).Val(); ttl <= 0 || ttl > 3*time.Second {
 		t.Fatalf("PTTL %s = %v, want ≤ 3 intervals", key, ttl)
 	}
-	if n := cs[0].ZCard(ctx, ReplicasKey(prefix)).Val(); n != 2 {
+	if n := cs[0].ZCard(ctx, quota.ReplicasKey(prefix)).Val(); n != 2 {
 		t.Fatalf("ZCARD replicas = %d, want 2", n)
 	}
 
@@ -135,9 +136,9 @@ func TestRedisStore(t *testing.T) {
 	// totals of "a". Each is ignored and counted, never a limit.
 	now = now.Add(time.Second)
 	e = qs[0].Epoch(now)
-	cs[0].Set(ctx, PeerKey(prefix, "b", e-1), "not a hash", 0)
-	cs[0].HSet(ctx, PeerKey(prefix, "c", e), "d", "lots")
-	cs[0].HSet(ctx, PeerKey(prefix, "a", e-1), "d", "12x")
+	cs[0].Set(ctx, quota.PeerKey(prefix, "b", e-1), "not a hash", 0)
+	cs[0].HSet(ctx, quota.PeerKey(prefix, "c", e), "d", "lots")
+	cs[0].HSet(ctx, quota.PeerKey(prefix, "a", e-1), "d", "12x")
 	q := qs[0]
 	for _, p := range []string{"a", "b", "c"} {
 		q.Allow(p, now.UnixNano())
@@ -159,8 +160,8 @@ func TestRedisStore(t *testing.T) {
 		t.Errorf("malformed values made the store unhealthy: %+v", st)
 	}
 	// A replicas key of the wrong type: the last known count stays.
-	cs[0].Del(ctx, ReplicasKey(prefix))
-	cs[0].Set(ctx, ReplicasKey(prefix), "x", 0)
+	cs[0].Del(ctx, quota.ReplicasKey(prefix))
+	cs[0].Set(ctx, quota.ReplicasKey(prefix), "x", 0)
 	m := q.State().Malformed
 	now = now.Add(time.Second)
 	if err := q.Sync(ctx, now); err != nil {
@@ -169,7 +170,7 @@ func TestRedisStore(t *testing.T) {
 	if st := q.State(); st.Malformed <= m || st.Replicas != 2 {
 		t.Errorf("replicas key of the wrong type: malformed %d → %d, replicas %d (want the last known 2)", m, st.Malformed, st.Replicas)
 	}
-	cs[0].Del(ctx, ReplicasKey(prefix))
+	cs[0].Del(ctx, quota.ReplicasKey(prefix))
 
 	// Redis stopped: the round trip fails, every share is limit ÷ 2.
 	srv.Stop()
@@ -204,7 +205,7 @@ func TestRedisStore(t *testing.T) {
 	if st := q.State(); !st.Healthy || st.Fallback {
 		t.Fatalf("state after Redis came back = %+v", st)
 	}
-	if n := cs[0].ZCard(ctx, ReplicasKey(prefix)).Val(); n != 1 {
+	if n := cs[0].ZCard(ctx, quota.ReplicasKey(prefix)).Val(); n != 1 {
 		t.Fatalf("ZCARD after restart = %d, want 1 (this replica re-registered)", n)
 	}
 }
@@ -219,7 +220,7 @@ func redisClient(t *testing.T, addr, user, pass string) *redis.Client {
 
 // offerEpoch offers n requests of peer spread over one 1 s epoch starting
 // at from, round robin over the replicas, and returns the admitted count.
-func offerEpoch(qs []*Quota, peer string, from time.Time, n int) int {
+func offerEpoch(qs []*quota.Quota, peer string, from time.Time, n int) int {
 	admitted := 0
 	for k := range n {
 		if qs[k%len(qs)].Allow(peer, from.Add(time.Duration(k)*time.Second/time.Duration(n)).UnixNano()) {
@@ -247,10 +248,10 @@ func TestRedisStoreTrouble(t *testing.T) {
 	const limit = 100.0
 	now := midEpoch(time.Now())
 	clock := func() time.Time { return now }
-	var qs []*Quota
+	var qs []*quota.Quota
 	for i := range 3 {
-		q, err := NewWithClock(Config{Prefix: "es:trouble", Replica: fmt.Sprintf("r%d", i), Limit: limit, Interval: time.Second},
-			simStore{NewRedisStore(redisClient(t, addr, "part", "pw")), clock}, clock)
+		q, err := quota.NewWithClock(quota.Config{Prefix: "es:trouble", Replica: fmt.Sprintf("r%d", i), Limit: limit, Interval: time.Second},
+			simStore{New(redisClient(t, addr, "part", "pw")), clock}, clock)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -291,8 +292,8 @@ func TestRedisStoreTrouble(t *testing.T) {
 	}
 
 	// From here one replica, the default user.
-	q, err := NewWithClock(Config{Prefix: "es:trouble2", Replica: "solo", Limit: limit, Interval: time.Second},
-		simStore{NewRedisStore(admin), clock}, clock)
+	q, err := quota.NewWithClock(quota.Config{Prefix: "es:trouble2", Replica: "solo", Limit: limit, Interval: time.Second},
+		simStore{New(admin), clock}, clock)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -305,7 +306,7 @@ func TestRedisStoreTrouble(t *testing.T) {
 			t.Errorf("%s: sync took %v, want ≤ 3 × the 300ms read timeout", what, took)
 		}
 		st := q.State()
-		if err == nil || st.Healthy || !st.Fallback || st.Errors[reason] == 0 || !strings.Contains(st.LastError, ReplicasKey("es:trouble2")) && reason != "timeout" {
+		if err == nil || st.Healthy || !st.Fallback || st.Errors[reason] == 0 || !strings.Contains(st.LastError, quota.ReplicasKey("es:trouble2")) && reason != "timeout" {
 			t.Errorf("%s: err %v, state %+v, want the whole quota in fallback for %s", what, err, st, reason)
 		}
 		if s, _ := q.Share("a"); st.Replicas != 1 || s != limit {
