@@ -5,6 +5,7 @@ import (
 	"go/parser"
 	"go/token"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -100,5 +101,48 @@ func TestCoreDNSPluginsImported(t *testing.T) {
 		if !slices.Contains(main, p) {
 			t.Errorf("builds/coredns/main.go does not import %s", p)
 		}
+	}
+}
+
+// The engines (internal/) depend on no framework: not Caddy, CoreDNS, zap
+// or the Prometheus client, and on none of our adapters; go-redis only in
+// the Redis client layer (redisconn) and the Redis store packages, so an
+// engine takes its store through its own Store interface. Checked over
+// every package each engine pulls in, not only its direct imports.
+func TestEnginesImportNoFramework(t *testing.T) {
+	root := e2e.Root(t)
+	forbidden := []string{
+		"github.com/caddyserver/", "github.com/coredns/", "go.uber.org/zap",
+		"github.com/prometheus/client_golang", "github.com/redis/go-redis/",
+		modulePath + "/caddymodules", modulePath + "/corednsplugins",
+	}
+	redisLayer := map[string]bool{ // may use go-redis: the client layer and the stores on it
+		modulePath + "/internal/redisconn":  true,
+		modulePath + "/internal/quotaredis": true,
+	}
+	cmd := exec.Command("go", "list", "-f", "{{.ImportPath}} {{join .Deps \" \"}}", "./internal/...")
+	cmd.Dir = root
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	engines := 0
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		deps := strings.Fields(line)
+		pkg := deps[0]
+		if redisLayer[pkg] || strings.HasPrefix(pkg, modulePath+"/internal/e2e") {
+			continue
+		}
+		engines++
+		for _, dep := range deps[1:] {
+			for _, f := range forbidden {
+				if strings.HasPrefix(dep, f) && !redisLayer[dep] {
+					t.Errorf("engine %s depends on %s", pkg, dep)
+				}
+			}
+		}
+	}
+	if engines < 10 {
+		t.Fatalf("go list found %d engine packages under internal/", engines)
 	}
 }
