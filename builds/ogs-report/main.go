@@ -6,6 +6,7 @@
 //
 //	ogs-report -url http://dns.example.net:8053/ogs/reports -token-file ~/.ogs-token \
 //	    -gateway gw1.example.net=192.0.2.10:443 -gateway gw2.example.net=198.51.100.7:443
+//	ogs-report -url http://dns.example.net:8053/ogs/reports -token-file ~/.ogs-token -name vpn.example.net
 //
 // Exit codes: 0 report accepted (or printed, with -n); 1 bad flags or
 // files; 2 no gateway answered (nothing sent); 3 the server refused the
@@ -55,6 +56,8 @@ func main() { os.Exit(run(os.Args[1:])) }
 // flags are the command line's settings.
 type flags struct {
 	gateways  gatewayFlags
+	name      string
+	dns       string
 	url       string
 	tokenFile string
 	probe     string
@@ -71,6 +74,8 @@ func parseFlags(args []string) (*flags, error) {
 	f := &flags{}
 	fs := flag.NewFlagSet("ogs-report", flag.ContinueOnError)
 	fs.Var(&f.gateways, "gateway", "a gateway as NAME=HOST:PORT, its name as the ogs block's `gateway` option gives it (repeat)")
+	fs.StringVar(&f.name, "name", "", "read the gateways from this ogs-served name's SRV records (its block's `srv`), instead of -gateway")
+	fs.StringVar(&f.dns, "dns", "", "DNS server (HOST:PORT) for -name's SRV and address lookups (default: the system's resolver)")
 	fs.StringVar(&f.url, "url", "", "the report endpoint, http://HOST:PORT/ogs/reports (the ogs block's admin address)")
 	fs.StringVar(&f.tokenFile, "token-file", "", "file holding this reporter's bearer token (or set OGS_REPORT_TOKEN)")
 	fs.StringVar(&f.probe, "probe", "https", "probe kind, as the ogs block's `probe`: tcp, tls, http or https")
@@ -94,8 +99,11 @@ func run(args []string) int {
 	if err != nil {
 		return exitUsage
 	}
-	if len(f.gateways) == 0 {
-		return usage("no -gateway given")
+	switch {
+	case f.name != "" && len(f.gateways) > 0:
+		return usage("-name and -gateway: give one of them")
+	case f.name == "" && len(f.gateways) == 0:
+		return usage("no -gateway or -name given")
 	}
 	if f.probes < 1 {
 		return usage("-probes %d: must be at least 1", f.probes)
@@ -117,6 +125,11 @@ func run(args []string) int {
 		f.timeout = def
 	}
 	ctx := context.Background()
+	if f.name != "" {
+		if f.gateways, err = discover(ctx, f.name, f.dns, discoverTimeout); err != nil {
+			return usage("%v", err)
+		}
+	}
 	rep := ogs.Measure(ctx, f.gateways, prober, f.probe, f.probes, f.timeout, progress())
 	body, err := ogs.EncodeReport(rep)
 	if err != nil {

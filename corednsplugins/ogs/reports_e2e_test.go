@@ -2,6 +2,7 @@ package ogs_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -179,5 +180,84 @@ func TestReportsOrderTheReportersNetwork(t *testing.T) {
 	})
 	if code, body := postRaw("other-token-0123456789abcdef", `{}`); code != 400 || !strings.Contains(body, `"error":"malformed"`) {
 		t.Fatalf("the new token: %d %s", code, body)
+	}
+}
+
+// The reporter reads the gateways from the served name's SRV records (the
+// block's `srv`: the target is the gateway's name, as reports must name
+// it) and each target's address from the same server (a hosts block for
+// example.test). Its dry run measures all four, nearest lowest; its report
+// is accepted, so the names it found are the server's. A name without SRV
+// records is a usage error (exit 1), and -name with -gateway is refused.
+func TestReporterReadsGatewaysFromSRV(t *testing.T) {
+	addrs, _ := gateways(t, 30*ms, 120*ms, 200*ms, 250*ms)
+	dir := t.TempDir()
+	tokens := filepath.Join(dir, "tokens")
+	tokenFile := filepath.Join(dir, "token")
+	if err := os.WriteFile(tokens, []byte("office "+e2eToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(tokenFile, []byte(e2eToken+"\n"), 0o600)
+	adminAddr := e2e.Addr(t)
+	var hosts strings.Builder
+	for i, a := range addrs {
+		host, _, _ := net.SplitHostPort(a)
+		fmt.Fprintf(&hosts, "\t\t%s gw%d.example.test\n", host, i+1)
+	}
+	cf := corefile(addrs, filepath.Join(dir, "ogs.json"), e2e.Addr(t),
+		"srv\n\t\tadmin "+adminAddr+"\n\t\treport_tokens "+tokens) +
+		"example.test {\n\tbind 127.0.0.1\n\thosts {\n" + hosts.String() + "\t}\n}\n"
+	r := startReloadable(t, cf)
+	r.waitFor(t, "the admin listener", func() bool {
+		c, err := net.Dial("tcp", adminAddr)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
+	reporter := func(args ...string) (int, string, string) {
+		cmd := exec.Command(e2e.Bin(t, "ogs-report"), append([]string{"-url", "http://" + adminAddr + "/ogs/reports",
+			"-probe", "http", "-dns", r.addr, "-token-file", tokenFile}, args...)...)
+		var out, errs bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errs
+		err := cmd.Run()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return code, out.String(), errs.String()
+	}
+
+	code, out, errs := reporter("-n", "-name", "vpn.example.test")
+	var rep struct {
+		Gateways []struct {
+			Name  string   `json:"name"`
+			RTTMs *float64 `json:"rtt_ms"`
+		} `json:"gateways"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &rep) != nil {
+		t.Fatalf("dry run with -name: exit %d\n%s%s", code, out, errs)
+	}
+	rtt := map[string]float64{}
+	for _, g := range rep.Gateways {
+		if g.RTTMs == nil {
+			t.Fatalf("%s not measured:\n%s", g.Name, out)
+		}
+		rtt[g.Name] = *g.RTTMs
+	}
+	if len(rtt) != 4 || !(rtt["gw1.example.test"] < rtt["gw2.example.test"] && rtt["gw2.example.test"] < rtt["gw3.example.test"] &&
+		rtt["gw3.example.test"] < rtt["gw4.example.test"]) {
+		t.Fatalf("gateways from SRV: %v, want gw1..gw4.example.test, nearest lowest", rtt)
+	}
+	if code, out, errs := reporter("-name", "vpn.example.test", "-source", "127.0.0.2"); code != 0 {
+		t.Fatalf("report with -name: exit %d, want 0 (accepted)\n%s%s", code, out, errs)
+	}
+	if code, _, errs := reporter("-n", "-name", "gw1.example.test"); code != 1 || !strings.Contains(errs, "SRV of gw1.example.test") {
+		t.Fatalf("a name without SRV records: exit %d, want 1 naming the lookup\n%s", code, errs)
+	}
+	if code, _, errs := reporter("-n", "-name", "vpn.example.test", "-gateway", "gw1.example.test="+addrs[0]); code != 1 {
+		t.Fatalf("-name with -gateway: exit %d, want 1\n%s", code, errs)
 	}
 }
