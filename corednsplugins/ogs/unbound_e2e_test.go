@@ -54,41 +54,14 @@ func startUnbound(t *testing.T, upstream string, zones ...string) (*e2e.Proc, st
 		t.Fatal("unbound is needed (Debian package unbound; make test installs it)")
 	}
 	dir := t.TempDir()
-	host, port, _ := net.SplitHostPort(upstream)
 	addr := e2e.Addr(t)
-	_, uport, _ := net.SplitHostPort(addr)
-	var b strings.Builder
-	fmt.Fprintf(&b, `server:
-	verbosity: 3
-	interface: 127.0.0.1
-	port: %s
-	do-ip6: no
-	do-daemonize: no
-	chroot: ""
-	username: ""
-	directory: "%s"
-	pidfile: "%s/unbound.pid"
-	logfile: ""
-	use-syslog: no
-	access-control: 127.0.0.0/8 allow
-	do-not-query-localhost: no
-	module-config: "subnetcache validator iterator"
-	send-client-subnet: %s
-	client-subnet-always-forward: yes
-	max-client-subnet-ipv4: 24
-`, uport, dir, dir, host)
-	for _, z := range zones {
-		fmt.Fprintf(&b, "\tlocal-zone: \"%s.\" transparent\n\tdomain-insecure: \"%s.\"\n", z, z)
-	}
-	for _, z := range zones {
-		fmt.Fprintf(&b, "stub-zone:\n\tname: \"%s.\"\n\tstub-addr: %s@%s\n\tstub-prime: yes\n", z, host, port)
-	}
+	config := e2e.Unbound{Listen: addr, Allow: "127.0.0.0/8", Upstream: upstream, Zones: zones, Prime: true, Verbosity: 3}.Config(dir)
 	conf := filepath.Join(dir, "unbound.conf")
-	if err := os.WriteFile(conf, []byte(b.String()), 0o644); err != nil {
+	if err := os.WriteFile(conf, []byte(config), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if out, err := exec.Command(filepath.Join(filepath.Dir(bin), "unbound-checkconf"), conf).CombinedOutput(); err != nil {
-		t.Fatalf("unbound-checkconf: %v\n%s\n%s", err, out, b.String())
+		t.Fatalf("unbound-checkconf: %v\n%s\n%s", err, out, config)
 	}
 	p := e2e.Start(t, "unbound", bin, nil, "-d", "-c", conf)
 	p.WaitFor(t, "unbound answering", 30*time.Second, func() error {
