@@ -71,17 +71,8 @@ func TestReportsOrderTheReportersNetwork(t *testing.T) {
 	}
 
 	reporter := func(args ...string) (int, string) {
-		cmd := exec.Command(e2e.Bin(t, "ogs-report"), append([]string{"-url", url, "-probe", "http"}, args...)...)
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		err := cmd.Run()
-		code := 0
-		if ee, ok := err.(*exec.ExitError); ok {
-			code = ee.ExitCode()
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		return code, out.String()
+		code, out, errs := runReporter(t, append([]string{"-url", url, "-probe", "http"}, args...)...)
+		return code, out + errs
 	}
 	// Dry run: the report printed, nothing sent.
 	if code, out := reporter(append([]string{"-n"}, gwFlags...)...); code != 0 || !strings.Contains(out, `"name": "gw2.example.test"`) {
@@ -216,18 +207,8 @@ func TestReporterReadsGatewaysFromSRV(t *testing.T) {
 		return err == nil
 	})
 	reporter := func(args ...string) (int, string, string) {
-		cmd := exec.Command(e2e.Bin(t, "ogs-report"), append([]string{"-url", "http://" + adminAddr + "/ogs/reports",
+		return runReporter(t, append([]string{"-url", "http://" + adminAddr + "/ogs/reports",
 			"-probe", "http", "-dns", r.addr, "-token-file", tokenFile}, args...)...)
-		var out, errs bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &errs
-		err := cmd.Run()
-		code := 0
-		if ee, ok := err.(*exec.ExitError); ok {
-			code = ee.ExitCode()
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		return code, out.String(), errs.String()
 	}
 
 	code, out, errs := reporter("-n", "-name", "vpn.example.test")
@@ -260,4 +241,20 @@ func TestReporterReadsGatewaysFromSRV(t *testing.T) {
 	if code, _, errs := reporter("-n", "-name", "vpn.example.test", "-gateway", "gw1.example.test="+addrs[0]); code != 1 {
 		t.Fatalf("-name with -gateway: exit %d, want 1\n%s", code, errs)
 	}
+}
+
+// runReporter runs bin/ogs-report with args and returns its exit code,
+// standard output and standard error.
+func runReporter(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	cmd := exec.Command(e2e.Bin(t, "ogs-report"), args...)
+	var out, errs bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errs
+	err := cmd.Run()
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return code, out.String(), errs.String()
 }

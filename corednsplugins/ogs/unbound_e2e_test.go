@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -46,23 +45,8 @@ func httpsGateway(t *testing.T, addr string, delay time.Duration) *atomic.Int64 
 // its subnetcache module, and each zone a primed stub zone there.
 func startUnbound(t *testing.T, upstream string, zones ...string) (*e2e.Proc, string) {
 	t.Helper()
-	bin, err := exec.LookPath("unbound")
-	if err != nil {
-		bin = "/usr/sbin/unbound"
-	}
-	if _, err := os.Stat(bin); err != nil {
-		t.Fatal("unbound is needed (Debian package unbound; make test installs it)")
-	}
-	dir := t.TempDir()
 	addr := e2e.Addr(t)
-	config := e2e.Unbound{Listen: addr, Allow: "127.0.0.0/8", Upstream: upstream, Zones: zones, Prime: true, Verbosity: 3}.Config(dir)
-	conf := filepath.Join(dir, "unbound.conf")
-	if err := os.WriteFile(conf, []byte(config), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command(filepath.Join(filepath.Dir(bin), "unbound-checkconf"), conf).CombinedOutput(); err != nil {
-		t.Fatalf("unbound-checkconf: %v\n%s\n%s", err, out, config)
-	}
+	bin, conf := e2e.Unbound{Listen: addr, Allow: "127.0.0.0/8", Upstream: upstream, Zones: zones, Prime: true, Verbosity: 3}.WriteConfig(t, t.TempDir())
 	p := e2e.Start(t, "unbound", bin, nil, "-d", "-c", conf)
 	p.WaitFor(t, "unbound answering", 30*time.Second, func() error {
 		_, err := resolve(addr, "127.0.0.1", zones[0], dns.TypeSOA)

@@ -70,10 +70,9 @@ func (u Unbound) Config(dir string) string {
 	return b.String()
 }
 
-// StartUnbound runs u in host's namespace, in the foreground with a config
-// of its own (never the system service), and waits until it takes TCP
-// connections on u.Listen.
-func (tp *Topology) StartUnbound(t testing.TB, host string, u Unbound) *Proc {
+// WriteConfig writes u's unbound.conf into dir, has unbound-checkconf
+// check it, and returns the unbound binary and the config's path.
+func (u Unbound) WriteConfig(t testing.TB, dir string) (bin, conf string) {
 	t.Helper()
 	bin, err := exec.LookPath("unbound")
 	if err != nil {
@@ -82,14 +81,22 @@ func (tp *Topology) StartUnbound(t testing.TB, host string, u Unbound) *Proc {
 	if _, err := os.Stat(bin); err != nil {
 		t.Fatal("unbound is needed (Debian package unbound; make test installs it)")
 	}
-	dir := t.TempDir()
-	conf := filepath.Join(dir, "unbound.conf")
+	conf = filepath.Join(dir, "unbound.conf")
 	if err := os.WriteFile(conf, []byte(u.Config(dir)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if out, err := exec.Command(filepath.Join(filepath.Dir(bin), "unbound-checkconf"), conf).CombinedOutput(); err != nil {
 		t.Fatalf("unbound-checkconf: %v\n%s\n%s", err, out, u.Config(dir))
 	}
+	return bin, conf
+}
+
+// StartUnbound runs u in host's namespace, in the foreground with a config
+// of its own (never the system service), and waits until it takes TCP
+// connections on u.Listen.
+func (tp *Topology) StartUnbound(t testing.TB, host string, u Unbound) *Proc {
+	t.Helper()
+	bin, conf := u.WriteConfig(t, t.TempDir())
 	p := tp.Start(t, host, "unbound@"+host+"-"+u.Listen, bin, nil, "-d", "-c", conf)
 	dial := tp.Dialer(host, nil)
 	p.WaitFor(t, "unbound listening", 30*time.Second, func() error {
