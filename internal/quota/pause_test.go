@@ -143,3 +143,43 @@ func TestStoreStall(t *testing.T) {
 		}
 	}
 }
+
+// A replica back from a pause (600 ms: longer than a sync, shorter than
+// the replica TTL) whose peer stopped sending to it right after its last
+// sync before the pause and sent to another replica meanwhile: at its
+// first sync after the pause the peer is idle there and its counts of the
+// epoch before are missing because the replica wrote none, not because a
+// sync failed, so the peer falls to the floor share at once. Keeping its
+// share of before (the whole limit) lets the peer's next burst there add
+// a limit on top of what the replica that took its room admits.
+func TestReturningReplicaDropsIdlePeersToTheFloor(t *testing.T) {
+	const limit = 300.0
+	c := newCluster(t, 3, []string{"x"}, Config{Prefix: "p", Limit: limit})
+	on := 0 // the replica the peer sends to
+	demand := func(rep, _ int) float64 {
+		if rep == on {
+			return limit
+		}
+		return 0
+	}
+	c.run(3*time.Second, demand)
+	for c.next[0].IsZero() || c.local(0).Before(c.next[0]) {
+		c.run(time.Millisecond, demand)
+	}
+	on = 1 // from replica 0's sync in this step on, none to it
+	c.run(time.Millisecond, demand)
+	before, _ := c.reps[0].Share("x")
+	if before < 0.9*limit {
+		t.Fatalf("at its last sync before the pause replica 0's share of x is %.1f/s, want about the limit %v", before, limit)
+	}
+	c.alive[0] = false
+	c.run(600*time.Millisecond, demand)
+	c.alive[0] = true
+	c.run(time.Millisecond, demand) // its sync was due during the pause: it syncs at once
+	after, ok := c.reps[0].Share("x")
+	floor := 0.1 * limit / 3
+	t.Logf("replica 0's share of x: %.1f/s at its last sync before the pause, %.1f/s at its first after it (floor %.1f/s)", before, after, floor)
+	if !ok || after > floor+1e-9 {
+		t.Errorf("at its first sync after the pause replica 0's share of the idle peer x is %.1f/s (tracked %v), want the floor %.1f/s", after, ok, floor)
+	}
+}
