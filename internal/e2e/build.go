@@ -18,6 +18,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // Root returns the repository root (the directory holding go.mod).
@@ -104,10 +105,12 @@ func Build() (string, error) {
 	if _, err := os.Stat(stamp); err == nil {
 		return dir, nil
 	}
-	// Older builds are of no further use.
+	// Older builds are of no further use once no test can still be
+	// running them: a build of the last hour stays (a source edited during
+	// a test run starts a new build beside the one that run uses).
 	if old, _ := filepath.Glob(filepath.Join(base, "*")); len(old) > 0 {
 		for _, o := range old {
-			if filepath.Base(o) != ".lock" {
+			if fi, err := os.Stat(o); err == nil && filepath.Base(o) != ".lock" && time.Since(fi.ModTime()) > time.Hour {
 				os.RemoveAll(o)
 			}
 		}
