@@ -41,36 +41,96 @@ stage "build the binaries"
 # package the tests link.
 go run ./internal/e2e/buildbins >/dev/null
 
-# The packages of the race stage: the engines (internal/) with every test,
-# the adapters and the harness with -short.
+# Test binaries are compiled first (`go test -c`, vet included) and run
+# after, so that no compile or link competes with a running end-to-end
+# test for the two cores, and each binary is linked once (go test relinks
+# on every run). -o DIR/ writes one binary per package; the engines
+# (internal/) and the rest go to separate directories, where each
+# package's name is unique.
+M=$(go list -m)
+tests=bin/tests
+rm -rf "$tests"
+mkdir -p "$tests"/engines "$tests"/rest "$tests"/race-full "$tests"/race-short
+engines=$(go list ./internal/...)
+rest=$(go list ./... | grep -v "^$M/internal/")
+# The race stage's packages: the engines (internal/) with every test, the
+# adapters and the harness with -short (it skips only what starts a
+# process or a network namespace: see internal/e2e).
 race_full=$(go list ./internal/... | grep -v '/internal/e2e$')
-race_short="./internal/e2e ./caddymodules/... ./corednsplugins/..."
+race_short=$(go list ./internal/e2e ./caddymodules/... ./corednsplugins/...)
 
-stage "go test (vet and every test)"
-# -vet=all: go test runs all of go vet's checks on every package, test files
-# included, while it builds it (packages without tests too), so one pass
-# does both (go vet ./... first analysed every dependency a second time).
-# -s -w: test binaries without symbol table and DWARF, which cuts link time;
-# stack traces keep their names.
-# Not -p 3 with the slow packages first: in a cold run on a loaded host that
-# failed two rate- and latency-measuring tests (peer_rate_limit
-# TestClusterACLRefusesPeerKeys counted 0.90 x the limit, ogs
-# TestReloadKeepsLocations got another gateway order).
-# The slowest packages are named first: go test starts the test runs in the
-# order of its package list, so with the longest first the two at a time
-# overlap and the stage ends near the longest package's time rather than
-# after it (./... repeats them; go test runs each once). Each takes its
-# time in end-to-end waits, not CPU: the order adds no load.
-slowest="./caddymodules/peerratelimit ./caddymodules/latencybucket ./corednsplugins/ogs ./caddymodules/tenantroute ./caddymodules/dashboard ./internal/e2e"
-go test -vet=all -ldflags='-s -w' -count=1 -timeout 40m ${GOTEST_FLAGS:-} $slowest ./...
+# binaries DIR PACKAGE...: "PACKAGE BINARY SOURCE-DIR", a line each, for the
+# packages with test files, their binaries in DIR (go test -c -o DIR/).
+binaries() {
+	local dir=$1
+	shift
+	go list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}} {{.Name}} {{.Dir}}{{end}}' "$@" |
+		while read -r pkg _ src; do echo "$pkg $(realpath "$dir")/${pkg##*/}.test $src"; done
+}
+
+# run_tests P [TEST FLAGS]: runs the binaries listed on standard input (as
+# binaries prints them), P at a time in the order listed, each in its
+# package's directory as go test does; prints "ok" or, for a failure, the
+# whole output and "FAIL", per package, as go test does; fails when any
+# fails or a binary is missing.
+run_tests() {
+	local p=$1
+	shift
+	tr ' \n' '\0\0' | TEST_FLAGS="$*" xargs -0 -n 3 -P "$p" bash -c '
+		pkg=$1 bin=$2 src=$3
+		log=$(mktemp) t0=$(date +%s%N)
+		# shellcheck disable=SC2086 # the flags are words
+		(cd "$src" && "$bin" -test.paniconexit0 -test.count=1 -test.timeout=40m $TEST_FLAGS) >"$log" 2>&1
+		rc=$?
+		ds=$((($(date +%s%N) - t0) / 100000000))
+		if [ $rc -eq 0 ]; then
+			printf "ok  \t%s\t%d.%ds\n" "$pkg" $((ds / 10)) $((ds % 10))
+		else
+			cat "$log"
+			printf "FAIL\t%s\t%d.%ds\n" "$pkg" $((ds / 10)) $((ds % 10))
+		fi
+		rm -f "$log"
+		[ $rc -eq 0 ] || exit 1' _
+}
+
+stage "compile the tests (and vet)"
+# -vet=all: every go vet check on every package, test files included, while
+# it builds it (packages without tests too). -s -w: test binaries without
+# symbol table and DWARF, which cuts link time; stack traces keep their
+# names.
+go test -c -vet=all -ldflags='-s -w' -o "$tests"/engines/ $engines
+go test -c -vet=all -ldflags='-s -w' -o "$tests"/rest/ $rest
+
+# The race stage's compile runs from here beside the tests, at the lowest
+# CPU priority: the end-to-end tests mostly wait on their peers, and this
+# takes only the CPU they leave. Its binaries run after the tests, at
+# normal priority (they time things too).
+nice -n 19 bash -c "go test -race -vet=off -c -ldflags='-s -w' -o $tests/race-full/ $(echo $race_full) &&
+	go test -race -vet=off -c -ldflags='-s -w' -o $tests/race-short/ $(echo $race_short)" >"$tests"/race-build.log 2>&1 &
+race_build=$!
+
+stage "go test (every test)"
+# Three at a time, the slowest packages first: each takes its time in
+# end-to-end waits, not CPU, so the three overlap and the stage ends near
+# the longest package's time. Nothing compiles beside them but the niced
+# race build above.
+slowest="$M/caddymodules/peerratelimit $M/caddymodules/latencybucket $M/corednsplugins/ogs $M/caddymodules/tenantroute $M/caddymodules/dashboard"
+test_rc=0
+{
+	binaries "$tests"/rest $slowest
+	binaries "$tests"/engines "$M/internal/e2e"
+	binaries "$tests"/rest $(printf '%s\n' $rest | grep -vxF -f <(printf '%s\n' $slowest))
+	binaries "$tests"/engines $(printf '%s\n' $engines | grep -vx "$M/internal/e2e")
+} | run_tests "${TEST_PARALLEL:-3}" ${TEST_FLAGS:-} || test_rc=1
 
 stage "go test -race"
-# The engines (internal/), with every test, and the adapters, with their
-# unit and in-process tests (-short skips only what starts a process or a
-# network namespace: see internal/e2e), under the race detector. vet ran
-# above.
-go test -race -vet=off -ldflags='-s -w' -count=1 $race_full
-go test -race -vet=off -ldflags='-s -w' -count=1 -short $race_short
+if ! wait $race_build; then
+	cat "$tests"/race-build.log
+	exit 1
+fi
+[ $test_rc -eq 0 ] || exit 1
+binaries "$tests"/race-full $race_full | run_tests 2
+binaries "$tests"/race-short $race_short | run_tests 2 -test.short
 
 stage ""
 printf '== total %ds\n' "$SECONDS"
