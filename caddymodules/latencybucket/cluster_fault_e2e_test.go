@@ -301,7 +301,22 @@ func TestClusterStickyStoreOutage(t *testing.T) {
 		c.waitView(h, func(v latencybucket.PolicyView) bool { return !v.StickyStore.Healthy }, "Redis unreachable")
 	}
 	// Once more with every replica knowing Redis down (a loaded host may
-	// have got there only after the bursts above): these skip the store.
+	// have got there only after the bursts above). The pairs made above
+	// are local hits now, which call no store. New pairs skip it: on each
+	// replica, each new pair's lookup and claim are not made, and counted.
+	// (On a loaded host every call above may have been made, and timed
+	// out, before a replica marked Redis down.)
+	downUsers := names("down", 10)
+	skipped := map[string]uint64{}
+	for h, v := range c.storeViews() {
+		skipped[h] = v.Skipped
+	}
+	c.burstLog(during, downUsers, apps, 3)
+	for h, v := range c.storeViews() {
+		if got, want := v.Skipped-skipped[h], uint64(2*len(downUsers)*len(apps)); got < want {
+			t.Fatalf("%s skipped %d store calls for %d new pairs while Redis was down, want ≥ %d: %+v", h, got, len(downUsers)*len(apps), want, v)
+		}
+	}
 	c.burstLog(during, duringUsers, apps, 3)
 	c.burstLog(known, names("before", 30), apps, 1)
 	for pair, byHost := range known {
@@ -325,12 +340,13 @@ func TestClusterStickyStoreOutage(t *testing.T) {
 
 	// After: the pairs made during the outage, each replica twice, all at once.
 	after := pairLog{}
-	c.burstLog(after, duringUsers, apps, 6)
+	outageUsers := append(duringUsers, downUsers...)
+	c.burstLog(after, outageUsers, apps, 6)
 	if d := after.disagreeing(); len(d) > 0 {
 		t.Fatalf("%d pairs made during the outage still end on different publishers:%s", len(d), after.describe(d, 5))
 	}
 	final := pairLog{}
-	c.burstLog(final, duringUsers, apps, 3)
+	c.burstLog(final, outageUsers, apps, 3)
 	if s := final.split(); len(s) > 0 {
 		t.Fatalf("after reconciliation %d pairs are still split:%s", len(s), final.describe(s, 5))
 	}

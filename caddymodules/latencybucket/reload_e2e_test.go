@@ -345,7 +345,11 @@ func settingsConfig(front string, pubs []string, w string) string {
 // a higher bucket); pins of the removed one go and its users re-pick; the
 // new publisher is probed at once, not a probe interval later.
 func TestReloadAppliesSettingsToAdoptedState(t *testing.T) {
-	pubs, _ := publishers(t, 1*ms, 2*ms, 12*ms, 3*ms, 1*ms)
+	// publisher-3 at 9 ms: [8,16) once buckets are 8 ms wide, with 7 ms
+	// for a loaded host to add to its probes (at 12 ms one probed at
+	// 16.2 ms with four test binaries beside it), as publisher-1 and -2
+	// have in [0,8).
+	pubs, _ := publishers(t, 1*ms, 2*ms, 9*ms, 3*ms, 1*ms)
 	front := e2e.Addr(t)
 	url := "http://" + front + "/"
 	c := e2e.StartCaddy(t, "caddyfile", settingsConfig(front, pubs[:4], "32ms"))

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,9 +22,9 @@ import (
 // only the profile's replicas key, and one pGW (pgw2.example) sends CCR-U
 // to both at once, 4 times the cluster-wide limit. By the fallback rule
 // its share is R ÷ 2 on each, so together they admit the limit (the
-// earlier code gave it the floor share, a tenth); each view names the
-// refused key and noperm, the metrics count them, and each log says so
-// once.
+// earlier code gave it the floor share, a tenth); each view, read while
+// the load runs, names the refused key and noperm, the metrics count
+// them, and each log says so once.
 func TestClusterDiameterACLRefusesPeerKeys(t *testing.T) {
 	e2e.SkipShort(t)
 	const R = 100
@@ -60,6 +61,7 @@ func TestClusterDiameterACLRefusesPeerKeys(t *testing.T) {
 	}
 
 	// 2 s at 200 CCR-U/s on each replica, then 4 s measured.
+	var progress [2]atomic.Int64 // requests sent to each replica in this send
 	send := func(rounds int) (ok, refused int, elapsed time.Duration) {
 		var mu sync.Mutex
 		var wg sync.WaitGroup
@@ -69,6 +71,7 @@ func TestClusterDiameterACLRefusesPeerKeys(t *testing.T) {
 		}
 		start := time.Now()
 		for i, pgw := range pgws {
+			progress[i].Store(0)
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -78,6 +81,7 @@ func TestClusterDiameterACLRefusesPeerKeys(t *testing.T) {
 				for range rounds {
 					hbh++
 					sent = append(sent, hbh)
+					progress[i].Add(1)
 					pgw.send(t, request(diameter.CmdCreditControl, diameter.AppGx, 2, hbh, fmt.Sprintf("s%d;%d", i, hbh)))
 					time.Sleep(5 * time.Millisecond)
 				}
@@ -101,7 +105,35 @@ func TestClusterDiameterACLRefusesPeerKeys(t *testing.T) {
 	}
 	send(400)
 	before := count(pcrfCounts, "gx-ccr-u")
-	ok, refused, elapsed := send(800)
+	// The views are read midway through the measured load, while both
+	// replicas sync pgw2.example's refused key: once a replica's traffic
+	// ends its next sync has no peer key to refuse (on a loaded host one
+	// client may finish well before the other).
+	type result struct {
+		ok, refused int
+		elapsed     time.Duration
+	}
+	done := make(chan result, 1)
+	go func() {
+		ok, refused, elapsed := send(800)
+		done <- result{ok, refused, elapsed}
+	}()
+	var views []*peerratelimit.ClusterView
+	var r result
+	for finished := false; !finished; {
+		select {
+		case r = <-done:
+			finished = true
+		case <-time.After(10 * time.Millisecond):
+		}
+		if views == nil && progress[0].Load() >= 400 && progress[1].Load() >= 400 {
+			views = []*peerratelimit.ClusterView{view(caddies[0]), view(caddies[1])}
+		}
+	}
+	if views == nil {
+		t.Fatalf("the load ended before both clients sent half of it")
+	}
+	ok, refused, elapsed := r.ok, r.refused, r.elapsed
 	t.Logf("ACL refusing pgw2.example's keys: %d admitted, %d refused in %v by both replicas at a cluster-wide %d/s: %.3f × the limit",
 		ok, refused, elapsed, R, float64(ok)/(R*elapsed.Seconds()))
 	if hi := most(R, 2*clusterBurst(R), elapsed); int64(ok) > hi || float64(ok) < 0.9*R*elapsed.Seconds() || refused == 0 {
@@ -111,7 +143,7 @@ func TestClusterDiameterACLRefusesPeerKeys(t *testing.T) {
 		t.Errorf("the PCRF received %d CCR-U, %d were admitted", got, ok)
 	}
 	for i, c := range caddies {
-		v := view(c)
+		v := views[i]
 		if v == nil || v.RedisHealthy || v.Fallback || v.FallbackPeers != 1 || len(v.StoreTrouble) != 1 ||
 			v.StoreTrouble[0].Peer != "pgw2.example" || v.StoreTrouble[0].Reason != "noperm" ||
 			!strings.HasPrefix(v.StoreTrouble[0].Key, "{"+prefix+":pgw2.example}:") || v.ErrorsByReason["noperm"] == 0 {
