@@ -47,13 +47,13 @@ func redisModesRun(t *testing.T, store string, failover func()) {
 	// once, twice each: one run per location (2 probes × 3 gateways).
 	newLocations := func(phase string, base, n int) {
 		t.Helper()
-		before := totalConns(gws...)
+		before, timeouts := totalConns(gws...), storeTimeouts(t, rs)
 		errs := burstQueries(rs, locations(base, n), 2, orders)
 		if len(errs) > 0 {
 			t.Fatalf("%s: %d queries wrong, first: %v", phase, len(errs), errs[0])
 		}
-		if got := totalConns(gws...) - before; got != int64(6*n) {
-			t.Fatalf("%s: %d probes for %d new locations on two replicas; want one run each (%d)", phase, got, n, 6*n)
+		if err := oneRunEach(t, rs, totalConns(gws...)-before, n, timeouts); err != nil {
+			t.Fatalf("%s: %v", phase, err)
 		}
 	}
 	newLocations("before the failover", 40, 24)
@@ -132,6 +132,34 @@ func locations(base, n int) []string {
 // the location's order in orders (set from its first answer if absent:
 // a loaded host may measure two gateways in either order, but every
 // replica must answer one location one order).
+// oneRunEach checks probes, the probes sent for n new locations (3
+// gateways, 2 probes each) by the replicas rs, against the rule: one run
+// per location. A store call that timed out (a loaded host: make test runs
+// four test binaries at once) makes that replica probe on its own, as the
+// README says; with one counted since before (storeTimeouts when the
+// queries began), each location gets at most one run per replica.
+func oneRunEach(t *testing.T, rs []*replica, probes int64, n int, before float64) error {
+	t.Helper()
+	timeouts := storeTimeouts(t, rs) - before
+	one := int64(6 * n)
+	if timeouts > 0 {
+		t.Logf("%v store calls timed out, so replicas probed on their own: %d probes for %d new locations", timeouts, probes, n)
+	}
+	if (timeouts == 0 && probes != one) || probes < one || probes > int64(len(rs))*one {
+		return fmt.Errorf("%d probes for %d new locations on %d replicas (%v store timeouts); want one run each (%d), at most one per replica with a timeout",
+			probes, n, len(rs), timeouts, one)
+	}
+	return nil
+}
+
+// storeTimeouts is the replicas' store calls that timed out, in all.
+func storeTimeouts(t *testing.T, rs []*replica) (n float64) {
+	for _, r := range rs {
+		n += metricWith(t, r.metrics, "coredns_ogs_store_errors_total", `reason="timeout"`)
+	}
+	return n
+}
+
 func burstQueries(rs []*replica, subnets []string, rounds int, orders map[string]string) []error {
 	var mu sync.Mutex
 	var errs []error
