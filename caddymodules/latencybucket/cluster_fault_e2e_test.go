@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"os/exec"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -340,7 +341,7 @@ func TestClusterStickyStoreOutage(t *testing.T) {
 
 	// After: the pairs made during the outage, each replica twice, all at once.
 	after := pairLog{}
-	outageUsers := append(duringUsers, downUsers...)
+	outageUsers := slices.Concat(duringUsers, downUsers)
 	c.burstLog(after, outageUsers, apps, 6)
 	if d := after.disagreeing(); len(d) > 0 {
 		t.Fatalf("%d pairs made during the outage still end on different publishers:%s", len(d), after.describe(d, 5))

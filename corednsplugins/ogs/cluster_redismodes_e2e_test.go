@@ -127,11 +127,6 @@ func locations(base, n int) []string {
 	return out
 }
 
-// burstQueries asks every replica for every location rounds times, all at
-// once, and returns each failed query and each answer that differs from
-// the location's order in orders (set from its first answer if absent:
-// a loaded host may measure two gateways in either order, but every
-// replica must answer one location one order).
 // oneRunEach checks probes, the probes sent for n new locations (3
 // gateways, 2 probes each) by the replicas rs, against the rule: one run
 // per location. A store call that timed out (a loaded host: make test runs
@@ -160,6 +155,11 @@ func storeTimeouts(t *testing.T, rs []*replica) (n float64) {
 	return n
 }
 
+// burstQueries asks every replica for every location rounds times, all at
+// once, and returns each failed query and each answer that differs from
+// the location's order in orders (set from its first answer if absent:
+// a loaded host may measure two gateways in either order, but every
+// replica must answer one location one order).
 func burstQueries(rs []*replica, subnets []string, rounds int, orders map[string]string) []error {
 	var mu sync.Mutex
 	var errs []error
