@@ -235,7 +235,7 @@ func (s *Selector) queueReport(k reportKey) {
 	if s.reportBacklog == nil {
 		s.reportBacklog = map[reportKey]bool{}
 	}
-	if len(s.reportBacklog) < maxReportBacklog {
+	if _, ok := s.reportBacklog[k]; ok || len(s.reportBacklog) < maxReportBacklog {
 		s.reportBacklog[k] = true
 	} else {
 		s.reportBacklogDropped++
@@ -272,24 +272,33 @@ func (s *Selector) SyncReportsNow() {
 	s.pullReports(&cfg)
 }
 
-// reconcileReports writes the reporters whose write failed.
+// reconcileReports writes the reporters whose write failed. Each stays in
+// the backlog until its write succeeded, so store_backlog counts it while
+// it is retried. Its mark is cleared before the write; a report arriving
+// meanwhile whose own write fails sets it again (queueReport), and then the
+// reporter stays queued: the write here may have read the older votes.
 func (s *Selector) reconcileReports(cfg *Config) {
 	s.mu.Lock()
-	backlog := s.reportBacklog
-	s.reportBacklog = nil
+	keys := make([]reportKey, 0, len(s.reportBacklog))
+	for k := range s.reportBacklog {
+		keys = append(keys, k)
+	}
 	s.mu.Unlock()
-	for k := range backlog {
+	for _, k := range keys {
 		if s.ctx.Err() != nil {
 			return
 		}
+		s.mu.Lock()
+		s.reportBacklog[k] = false
+		s.mu.Unlock()
 		if s.putReporter(cfg, k) != nil {
-			delete(backlog, k)
-			for k := range backlog { // requeue the rest: the store rests now
-				s.queueReport(k)
-			}
-			return
+			return // queued again by putReporter; the store rests now
 		}
-		delete(backlog, k)
+		s.mu.Lock()
+		if queued, ok := s.reportBacklog[k]; ok && !queued {
+			delete(s.reportBacklog, k)
+		}
+		s.mu.Unlock()
 	}
 }
 
