@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -29,6 +30,11 @@ const (
 	DefaultMinReporters       = 3
 	DefaultMaxReportLocations = 10_000
 	DefaultMaxReporters       = 32 // per location
+	// DefaultMaxTokenReporters bounds one token's reporters in a location:
+	// a few reporters of one office sharing a token all count, and a token
+	// with many addresses (an IPv6 /56 holds 256 /64s) counts that many at
+	// most.
+	DefaultMaxTokenReporters = 4
 	// MaxReportRTT bounds a reported RTT: (0, MaxReportRTT) is accepted.
 	MaxReportRTT = time.Hour
 	// ReportClockSkew is how far in the future a report's time may be
@@ -43,6 +49,9 @@ type ReportConfig struct {
 	MinReporters int           // distinct reporters needed for a location, and votes for a gateway
 	MaxLocations int           // locations with reports, at most
 	MaxReporters int           // reporters per location, at most
+	// MaxTokenReporters bounds the reporters of one token in a location (a
+	// reporter is "TOKEN_ID|NETWORK"; see ReporterToken).
+	MaxTokenReporters int
 	// Probe, if set, is the only probe kind accepted ("https", "tcp" ...),
 	// so reports are comparable with each other.
 	Probe string
@@ -54,10 +63,14 @@ func (c *ReportConfig) FillDefaults() {
 	orDefault(&c.MinReporters, DefaultMinReporters)
 	orDefault(&c.MaxLocations, DefaultMaxReportLocations)
 	orDefault(&c.MaxReporters, DefaultMaxReporters)
+	orDefault(&c.MaxTokenReporters, DefaultMaxTokenReporters)
 }
 
-// Validate names the bad option.
+// Validate names the bad option. It runs before FillDefaults, so the
+// bounds are compared as they will apply: an unset one by its default.
 func (c *ReportConfig) Validate() error {
+	d := *c
+	d.FillDefaults()
 	switch {
 	case c.Window < 0:
 		return fmt.Errorf("report_window %v: must be positive", c.Window)
@@ -67,10 +80,21 @@ func (c *ReportConfig) Validate() error {
 		return fmt.Errorf("max_report_locations %d: must be positive", c.MaxLocations)
 	case c.MaxReporters < 0:
 		return fmt.Errorf("max_reporters %d: must be positive", c.MaxReporters)
-	case c.MaxReporters > 0 && c.MinReporters > c.MaxReporters:
-		return fmt.Errorf("min_reporters %d: above max_reporters %d", c.MinReporters, c.MaxReporters)
+	case c.MaxTokenReporters < 0:
+		return fmt.Errorf("max_reporters_per_token %d: must be positive", c.MaxTokenReporters)
+	case d.MinReporters > d.MaxReporters:
+		return fmt.Errorf("min_reporters %d%s: above max_reporters %d%s (no location could ever answer from reports)",
+			d.MinReporters, defaulted(c.MinReporters), d.MaxReporters, defaulted(c.MaxReporters))
 	}
 	return nil
+}
+
+// defaulted marks a value Validate took from the defaults.
+func defaulted(given int) string {
+	if given == 0 {
+		return " (the default)"
+	}
+	return ""
 }
 
 // Measurement is one gateway's result in a report.
@@ -146,7 +170,7 @@ func (r *Reports) Configure(cfg ReportConfig, gws []Gateway, omit bool) {
 	for _, l := range r.locs {
 		l.agg = nil
 		for len(l.reporters) > cfg.MaxReporters {
-			evictOldestReporter(l)
+			evictOldestReporter(l, busiestToken(l, ""))
 		}
 	}
 	for len(r.locs) > cfg.MaxLocations {
@@ -161,7 +185,14 @@ func (r *Reports) Enabled() bool {
 	return r.cfg.Enabled
 }
 
-// Add records rep from reporter (its identity: token id × source address)
+// ReporterToken is the token id of a reporter "TOKEN_ID|NETWORK" (token
+// ids hold no '|').
+func ReporterToken(reporter string) string {
+	id, _, _ := strings.Cut(reporter, "|")
+	return id
+}
+
+// Add records rep from reporter (its identity: token id × source network)
 // for location, or refuses it whole with a *Refusal.
 func (r *Reports) Add(location, reporter string, rep Report, now time.Time) error {
 	r.mu.Lock()
@@ -235,10 +266,15 @@ func (r *Reports) evictOldestLocation() {
 	delete(r.locs, victim)
 }
 
-func evictOldestReporter(l *reportLocation) {
+// evictOldestReporter drops l's least recent reporter of token ("": of
+// any token).
+func evictOldestReporter(l *reportLocation, token string) {
 	var victim string
 	var oldest time.Time
 	for k, st := range l.reporters {
+		if token != "" && ReporterToken(k) != token {
+			continue
+		}
 		if victim == "" || st.latest.Before(oldest) {
 			victim, oldest = k, st.latest
 		}
@@ -432,16 +468,55 @@ func (r *Reports) location(location string) *reportLocation {
 	return l
 }
 
-// reporter returns reporter's votes in l, made (the oldest reporter
-// evicted past MaxReporters) if there are none.
+// reporter returns reporter's votes in l, made if there are none. A new
+// reporter of a token already holding MaxTokenReporters there replaces that
+// token's least recent one; in a full location (MaxReporters) it replaces
+// the least recent reporter of the token holding most reporters there, its
+// own token counted with the newcomer. So a token with many addresses
+// pushes out its own reporters, never those of tokens with fewer.
 func (r *Reports) reporter(l *reportLocation, reporter string) *reporterState {
 	st := l.reporters[reporter]
 	if st == nil {
+		token := ReporterToken(reporter)
+		for r.tokenReporters(l, token) >= r.cfg.MaxTokenReporters {
+			evictOldestReporter(l, token)
+		}
 		for len(l.reporters) >= r.cfg.MaxReporters {
-			evictOldestReporter(l)
+			evictOldestReporter(l, busiestToken(l, token))
 		}
 		st = &reporterState{votes: map[string]vote{}}
 		l.reporters[reporter] = st
 	}
 	return st
+}
+
+func (r *Reports) tokenReporters(l *reportLocation, token string) (n int) {
+	for k := range l.reporters {
+		if ReporterToken(k) == token {
+			n++
+		}
+	}
+	return n
+}
+
+// busiestToken is the token holding most reporters in l, newcomer's token
+// counted once more (a tie goes to newcomer: it pushes out its own).
+func busiestToken(l *reportLocation, newcomer string) string {
+	count := map[string]int{}
+	if newcomer != "" {
+		count[newcomer] = 1
+	}
+	for k := range l.reporters {
+		count[ReporterToken(k)]++
+	}
+	best, most := newcomer, count[newcomer]
+	for tok, n := range count {
+		if n > most || (n == most && best != newcomer && tok < best) {
+			best, most = tok, n
+		}
+	}
+	if count[best] == 1 && newcomer != "" && best == newcomer {
+		return "" // every token holds one: the least recent reporter goes
+	}
+	return best
 }
