@@ -16,8 +16,10 @@ import (
 // results first); locations_total says how many there are.
 const adminLocations = 1000
 
-// admins are the admin listeners by address. Several ogs blocks may name
-// one address: they share its listener, each listed as one server. A
+// admins are the HTTP listeners of ogs blocks by address: admin ones
+// (the view, and reports unless a block has a reports listener) and reports
+// ones (POST /ogs/reports only). Several ogs blocks may name one address
+// for the same use: they share its listener, each listed as one server. A
 // reload starts the new configuration before stopping the old, so the new
 // blocks join the listener the old ones hold and it never closes in
 // between; it closes when the last block using it stops.
@@ -26,49 +28,95 @@ var admins = struct {
 	m map[string]*adminListener
 }{m: map[string]*adminListener{}}
 
+// The listeners' uses, as their options are named.
+const (
+	kindAdmin   = "admin"
+	kindReports = "reports"
+)
+
 type adminListener struct {
-	srv *http.Server
+	kind string
+	srv  *http.Server
 	// blocks by state name: the configurations holding it, oldest first;
 	// the newest answers (a reload registers the new block before the old
 	// one lets go).
 	blocks map[string][]*OGS
 }
 
-// adminAcquire registers o on its admin address, listening there if no
-// block does yet.
+// adminAcquire registers o on its admin address and, with a reports
+// listener, on that one, listening there if no block does yet.
 func adminAcquire(o *OGS) error {
+	if err := listenerAcquire(o, o.admin, kindAdmin, &o.adminOn); err != nil {
+		return err
+	}
+	if o.reports != nil && o.reports.listen != "" {
+		if err := listenerAcquire(o, o.reports.listen, kindReports, &o.reports.on); err != nil {
+			listenerRelease(o, o.admin, &o.adminOn)
+			return err
+		}
+	}
+	return nil
+}
+
+// adminRelease takes o off its listeners.
+func adminRelease(o *OGS) {
+	listenerRelease(o, o.admin, &o.adminOn)
+	if o.reports != nil {
+		listenerRelease(o, o.reports.listen, &o.reports.on)
+	}
+}
+
+// adminRestore makes o answer again after a failed reload.
+func adminRestore(o *OGS) {
+	listenerRestore(o, o.admin, o.adminOn)
+	if o.reports != nil {
+		listenerRestore(o, o.reports.listen, o.reports.on)
+	}
+}
+
+// listenerAcquire registers o on addr for kind, listening there if no
+// block does yet; on tells that o is registered. "" is no listener.
+func listenerAcquire(o *OGS, addr, kind string, on *bool) error {
+	if addr == "" {
+		return nil
+	}
 	admins.Lock()
 	defer admins.Unlock()
-	l := admins.m[o.admin]
+	l := admins.m[addr]
+	if l != nil && l.kind != kind {
+		return fmt.Errorf("%s %s: another ogs block's %s listener is there; give each use its own address", kind, addr, l.kind)
+	}
 	if l == nil {
-		ln, err := net.Listen("tcp", o.admin)
+		ln, err := net.Listen("tcp", addr)
 		if err != nil {
-			return fmt.Errorf("admin %s: %v", o.admin, err)
+			return fmt.Errorf("%s %s: %v", kind, addr, err)
 		}
-		l = &adminListener{blocks: map[string][]*OGS{}}
+		l = &adminListener{kind: kind, blocks: map[string][]*OGS{}}
 		mux := http.NewServeMux()
-		mux.HandleFunc("/ogs", l.serve)
+		if kind == kindAdmin {
+			mux.HandleFunc("/ogs", l.serve)
+		}
 		mux.HandleFunc("/ogs/reports", l.serveReports)
 		// ReadTimeout bounds a report's body in time as report_max_body does in size.
 		l.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second}
 		go l.srv.Serve(ln)
-		admins.m[o.admin] = l
+		admins.m[addr] = l
 	}
 	l.blocks[o.state] = append(l.blocks[o.state], o)
-	o.adminOn = true
+	*on = true
 	return nil
 }
 
-// adminRelease takes o off its admin address, and closes the listener when
-// o was the last block on it.
-func adminRelease(o *OGS) {
+// listenerRelease takes o off addr, and closes the listener when o was
+// the last block on it.
+func listenerRelease(o *OGS, addr string, on *bool) {
 	admins.Lock()
 	defer admins.Unlock()
-	if !o.adminOn {
+	if !*on {
 		return
 	}
-	o.adminOn = false
-	l := admins.m[o.admin]
+	*on = false
+	l := admins.m[addr]
 	if l == nil {
 		return
 	}
@@ -78,24 +126,28 @@ func adminRelease(o *OGS) {
 		delete(l.blocks, o.state)
 	}
 	if len(l.blocks) == 0 {
-		delete(admins.m, o.admin)
+		delete(admins.m, addr)
 		l.srv.Close()
 	}
 }
 
-// adminRestore makes o answer again after a failed reload: the blocks the
-// failed configuration registered after it are dropped.
-func adminRestore(o *OGS) {
+// listenerRestore makes o answer again on addr after a failed reload: the
+// blocks the failed configuration registered after it are dropped.
+func listenerRestore(o *OGS, addr string, on bool) {
 	admins.Lock()
 	defer admins.Unlock()
-	l := admins.m[o.admin]
-	if !o.adminOn || l == nil {
+	l := admins.m[addr]
+	if !on || l == nil {
 		return
 	}
 	bs := l.blocks[o.state]
 	if i := slices.Index(bs, o); i >= 0 {
 		for _, b := range bs[i+1:] {
-			b.adminOn = false
+			if l.kind == kindAdmin {
+				b.adminOn = false
+			} else if b.reports != nil {
+				b.reports.on = false
+			}
 		}
 		l.blocks[o.state] = bs[:i+1]
 	}

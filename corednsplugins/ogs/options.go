@@ -69,11 +69,16 @@ var options = map[string]option{
 	"report_rate":          {"report_rate PER_SECOND [BURST]", 1, 2, false, parseReportRate},
 	"report_max_body":      {"report_max_body BYTES", 1, 1, false, parseReportMaxBody},
 	"trusted_proxies":      {"trusted_proxies CIDR...", 1, many, false, parseTrustedProxies},
+	"reports":              {"reports HOST:PORT", 1, 1, false, parseReportsListener},
+	"report_source_prefix": {"report_source_prefix V4LEN V6LEN", 2, 2, false, parseReportSourcePrefix},
+	"max_reporters_per_token": {"max_reporters_per_token COUNT", 1, 1, false,
+		countOption(1, 1_000_000, func(b *block) *int { return &b.cfg.Reports.MaxTokenReporters })},
 }
 
 // reportOptions are the options that tune client reports: each needs
 // report_tokens.
-var reportOptions = []string{"report_window", "min_reporters", "max_reporters", "max_report_locations", "report_rate", "report_max_body", "trusted_proxies"}
+var reportOptions = []string{"reports", "report_window", "min_reporters", "max_reporters", "max_reporters_per_token", "max_report_locations",
+	"report_rate", "report_max_body", "trusted_proxies", "report_source_prefix"}
 
 // optionLine is one option line of an ogs block, as its parser sees it.
 type optionLine struct {
@@ -308,4 +313,19 @@ func parseTrustedProxies(l *optionLine) error {
 		l.rc.trusted = append(l.rc.trusted, n)
 	}
 	return nil
+}
+
+func parseReportsListener(l *optionLine) (err error) {
+	if l.rc.listen, err = adminAddr(l.args[0]); err != nil {
+		return l.bad("%v", err)
+	}
+	return nil
+}
+
+func parseReportSourcePrefix(l *optionLine) (err error) {
+	if l.rc.v4Source, err = l.int("V4LEN: ", l.args[0], 1, 32); err != nil {
+		return err
+	}
+	l.rc.v6Source, err = l.int("V6LEN: ", l.args[1], 1, 128)
+	return err
 }

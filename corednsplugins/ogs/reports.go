@@ -18,14 +18,24 @@ import (
 // Report endpoint defaults (README, "Reports").
 const (
 	defaultReportMaxBody = 16 << 10
-	defaultReportRate    = 1.0 // reports per second, per token and per source address
+	defaultReportRate    = 1.0 // reports per second, per token and per source network
 	defaultReportBurst   = 10
-	reportSources        = 100_000 // source addresses whose rate is tracked, at most
+	reportSources        = 100_000 // source networks whose rate is tracked, at most
+	// A source network is the report's source address masked to these: an
+	// IPv6 client holds a /64 (RFC 6177) and rotates addresses inside it at
+	// will; an IPv4 client holds an address, and a /24 may be many clients
+	// (a campus, a carrier's NAT pool) that one noisy host must not throttle.
+	defaultReportV4Source = 32
+	defaultReportV6Source = 64
 )
 
 // reportConfig is the endpoint's part of an ogs block.
 type reportConfig struct {
 	tokens   *ogs.Tokens
+	listen   string // reports HOST:PORT; "": on the admin listener
+	on       bool   // registered on listen
+	v4Source int    // source network prefix lengths (report_source_prefix)
+	v6Source int
 	maxBody  int64
 	rate     float64
 	burst    int
@@ -92,7 +102,9 @@ func refuse(w http.ResponseWriter, status int, reason, detail string) {
 	writeReportAnswer(w, status, reportAnswer{Error: reason, Detail: detail})
 }
 
-// serveReports is POST /ogs/reports on the admin listener.
+// serveReports is POST /ogs/reports on a reports listener, and on an admin
+// listener for the blocks without one (a block with `reports` takes none on
+// its admin listener).
 func (l *adminListener) serveReports(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", "POST")
@@ -104,7 +116,7 @@ func (l *adminListener) serveReports(w http.ResponseWriter, r *http.Request) {
 	zone := strings.ToLower(strings.TrimSuffix(r.URL.Query().Get("zone"), ".")) + "."
 	for _, bs := range l.blocks {
 		b := bs[len(bs)-1]
-		if b.reports == nil || b.sel == nil {
+		if b.reports == nil || b.sel == nil || (l.kind == kindAdmin && b.reports.listen != "") {
 			continue
 		}
 		if zone == "." || containsName(b.names, zone) {
@@ -114,7 +126,7 @@ func (l *adminListener) serveReports(w http.ResponseWriter, r *http.Request) {
 	admins.Unlock()
 	switch {
 	case len(cands) == 0:
-		refuse(w, http.StatusNotFound, "no_reports", "no ogs block here takes reports for this zone")
+		refuse(w, http.StatusNotFound, "no_reports", "no ogs block takes reports for this zone on this listener")
 		return
 	case len(cands) > 1:
 		refuse(w, http.StatusBadRequest, "ambiguous", "several ogs blocks take reports here: name one with ?zone=NAME")
@@ -140,12 +152,15 @@ func (o *OGS) serveReport(w http.ResponseWriter, r *http.Request) {
 		refuse(w, http.StatusBadRequest, "source", "no source address")
 		return
 	}
-	if !rc.bySource.Allow(src.String(), now) {
+	srcNet := rc.sourceNet(src)
+	if !rc.bySource.Allow(srcNet, now) {
 		w.Header().Set("Retry-After", "1")
-		refuse(w, http.StatusTooManyRequests, "rate_limited_source", "too many reports from this address")
+		refuse(w, http.StatusTooManyRequests, "rate_limited_source", "too many reports from this network")
 		return
 	}
-	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	// RFC 7235 §2.1: the scheme is case-insensitive.
+	scheme, token, ok := strings.Cut(strings.TrimSpace(r.Header.Get("Authorization")), " ")
+	ok = ok && strings.EqualFold(scheme, "Bearer")
 	id, known := rc.tokens.Lookup(strings.TrimSpace(token), now)
 	if !ok || !known {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="ogs reports"`)
@@ -173,7 +188,7 @@ func (o *OGS) serveReport(w http.ResponseWriter, r *http.Request) {
 	}
 	rep, err := ogs.DecodeReport(body)
 	key := o.maskedKey(src)
-	reporter := id + "|" + src.String()
+	reporter := id + "|" + srcNet
 	if err == nil {
 		err = o.sel.AddReport(key, reporter, rep, now)
 	}
@@ -227,6 +242,15 @@ func (rc *reportConfig) source(r *http.Request) net.IP {
 		ip = hop
 	}
 	return ip
+}
+
+// sourceNet is src masked to the source prefix: the key of the per-source
+// rate limit, and with the token id a reporter's identity.
+func (rc *reportConfig) sourceNet(src net.IP) string {
+	if v4 := src.To4(); v4 != nil {
+		return (&net.IPNet{IP: v4.Mask(net.CIDRMask(rc.v4Source, 32)), Mask: net.CIDRMask(rc.v4Source, 32)}).String()
+	}
+	return (&net.IPNet{IP: src.Mask(net.CIDRMask(rc.v6Source, 128)), Mask: net.CIDRMask(rc.v6Source, 128)}).String()
 }
 
 func (rc *reportConfig) isTrusted(ip net.IP) bool {

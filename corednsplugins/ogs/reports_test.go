@@ -31,11 +31,18 @@ func TestParseReportErrors(t *testing.T) {
 	bad := filepath.Join(t.TempDir(), "bad")
 	os.WriteFile(bad, []byte("alice short\n"), 0o600)
 	for extra, want := range map[string]string{
-		"report_tokens " + tokens:                                                           "report_tokens " + tokens + ": needs admin HOST:PORT",
-		"admin 127.0.0.1:1\nreport_tokens " + filepath.Dir(tokens):                          "report_tokens " + filepath.Dir(tokens) + ": ",
-		"admin 127.0.0.1:1\nreport_tokens " + bad:                                           "shorter than 16 characters",
-		"admin 127.0.0.1:1\nreport_tokens " + bad + ".missing":                              "report_tokens " + bad + ".missing: stat " + bad + ".missing: no such file or directory",
-		"min_reporters 3":                                                                   "min_reporters (at ",
+		"report_tokens " + tokens: "report_tokens " + tokens + ": needs reports HOST:PORT or admin HOST:PORT",
+		"max_reporters 2":         "max_reporters (at ",
+		"admin 127.0.0.1:1\nreport_tokens " + tokens + "\nmax_reporters 2":             "min_reporters 3 (the default): above max_reporters 2",
+		"admin 127.0.0.1:1\nreport_tokens " + tokens + "\nreports 127.0.0.1:1":         "reports 127.0.0.1:1: the admin address",
+		"admin 127.0.0.1:1\nreport_tokens " + tokens + "\nreports 127.0.0.1:99999":     "reports 127.0.0.1:99999: bad port",
+		"admin 127.0.0.1:1\nreport_tokens " + tokens + "\nreport_source_prefix 0 64":   "report_source_prefix 0 64: V4LEN: ",
+		"admin 127.0.0.1:1\nreport_tokens " + tokens + "\nreport_source_prefix 32 129": "report_source_prefix 32 129: V6LEN: ",
+		"admin 127.0.0.1:1\nreport_tokens " + tokens + "\nmax_reporters_per_token 0":   "max_reporters_per_token 0: ",
+		"admin 127.0.0.1:1\nreport_tokens " + filepath.Dir(tokens):                     "report_tokens " + filepath.Dir(tokens) + ": ",
+		"admin 127.0.0.1:1\nreport_tokens " + bad:                                      "shorter than 16 characters",
+		"admin 127.0.0.1:1\nreport_tokens " + bad + ".missing":                         "report_tokens " + bad + ".missing: stat " + bad + ".missing: no such file or directory",
+		"min_reporters 3": "min_reporters (at ",
 		"admin 127.0.0.1:1\nreport_tokens " + tokens + "\nmin_reporters 0":                  "min_reporters 0: ",
 		"admin 127.0.0.1:1\nreport_tokens " + tokens + "\nreport_window 1x":                 "report_window 1x: ",
 		"admin 127.0.0.1:1\nreport_tokens " + tokens + "\nreport_window 60d":                "report_window 60d: at most 30 days",

@@ -89,13 +89,11 @@ func (o *OGS) start() error {
 		return plugin.Error(pluginName, err)
 	}
 	o.lease, o.sel = a.Lease, a.Selector()
-	if o.admin != "" {
-		if err := adminAcquire(o); err != nil {
-			o.lease.Release()
-			o.lease = nil
-			o.releaseClient()
-			return plugin.Error(pluginName, err)
-		}
+	if err := adminAcquire(o); err != nil {
+		o.lease.Release()
+		o.lease = nil
+		o.releaseClient()
+		return plugin.Error(pluginName, err)
 	}
 	switch {
 	case a.Adopted:
@@ -171,7 +169,8 @@ func parse(c *caddy.Controller) (*OGS, error) {
 		path:    "/",
 		minimum: -1,
 		given:   map[string]string{},
-		rc:      &reportConfig{maxBody: defaultReportMaxBody, rate: defaultReportRate, burst: defaultReportBurst},
+		rc: &reportConfig{maxBody: defaultReportMaxBody, rate: defaultReportRate, burst: defaultReportBurst,
+			v4Source: defaultReportV4Source, v6Source: defaultReportV6Source},
 	}
 	seen := false
 	for c.Next() {
@@ -222,8 +221,8 @@ func (b *block) option(c *caddy.Controller) error {
 }
 
 // reports turns client reports on when report_tokens is given (their
-// endpoint listens on the admin address), and refuses the options that
-// tune them without it.
+// endpoint listens on the reports address, else on the admin one), and
+// refuses the options that tune them without it.
 func (b *block) reports(c *caddy.Controller) error {
 	if b.rc.tokens == nil {
 		for _, opt := range reportOptions {
@@ -233,8 +232,11 @@ func (b *block) reports(c *caddy.Controller) error {
 		}
 		return nil
 	}
-	if b.o.admin == "" {
-		return c.Errf("ogs: report_tokens %s: needs admin HOST:PORT (the report endpoint, POST /ogs/reports, listens there)", b.rc.tokens.Path)
+	if b.o.admin == "" && b.rc.listen == "" {
+		return c.Errf("ogs: report_tokens %s: needs reports HOST:PORT or admin HOST:PORT (where the report endpoint, POST /ogs/reports, listens)", b.rc.tokens.Path)
+	}
+	if b.rc.listen != "" && b.rc.listen == b.o.admin {
+		return c.Errf("ogs: reports %s: the admin address; give reports an address of its own (clients reach it, the admin view must not be)", b.rc.listen)
 	}
 	b.cfg.Reports.Enabled = true
 	b.cfg.Reports.Probe = b.probe

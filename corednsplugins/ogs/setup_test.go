@@ -221,14 +221,17 @@ func TestSetupOnce(t *testing.T) {
 		"store":            {"store redis {\n address 127.0.0.1:6379\n }", "store redis {\n address 127.0.0.1:6380\n key_prefix x\n }"},
 		"admin":            {"admin 127.0.0.1:9153", "admin :9154"},
 
-		"report_tokens":        {"report_tokens " + tokens, "report_tokens " + tokens},
-		"report_window":        {"report_window 4h", "report_window 1d"},
-		"min_reporters":        {"min_reporters 3", "min_reporters 5"},
-		"max_reporters":        {"max_reporters 64", "max_reporters 10"},
-		"max_report_locations": {"max_report_locations 10", "max_report_locations 20"},
-		"report_rate":          {"report_rate 1", "report_rate 0.5 20"},
-		"report_max_body":      {"report_max_body 16384", "report_max_body 1024"},
-		"trusted_proxies":      {"trusted_proxies 10.0.0.0/8", "trusted_proxies 10.0.0.0/8 ::1/128"},
+		"report_tokens":           {"report_tokens " + tokens, "report_tokens " + tokens},
+		"report_window":           {"report_window 4h", "report_window 1d"},
+		"min_reporters":           {"min_reporters 3", "min_reporters 5"},
+		"max_reporters":           {"max_reporters 64", "max_reporters 10"},
+		"max_report_locations":    {"max_report_locations 10", "max_report_locations 20"},
+		"report_rate":             {"report_rate 1", "report_rate 0.5 20"},
+		"report_max_body":         {"report_max_body 16384", "report_max_body 1024"},
+		"trusted_proxies":         {"trusted_proxies 10.0.0.0/8", "trusted_proxies 10.0.0.0/8 ::1/128"},
+		"reports":                 {"reports 127.0.0.1:9155", "reports :9156"},
+		"report_source_prefix":    {"report_source_prefix 32 64", "report_source_prefix 24 56"},
+		"max_reporters_per_token": {"max_reporters_per_token 1", "max_reporters_per_token 8"},
 	}
 	repeatable := map[string]bool{"gateway": true, "ns": true} // as the README says
 	for opt := range options {
@@ -269,7 +272,7 @@ func reportPrereq(opt, tokens string) string {
 	switch {
 	case opt == "report_tokens":
 		return "admin 127.0.0.1:9153\n "
-	case slices.Contains([]string{"report_window", "min_reporters", "max_reporters", "max_report_locations", "report_rate", "report_max_body", "trusted_proxies"}, opt):
+	case slices.Contains(reportOptions, opt):
 		return "admin 127.0.0.1:9153\n report_tokens " + tokens + "\n "
 	}
 	return ""
