@@ -179,6 +179,7 @@ type reportsView struct {
 	WindowSeconds  float64              `json:"window_seconds"`
 	MinReporters   int                  `json:"min_reporters"`
 	MaxReporters   int                  `json:"max_reporters"`
+	MaxPerToken    int                  `json:"max_reporters_per_token"`
 	MaxLocations   int                  `json:"max_locations"`
 	Probe          string               `json:"probe"`
 	Tokens         int                  `json:"tokens"`
@@ -318,7 +319,7 @@ func truncate(s string, n int) string {
 func (o *OGS) reportsView(now time.Time) *reportsView {
 	rs := o.sel.Reports().Snapshot(adminLocations, now)
 	rv := &reportsView{WindowSeconds: rs.Config.Window.Seconds(), MinReporters: rs.Config.MinReporters, MaxReporters: rs.Config.MaxReporters,
-		MaxLocations: rs.Config.MaxLocations, Probe: rs.Config.Probe, Tokens: o.reports.tokens.Len(), AcceptedTotal: rs.Accepted,
+		MaxPerToken: rs.Config.MaxTokenReporters, MaxLocations: rs.Config.MaxLocations, Probe: rs.Config.Probe, Tokens: o.reports.tokens.Len(), AcceptedTotal: rs.Accepted,
 		LocationsTotal: rs.Total, Locations: make([]reportLocationView, 0, len(rs.Locations))}
 	if err := o.reports.tokens.Err(); err != nil {
 		rv.TokensError = truncate(err.Error(), 200)
