@@ -31,15 +31,18 @@ func (r *redisStore) reportsNS() string {
 }
 
 // putVotes: KEYS votes, reporters, index; ARGV reporter, latest ms, ttl ms,
-// max reporters, max locations, location, key base (NS:reports{H}:), then
-// (gateway, value, at ms) triples. Each vote is written unless the stored
-// one of that reporter for that gateway is newer; the reporters beyond the
-// bound go with their votes, the locations beyond it with their keys.
+// max reporters, max locations, location, key base (NS:reports{H}:), max
+// reporters per token, then (gateway, value, at ms) triples. Each vote is
+// written unless the stored one of that reporter for that gateway is
+// newer; the reporters beyond the bounds go with their votes by the rule
+// of the local table (ogs.Reports: the token's own oldest beyond its
+// bound, then the oldest of the token holding most), the locations beyond
+// theirs with their keys. A token is the reporter up to its '|'.
 var putVotes = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local rep, ttl = ARGV[1], tonumber(ARGV[3])
-for i = 8, #ARGV, 3 do
+for i = 9, #ARGV, 3 do
   local f = rep .. ' ' .. ARGV[i]
   local old = redis.call('HGET', KEYS[1], f)
   local oldAt = old and tonumber(string.match(old, ' (%d+)$'))
@@ -47,14 +50,32 @@ for i = 8, #ARGV, 3 do
 end
 local cur = redis.call('ZSCORE', KEYS[2], rep)
 if not cur or tonumber(cur) < tonumber(ARGV[2]) then redis.call('ZADD', KEYS[2], ARGV[2], rep) end
-local extra = redis.call('ZCARD', KEYS[2]) - tonumber(ARGV[4])
-if extra > 0 then
-  local gone = redis.call('ZPOPMIN', KEYS[2], extra)
-  local drop = {}
-  for j = 1, #gone, 2 do drop[gone[j] .. ' '] = true end
+local function tok(r) return string.match(r, '^([^|]*)|') or r end
+local all = redis.call('ZRANGE', KEYS[2], 0, -1)
+local mine, n, count, gone, drop = tok(rep), #all, {}, {}, {}
+for _, r in ipairs(all) do count[tok(r)] = (count[tok(r)] or 0) + 1 end
+local function dropOldest(k)
+  for _, r in ipairs(all) do
+    if r ~= rep and not gone[r] and (k == nil or tok(r) == k) then
+      gone[r], drop[#drop + 1], n = true, r, n - 1
+      count[tok(r)] = count[tok(r)] - 1
+      return
+    end
+  end
+end
+while count[mine] > tonumber(ARGV[8]) do dropOldest(mine) end
+while n > tonumber(ARGV[4]) do
+  local best, most = mine, count[mine]
+  for k, c in pairs(count) do if c > most then best, most = k, c end end
+  if most <= 1 then dropOldest(nil) else dropOldest(best) end
+end
+if #drop > 0 then
+  redis.call('ZREM', KEYS[2], unpack(drop))
+  local set = {}
+  for _, r in ipairs(drop) do set[r .. ' '] = true end
   for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do
     local r = string.match(f, '^(.* )')
-    if r and drop[r] then redis.call('HDEL', KEYS[1], f) end
+    if r and set[r] then redis.call('HDEL', KEYS[1], f) end
   end
 end
 redis.call('PEXPIRE', KEYS[1], ttl)
@@ -69,9 +90,9 @@ end
 redis.call('PEXPIRE', KEYS[3], ttl)
 return now`)
 
-func (r *redisStore) PutVotes(ctx context.Context, location, reporter string, votes []ogs.StoredVote, latest time.Time, ttl time.Duration, maxReporters, maxLocations int) error {
+func (r *redisStore) PutVotes(ctx context.Context, location, reporter string, votes []ogs.StoredVote, latest time.Time, ttl time.Duration, b ogs.StoreBounds) error {
 	base := r.reportsNS()
-	args := []any{reporter, latest.UnixMilli(), ttl.Milliseconds(), maxReporters, maxLocations, location, base}
+	args := []any{reporter, latest.UnixMilli(), ttl.Milliseconds(), b.Reporters, b.Locations, location, base, b.PerToken}
 	for _, v := range votes {
 		args = append(args, v.Gateway, v.Value, v.At.UnixMilli())
 	}

@@ -57,7 +57,7 @@ func BenchmarkReportsRedis(b *testing.B) {
 				for l := range locations {
 					loc := fmt.Sprintf("10.%d.%d.0/24", l/256, l%256)
 					for r := range reporters {
-						if err := st.PutVotes(ctx, loc, fmt.Sprintf("office|10.%d.%d.%d", l/256, l%256, r+1), votes, now, 4*time.Hour, 32, 10_000_000); err != nil {
+						if err := st.PutVotes(ctx, loc, fmt.Sprintf("office|10.%d.%d.%d", l/256, l%256, r+1), votes, now, 4*time.Hour, ogs.StoreBounds{Reporters: 32, PerToken: 32, Locations: 10_000_000}); err != nil {
 							b.Fatal(err)
 						}
 					}

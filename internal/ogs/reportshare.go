@@ -34,10 +34,12 @@ type ReportStore interface {
 	// PutVotes stores reporter's votes for location, each only where it is
 	// not older than the stored vote of that reporter for that gateway;
 	// latest is the reporter's newest measurement. The location's keys then
-	// live ttl; beyond maxReporters the reporter with the oldest latest
-	// goes, beyond maxLocations the location changed least recently, and a
-	// location unchanged for ttl leaves the index.
-	PutVotes(ctx context.Context, location, reporter string, votes []StoredVote, latest time.Time, ttl time.Duration, maxReporters, maxLocations int) error
+	// live ttl; its reporters are bounded by the rule of Reports (at most
+	// b.PerToken of one token, the oldest of that token going, and at most
+	// b.Reporters, the oldest of the token holding most going; reporter
+	// itself stays), beyond b.Locations the location changed least
+	// recently goes, and a location unchanged for ttl leaves the index.
+	PutVotes(ctx context.Context, location, reporter string, votes []StoredVote, latest time.Time, ttl time.Duration, b StoreBounds) error
 	// Changed returns at most limit locations changed at or after since (in
 	// the store's clock, ms), oldest change first, each with its change's
 	// time.
@@ -46,6 +48,9 @@ type ReportStore interface {
 	// EncodeVote); the caller validates them.
 	Votes(ctx context.Context, location string) (map[string]string, error)
 }
+
+// StoreBounds are the bounds a ReportStore keeps (ReportConfig's).
+type StoreBounds struct{ Reporters, PerToken, Locations int }
 
 // StoredVote is one vote as written to a ReportStore.
 type StoredVote struct {
@@ -219,7 +224,7 @@ func (s *Selector) putReporter(cfg *Config, k reportKey) error {
 	ctx, cancel := s.storeCtx(cfg)
 	rc := cfg.Reports
 	rc.FillDefaults()
-	err := cfg.ReportStore.PutVotes(ctx, k.location, k.reporter, votes, latest, rc.Window, rc.MaxReporters, rc.MaxLocations)
+	err := cfg.ReportStore.PutVotes(ctx, k.location, k.reporter, votes, latest, rc.Window, StoreBounds{rc.MaxReporters, rc.MaxTokenReporters, rc.MaxLocations})
 	cancel()
 	s.storeDone(cfg, k.location, "put_reports", KeysReports, err)
 	if err != nil {

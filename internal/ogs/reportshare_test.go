@@ -72,7 +72,7 @@ type memReportStore struct {
 	fail  bool
 }
 
-func (m *memReportStore) PutVotes(_ context.Context, location, reporter string, votes []StoredVote, _ time.Time, _ time.Duration, _, _ int) error {
+func (m *memReportStore) PutVotes(_ context.Context, location, reporter string, votes []StoredVote, _ time.Time, _ time.Duration, _ StoreBounds) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.fail {
@@ -186,12 +186,12 @@ type heldReportStore struct {
 	entered chan struct{}
 }
 
-func (h *heldReportStore) PutVotes(ctx context.Context, location, reporter string, votes []StoredVote, latest time.Time, ttl time.Duration, maxR, maxL int) error {
+func (h *heldReportStore) PutVotes(ctx context.Context, location, reporter string, votes []StoredVote, latest time.Time, ttl time.Duration, b StoreBounds) error {
 	if h.hold != nil {
 		h.entered <- struct{}{}
 		<-h.hold
 	}
-	return h.memReportStore.PutVotes(ctx, location, reporter, votes, latest, ttl, maxR, maxL)
+	return h.memReportStore.PutVotes(ctx, location, reporter, votes, latest, ttl, b)
 }
 
 // While the reporters waiting for the store are written again, the backlog
