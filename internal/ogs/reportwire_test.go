@@ -136,10 +136,6 @@ func TestTokens(t *testing.T) {
 	}
 }
 
-func contains(s, sub string) bool {
-	return len(sub) == 0 || len(s) >= len(sub) && (s[:len(sub)] == sub || contains(s[1:], sub))
-}
-
 func TestReportLimiter(t *testing.T) {
 	l := NewReportLimiter(1, 3, 2)
 	n := 0
