@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/coredns/caddy"
 )
 
 // httpDo sends method url with the Authorization header auth ("": none)
@@ -123,5 +125,34 @@ func TestReportChunkedBodyBounded(t *testing.T) {
 	o.serveReport(w, req)
 	if w.Code != http.StatusRequestEntityTooLarge || !strings.Contains(w.Body.String(), `"error":"too_large"`) {
 		t.Fatalf("a chunked body of %d bytes: %d %s, want 413 too_large", len(body), w.Code, w.Body)
+	}
+}
+
+// A reload (the new block starts before the old one stops) hands the
+// reports listener over without closing it; it closes with the last block
+// on it. An address used as one block's reports listener cannot be
+// another's admin listener.
+func TestReportsListenerAcrossReload(t *testing.T) {
+	admin, reports := freeAddr(t), freeAddr(t)
+	extra := "admin " + admin + "\nreports " + reports + "\nreport_tokens " + tokensFile(t) + "\nreport_rate 100 100"
+	old := newPlugin(t, extra)
+	next := newPlugin(t, extra) // same state: a reload's new configuration
+	old.stop()
+	body := reportBody(time.Now(), "gw1", 5)
+	if code, b := httpDo(t, http.MethodPost, "http://"+reports+"/ogs/reports", "Bearer "+testToken, body); code != http.StatusAccepted {
+		t.Fatalf("after the old block stopped: %d %s, want 202", code, b)
+	}
+	c, err := parse(caddy.NewTestController("dns", "ogs other.example.test {\ngateway gw1 192.0.2.1:1\nadmin "+reports+"\n}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.state = t.Name() + " other"
+	if err := c.start(); err == nil || !strings.Contains(err.Error(), "admin "+reports+": another ogs block's reports listener is there") {
+		c.stop()
+		t.Fatalf("admin on a reports listener's address: %v", err)
+	}
+	next.stop()
+	if _, err := http.Get("http://" + reports + "/ogs/reports"); err == nil {
+		t.Fatal("the reports listener still answers after its last block stopped")
 	}
 }
