@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 )
@@ -185,13 +184,6 @@ func (r *Reports) Enabled() bool {
 	return r.cfg.Enabled
 }
 
-// ReporterToken is the token id of a reporter "TOKEN_ID|NETWORK" (token
-// ids hold no '|').
-func ReporterToken(reporter string) string {
-	id, _, _ := strings.Cut(reporter, "|")
-	return id
-}
-
 // Add records rep from reporter (its identity: token id × source network)
 // for location, or refuses it whole with a *Refusal.
 func (r *Reports) Add(location, reporter string, rep Report, now time.Time) error {
@@ -264,22 +256,6 @@ func (r *Reports) evictOldestLocation() {
 		}
 	}
 	delete(r.locs, victim)
-}
-
-// evictOldestReporter drops l's least recent reporter of token ("": of
-// any token).
-func evictOldestReporter(l *reportLocation, token string) {
-	var victim string
-	var oldest time.Time
-	for k, st := range l.reporters {
-		if token != "" && ReporterToken(k) != token {
-			continue
-		}
-		if victim == "" || st.latest.Before(oldest) {
-			victim, oldest = k, st.latest
-		}
-	}
-	delete(l.reporters, victim)
 }
 
 // Order returns location's order from its reports and the number of
@@ -488,35 +464,4 @@ func (r *Reports) reporter(l *reportLocation, reporter string) *reporterState {
 		l.reporters[reporter] = st
 	}
 	return st
-}
-
-func (r *Reports) tokenReporters(l *reportLocation, token string) (n int) {
-	for k := range l.reporters {
-		if ReporterToken(k) == token {
-			n++
-		}
-	}
-	return n
-}
-
-// busiestToken is the token holding most reporters in l, newcomer's token
-// counted once more (a tie goes to newcomer: it pushes out its own).
-func busiestToken(l *reportLocation, newcomer string) string {
-	count := map[string]int{}
-	if newcomer != "" {
-		count[newcomer] = 1
-	}
-	for k := range l.reporters {
-		count[ReporterToken(k)]++
-	}
-	best, most := newcomer, count[newcomer]
-	for tok, n := range count {
-		if n > most || (n == most && best != newcomer && tok < best) {
-			best, most = tok, n
-		}
-	}
-	if count[best] == 1 && newcomer != "" && best == newcomer {
-		return "" // every token holds one: the least recent reporter goes
-	}
-	return best
 }
