@@ -29,9 +29,10 @@ func (s *Selector) storeUsable(cfg *Config) bool {
 // touched: an error rests the store for StoreRetry (the replica goes on
 // locally) and is reported, the first one on some keys also as StoreDown;
 // a success clears the troubles of the keys it touched (and of KeysAny:
-// the store answers), each reported as StoreUp. So a store that refuses
-// only the locks stays down for them however often values answer, and
-// each transition is reported once.
+// the store answers), each reported as StoreUp, and when none is left it
+// ends the rest (a call made while the store rested: reconcile's). So a
+// store that refuses only the locks stays down for them however often
+// values answer, and each transition is reported once.
 func (s *Selector) storeDone(cfg *Config, location, op string, touched StoreKeys, err error) {
 	if s.ctx.Err() != nil {
 		return // shutting down: not the store's fault
@@ -52,6 +53,9 @@ func (s *Selector) storeDone(cfg *Config, location, op string, touched StoreKeys
 				delete(s.troubles, k)
 				events = append(events, StoreEvent{Kind: StoreUp, Location: location, Trouble: &StoreTrouble{Op: op, Keys: k, Reason: st.Reason}})
 			}
+		}
+		if len(s.troubles) == 0 {
+			s.storeDownUntil = time.Time{}
 		}
 	}
 	s.storeDown = len(s.troubles) > 0

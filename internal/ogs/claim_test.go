@@ -360,6 +360,7 @@ func TestPausedStoreConvergesWithinTwoReconciles(t *testing.T) {
 	if fa, fb := first(a), first(b); fa != "gw2" || fb != "gw3" {
 		t.Fatalf("with the store paused: a %s first, b %s; want each its own run (gw2, gw3)", fa, fb)
 	}
+	a.Select(context.Background(), "loc2") // probed with the store resting: no call
 	store.resume()
 	if !store.locked("loc") {
 		t.Fatal("the paused get-or-lock took no lock on resuming")
@@ -371,7 +372,8 @@ func TestPausedStoreConvergesWithinTwoReconciles(t *testing.T) {
 	if fa, fb := first(a), first(b); fa != "gw2" || fb != "gw2" || store.locked("loc") {
 		t.Fatalf("after reconciling b, a, b: a %s first, b %s, lock held %v; want both a's stored result (gw2) and the lock released", fa, fb, store.locked("loc"))
 	}
-	if !b.Snapshot(1).Locations[0].FromReplica || store.sets.Load() != 1 {
-		t.Fatalf("b's result shared %v, %d writes", b.Snapshot(1).Locations[0].FromReplica, store.sets.Load())
+	if !b.Snapshot(1).Locations[0].FromReplica || store.value("loc2") == "" || store.sets.Load() != 2 {
+		t.Fatalf("b's result shared %v; loc2 stored %q; %d writes (want 2: the step's first call answered, so the rest ended)",
+			b.Snapshot(1).Locations[0].FromReplica, store.value("loc2"), store.sets.Load())
 	}
 }
