@@ -29,9 +29,10 @@ func (s *Selector) storeUsable(cfg *Config) bool {
 // touched: an error rests the store for StoreRetry (the replica goes on
 // locally) and is reported, the first one on some keys also as StoreDown;
 // a success clears the troubles of the keys it touched (and of KeysAny:
-// the store answers), each reported as StoreUp. So a store that refuses
-// only the locks stays down for them however often values answer, and
-// each transition is reported once.
+// the store answers), each reported as StoreUp, and when none is left it
+// ends the rest (a call made while the store rested: reconcile's). So a
+// store that refuses only the locks stays down for them however often
+// values answer, and each transition is reported once.
 func (s *Selector) storeDone(cfg *Config, location, op string, touched StoreKeys, err error) {
 	if s.ctx.Err() != nil {
 		return // shutting down: not the store's fault
@@ -52,6 +53,9 @@ func (s *Selector) storeDone(cfg *Config, location, op string, touched StoreKeys
 				delete(s.troubles, k)
 				events = append(events, StoreEvent{Kind: StoreUp, Location: location, Trouble: &StoreTrouble{Op: op, Keys: k, Reason: st.Reason}})
 			}
+		}
+		if len(s.troubles) == 0 {
+			s.storeDownUntil = time.Time{}
 		}
 	}
 	s.storeDown = len(s.troubles) > 0
@@ -85,11 +89,23 @@ func lockTTL(cfg *Config) time.Duration { return cfg.Deadline + 2*cfg.StoreTimeo
 // probes overrun their deadline), and so how long another replica waits.
 func maxHold(cfg *Config) time.Duration { return 2*cfg.Deadline + lockTTL(cfg) }
 
-// claim is a probe lock this replica holds for a run.
+// claim is a probe lock this replica holds, or may hold, for a run.
 type claim struct {
 	token string
 	skip  []byte // the unusable value the lock was taken over
+	// unconfirmed: the GetOrLock that would have taken the lock failed,
+	// yet Redis may have run it after this replica stopped waiting (a
+	// paused or slow Redis runs what waited in its socket once it goes
+	// on), so the lock may be held under token, with no one to extend or
+	// release it. The result is published under token all the same
+	// (publish, reconcile): written over such a lock, which it releases,
+	// rather than left pending until the lock expires (lockTTL, 7.5 s by
+	// default) while the other replicas answer their own results.
+	unconfirmed bool
 }
+
+// held reports whether c is a lock this replica knows it took.
+func (c *claim) held() bool { return c != nil && !c.unconfirmed }
 
 // fetchOrRun is the flight of a location with no fresh local entry when a
 // store is configured. In one atomic step (GetOrLock) it gets the stored
@@ -121,7 +137,8 @@ func (s *Selector) fetchOrRun(location string, e *entry, done chan struct{}, cfg
 		}
 		s.storeDone(&cfg, location, "get_or_lock", touched, err)
 		if err != nil {
-			break
+			s.run(location, e, done, cfg, epoch, &claim{token: token, skip: skip, unconfirmed: true})
+			return
 		}
 		if c.Malformed != nil && !counted {
 			counted = true
@@ -236,30 +253,36 @@ type outcome struct {
 	res         *Result // what the location answers: the run's, or the stored one
 	fromReplica bool    // res is the stored value of another replica's run
 	pending     bool    // the run's result is not the stored one yet (reconcile)
+	token       string  // with pending: the run's lock token, which reconcile publishes under
 }
 
 // publish writes a run's result for the other replicas (Publish) and
 // releases c's lock: when the run lost the race (its lock expired and
 // another replica wrote, or holds the lock), the stored value comes back
 // and is answered instead; with nothing usable stored yet, the run's result
-// answers and stays pending, for reconcile. Without a lock (c nil: a run
-// after a store error or a long wait) it writes only where nothing is
-// stored and no one holds the lock.
-func (s *Selector) publish(location string, res *Result, cfg Config, c *claim) outcome {
+// answers and stays pending, for reconcile. Without a lock held (c nil: a
+// run after a long wait; unconfirmed: after a store error) it writes only
+// where nothing is stored and no one holds the lock but, maybe, c's token;
+// and it leaves a resting store alone unless try is set (reconcile).
+func (s *Selector) publish(location string, res *Result, cfg Config, c *claim, try bool) outcome {
 	out := outcome{res: res}
-	if res == nil || cfg.Store == nil || (c == nil && !s.storeUsable(&cfg)) {
-		if c != nil {
+	if c != nil {
+		out.token = c.token
+	}
+	if res == nil || cfg.Store == nil || (!c.held() && !try && !s.storeUsable(&cfg)) {
+		if c.held() {
 			s.unlock(location, cfg, c)
 		}
-		return outcome{res: res, pending: res != nil && cfg.Store != nil}
+		out.pending = res != nil && cfg.Store != nil
+		return out
 	}
 	ttl := cfg.CacheTTL - s.now().Sub(res.At)
 	data, err := encodeStored(res, &cfg)
 	if ttl < time.Millisecond || err != nil {
-		if c != nil {
+		if c.held() {
 			s.unlock(location, cfg, c)
 		}
-		return out
+		return outcome{res: res}
 	}
 	token, skip := "", []byte(nil)
 	if c != nil {
@@ -271,7 +294,7 @@ func (s *Selector) publish(location string, res *Result, cfg Config, c *claim) o
 	s.storeDone(&cfg, location, "publish", KeysBoth, err)
 	switch {
 	case err != nil:
-		if c != nil {
+		if c.held() {
 			s.unlock(location, cfg, c)
 		}
 		out.pending = true
@@ -298,26 +321,35 @@ func (s *Selector) unlock(location string, cfg Config, c *claim) {
 
 // reconcile takes up to reconcileBatch fresh results that are not the
 // stored one (pending: probed while the store was down, or by a run that
-// lost the race) to the store: each is written where nothing is stored and
-// no one holds the lock, else the stored value replaces it. Called on the
-// re-check timer (recheck.go), so replicas that answered different results
-// for a location converge on the stored one within one interval.
+// lost the race) to the store, each under its run's lock token: written
+// where nothing is stored and no one holds the lock but, maybe, that token
+// (a get-or-lock that Redis ran after this replica gave up on it: see
+// claim.unconfirmed), else the stored value replaces it. It runs on the
+// re-check timer (recheck.go), and its first call goes even while the
+// store rests after an error (the timer paces it; a failure stops the
+// step), so each replica takes its results to a store that answers again
+// at its next tick, not a rest later. A replica that found another's lock
+// there reads that one's result at the tick after: replicas that answered
+// different results converge on the stored one within two intervals and a
+// store timeout (a tick's call begun before the store answered) of it
+// answering.
 func (s *Selector) reconcile() {
 	cfg := s.Config()
-	if !s.storeUsable(&cfg) {
+	if cfg.Store == nil {
 		return
 	}
 	now := s.now()
 	type item struct {
-		loc string
-		e   *entry
-		res *Result
+		loc   string
+		e     *entry
+		res   *Result
+		token string
 	}
 	var items []item
 	s.mu.Lock()
 	for loc, e := range s.entries {
 		if e.pending && e.flight == nil && s.fresh(e, now) {
-			items = append(items, item{loc, e, e.res})
+			items = append(items, item{loc, e, e.res, e.token})
 			if len(items) == reconcileBatch {
 				break
 			}
@@ -325,15 +357,21 @@ func (s *Selector) reconcile() {
 	}
 	epoch := s.epoch
 	s.mu.Unlock()
+	tried := false
 	for _, it := range items {
-		if !s.storeUsable(&cfg) {
+		if tried && !s.storeUsable(&cfg) {
 			return
 		}
 		res := it.res
 		if !sameGateways(res.Gateways, cfg.Gateways) {
 			continue // measured under an older configuration: leave it
 		}
-		out := s.publish(it.loc, res, cfg, nil)
+		var c *claim
+		if it.token != "" {
+			c = &claim{token: it.token, unconfirmed: true}
+		}
+		out := s.publish(it.loc, res, cfg, c, !tried)
+		tried = true
 		s.mu.Lock()
 		if it.e.res == res && s.epoch == epoch {
 			it.e.pending = out.pending

@@ -272,3 +272,108 @@ func TestReconcileRunsOnTheRecheckTimer(t *testing.T) {
 		time.Sleep(5 * ms)
 	}
 }
+
+// pausedStore is a store stopped as a SIGSTOPped Redis is: while paused,
+// each call waits until its context ends and fails (a timeout), and is run
+// when resume is called, in the order made (Redis runs what waited in its
+// sockets once it goes on, replying to no one).
+type pausedStore struct {
+	*fakeStore
+	mu     sync.Mutex
+	paused bool
+	queued []func()
+}
+
+// wait, while the store is paused, queues op and waits for ctx to end; it
+// reports whether it did.
+func (p *pausedStore) wait(ctx context.Context, op func()) bool {
+	p.mu.Lock()
+	if !p.paused {
+		p.mu.Unlock()
+		return false
+	}
+	p.queued = append(p.queued, op)
+	p.mu.Unlock()
+	<-ctx.Done()
+	return true
+}
+
+func (p *pausedStore) resume() {
+	p.mu.Lock()
+	q := p.queued
+	p.paused, p.queued = false, nil
+	p.mu.Unlock()
+	for _, op := range q {
+		op()
+	}
+}
+
+func (p *pausedStore) GetOrLock(ctx context.Context, loc, token string, ttl time.Duration, skip []byte) (Claim, error) {
+	if p.wait(ctx, func() { p.fakeStore.GetOrLock(context.Background(), loc, token, ttl, skip) }) {
+		return Claim{}, ctx.Err()
+	}
+	return p.fakeStore.GetOrLock(ctx, loc, token, ttl, skip)
+}
+
+func (p *pausedStore) Extend(ctx context.Context, loc, token string, ttl time.Duration) (bool, error) {
+	if p.wait(ctx, func() { p.fakeStore.Extend(context.Background(), loc, token, ttl) }) {
+		return false, ctx.Err()
+	}
+	return p.fakeStore.Extend(ctx, loc, token, ttl)
+}
+
+func (p *pausedStore) Publish(ctx context.Context, loc, token string, value []byte, ttl time.Duration, skip []byte) ([]byte, bool, error) {
+	if p.wait(ctx, func() { p.fakeStore.Publish(context.Background(), loc, token, value, ttl, skip) }) {
+		return nil, false, ctx.Err()
+	}
+	return p.fakeStore.Publish(ctx, loc, token, value, ttl, skip)
+}
+
+func (p *pausedStore) Unlock(ctx context.Context, loc, token string) error {
+	if p.wait(ctx, func() { p.fakeStore.Unlock(context.Background(), loc, token) }) {
+		return ctx.Err()
+	}
+	return p.fakeStore.Unlock(ctx, loc, token)
+}
+
+// Issue 48: two replicas probe a new location while the store is paused
+// and pick different first gateways. On resuming, the store runs a's
+// get-or-lock, which a gave up on: the lock is a's, and no run of a's
+// extends or releases it. Rule 5: each replica's first reconcile once the
+// store answers takes its result there (even though the store still rests
+// after the errors: StoreRetry is an hour here), a's under the token of
+// the run the lock was taken for; b, reconciling first, finds a's lock and
+// reads a's result at its next step. So the worst case, b, a, b, agrees
+// after b's second step: two re-check intervals. (With the lock left to
+// expire, as before, both answered their own results for its 7.5 s; with
+// the store's rest in force, nothing was reconciled.)
+func TestPausedStoreConvergesWithinTwoReconciles(t *testing.T) {
+	store := &pausedStore{fakeStore: newFakeStore(), paused: true}
+	mod := func(c *Config) { c.StoreTimeout, c.StoreRetry = 20*ms, time.Hour }
+	a := replica(t, store, exampleProber(), &events{}, mod)
+	pb := &fakeProber{rtts: map[string]time.Duration{"a:1": 40 * ms, "b:1": 30 * ms, "c:1": 10 * ms, "d:1": 20 * ms}}
+	b := replica(t, store, pb, &events{}, mod)
+	first := func(s *Selector) string {
+		sel := s.Select(context.Background(), "loc")
+		return sel.Gateways[sel.Order[0]].Name
+	}
+	if fa, fb := first(a), first(b); fa != "gw2" || fb != "gw3" {
+		t.Fatalf("with the store paused: a %s first, b %s; want each its own run (gw2, gw3)", fa, fb)
+	}
+	a.Select(context.Background(), "loc2") // probed with the store resting: no call
+	store.resume()
+	if !store.locked("loc") {
+		t.Fatal("the paused get-or-lock took no lock on resuming")
+	}
+	for i, s := range []*Selector{b, a, b} {
+		s.reconcile()
+		t.Logf("reconcile %d: a %s first, b %s, stored %.40q, locked %v", i+1, first(a), first(b), store.value("loc"), store.locked("loc"))
+	}
+	if fa, fb := first(a), first(b); fa != "gw2" || fb != "gw2" || store.locked("loc") {
+		t.Fatalf("after reconciling b, a, b: a %s first, b %s, lock held %v; want both a's stored result (gw2) and the lock released", fa, fb, store.locked("loc"))
+	}
+	if !b.Snapshot(1).Locations[0].FromReplica || store.value("loc2") == "" || store.sets.Load() != 2 {
+		t.Fatalf("b's result shared %v; loc2 stored %q; %d writes (want 2: the step's first call answered, so the rest ended)",
+			b.Snapshot(1).Locations[0].FromReplica, store.value("loc2"), store.sets.Load())
+	}
+}

@@ -245,6 +245,7 @@ type entry struct {
 	viewVer     uint64  // the deadVer view was derived at
 	fromReplica bool    // res was read from the store, not probed here
 	pending     bool    // res was probed here and is not the stored result yet (see reconcile)
+	token       string  // with pending: the lock token res is published under (claim.unconfirmed)
 }
 
 // progress is what a probe run has measured so far, so that a query whose
@@ -497,7 +498,7 @@ func (s *Selector) configured() *Result {
 func (s *Selector) run(location string, e *entry, done chan struct{}, cfg Config, epoch uint64, c *claim) {
 	ctx, cancel := context.WithTimeout(s.ctx, cfg.Deadline)
 	defer cancel()
-	if c != nil {
+	if c.held() {
 		stop := make(chan struct{})
 		defer close(stop)
 		s.wg.Add(1)
@@ -520,7 +521,7 @@ func (s *Selector) run(location string, e *entry, done chan struct{}, cfg Config
 	if any {
 		probed = &Result{Gateways: cfg.Gateways, Order: Order(cfg.Gateways, best, cfg.OmitUnmeasured), RTTs: best, Reasons: reasons, At: s.now()}
 	}
-	out := s.publish(location, probed, cfg, c)
+	out := s.publish(location, probed, cfg, c, false)
 	s.mu.Lock()
 	res := out.res
 	if res != nil && (!sameGateways(cfg.Gateways, s.cfg.Gateways) || cfg.OmitUnmeasured != s.cfg.OmitUnmeasured) {
@@ -528,7 +529,7 @@ func (s *Selector) run(location string, e *entry, done chan struct{}, cfg Config
 	}
 	switch {
 	case res != nil:
-		e.res, e.epoch, e.failed, e.fromReplica, e.pending = res, epoch, nil, out.fromReplica, out.pending
+		e.res, e.epoch, e.failed, e.fromReplica, e.pending, e.token = res, epoch, nil, out.fromReplica, out.pending, out.token
 	case !any:
 		e.retryAt = s.now().Add(cfg.Retry)
 		e.failed = &Result{Gateways: cfg.Gateways, RTTs: best, Reasons: reasons, At: s.now()}
