@@ -358,7 +358,7 @@ func TestFetchRules(t *testing.T) {
 	var fail atomic.Bool
 	flaky := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if fail.Load() {
-			http.Error(w, "down", 503)
+			http.Error(w, "down", http.StatusServiceUnavailable)
 			return
 		}
 		io.WriteString(w, `{"servers":[{"zone":"z."}],"extra":"dropped"}`)
