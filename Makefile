@@ -21,7 +21,7 @@ build:
 run: build
 	@if [ -t 0 ]; then set -m; fi; ./scripts/demo.sh
 
-# Installs missing test tools (as root), then vet and every test.
+# Installs missing test tools (as root), then vet, staticcheck and every test.
 test:
 	./scripts/test.sh
 

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The project's test command (`make test`, and so .ci/run): installs the test
 # tools that are missing (Debian packages, as root), builds the binaries the
-# end-to-end tests run, then go vet and every test (unit, adapter and end to
-# end through the real binaries), then the race detector over the engines
-# and the adapters.
+# end-to-end tests run, then go vet and staticcheck, every test (unit,
+# adapter and end to end through the real binaries), then the race detector
+# over the engines and the adapters.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/sbin:/sbin" # slapd and slapadd live there
@@ -29,6 +29,20 @@ if [ ${#missing[@]} -gt 0 ]; then
 	[ "$(id -u)" -eq 0 ] || sudo=sudo
 	$sudo apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# staticcheck (honnef.co/go/tools), pinned: built into bin/tools/ when it is
+# missing, of another version, or built by another Go than this one (which
+# it could not analyse packages of). The check reads the binary's build
+# information, so a warm run only looks.
+staticcheck_version=v0.8.2
+staticcheck=bin/tools/staticcheck
+want="$(go env GOVERSION) $staticcheck_version"
+have=$(go version -m "$staticcheck" 2>/dev/null |
+	awk 'NR == 1 {g = $2} $1 == "mod" && $2 == "honnef.co/go/tools" {v = $3} END {print g, v}') || true
+if [ "$have" != "$want" ]; then
+	echo "installing: staticcheck $staticcheck_version"
+	GOBIN="$PWD/bin/tools" go install "honnef.co/go/tools/cmd/staticcheck@$staticcheck_version"
 fi
 
 stage "go mod download"
@@ -120,13 +134,28 @@ run_tests() {
 		[ $rc -eq 0 ] || exit 1' _
 }
 
-stage "compile the tests (and vet)"
+stage "compile the tests (and vet), staticcheck beside"
+# staticcheck over every package, test files included, beside the compile:
+# both work on the packages the binaries' build left in the build cache,
+# and the end-to-end tests after them run with nothing beside. Its own
+# cache (~/.cache/staticcheck) makes a warm run take seconds; cold, it
+# analyses every dependency once (minutes of CPU). Any finding fails the
+# run, after the compile.
+"$staticcheck" ./... >"$tests"/staticcheck.out 2>&1 &
+staticcheck_pid=$!
+trap 'kill "$staticcheck_pid" 2>/dev/null || true' EXIT
 # -vet=all: every go vet check on every package, test files included, while
 # it builds it (packages without tests too). -s -w: test binaries without
 # symbol table and DWARF, which cuts link time; stack traces keep their
 # names.
 go test -c -vet=all -ldflags='-s -w' -o "$tests"/engines/ $engines
 go test -c -vet=all -ldflags='-s -w' -o "$tests"/rest/ $rest
+if ! wait "$staticcheck_pid"; then
+	cat "$tests"/staticcheck.out
+	echo "FAIL	staticcheck $staticcheck_version ./..."
+	exit 1
+fi
+trap - EXIT
 
 stage "go test (every test)"
 # Four at a time, the slowest first: each takes its time in end-to-end

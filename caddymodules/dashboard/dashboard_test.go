@@ -245,7 +245,7 @@ func TestServeStateAssetsAndRemotes(t *testing.T) {
 		"/api/state?since=1":             {400, `unknown parameter "since"; the one parameter accepted is window=<duration>`},
 		"/api/state?url=http://evil/":    {400, `unknown parameter "url"`},
 		"/api/state?window=1s&window=2s": {400, "parameter window given 2 times"},
-		"/api/state?%zz":                 {400, `query "%zz"`},
+		"/api/state?%zz":                 {400, `the query does not parse`},
 		"/":                              {200, ""}, "/assets/app.js": {200, ""}, "/assets/uPlot.iife.min.js": {200, ""}, "/assets/uPlot.LICENSE": {200, ""},
 		"/assets/nope.js": {404, `no asset "nope.js"`}, "/assets/../handler.go": {404, ""}, "/assets/": {404, ""},
 		"/x": {404, "the dashboard answers /, /assets/<name> and /api/state"},
@@ -358,7 +358,7 @@ func TestFetchRules(t *testing.T) {
 	var fail atomic.Bool
 	flaky := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if fail.Load() {
-			http.Error(w, "down", 503)
+			http.Error(w, "down", http.StatusServiceUnavailable)
 			return
 		}
 		io.WriteString(w, `{"servers":[{"zone":"z."}],"extra":"dropped"}`)
@@ -417,5 +417,45 @@ func TestFetchRules(t *testing.T) {
 	if r.Reachable || !strings.Contains(r.Error, "HTTP 503") || string(r.Body) != string(first.Body) ||
 		!r.BodyFetchedAt.Equal(first.FetchedAt) || !r.FetchedAt.After(r.BodyFetchedAt) {
 		t.Errorf("flaky, after a failure: %+v, want the last good body kept from %v", r, first.FetchedAt)
+	}
+}
+
+// Error bodies repeat a piece of the request only when it is plain (see
+// echo): markup, control bytes, a forged log line or a long text sent in a
+// path, a parameter's name or value, or the method never comes back.
+func TestErrorBodiesRepeatNoRequestText(t *testing.T) {
+	h := &Handler{History: caddy.Duration(15 * time.Minute)}
+	for _, c := range []struct {
+		method, target string
+		code           int
+	}{
+		{"GET", "/%3Csvg%20onload=alert(1)%3E", 404},
+		{"GET", "/assets/%3Cscript%3Ealert(1)%3C%2Fscript%3E", 404},
+		{"GET", "/x%0D%0Alevel=error%20msg=forged", 404},
+		{"GET", "/" + strings.Repeat("a", 65), 404},
+		{"GET", "/api/state?%3Csvg%20onload%3Dalert(1)%3E=1", 400},
+		{"GET", "/api/state?window=%3Csvg%20onload%3Dalert(1)%3E", 400},
+		{"GET", "/api/state?window=1s%0Alevel=error", 400},
+		{"GET", "/api/state?%zz%3Csvg%20onload=alert(1)%3E", 400},
+		{"<SVG/ONLOAD=ALERT(1)>", "/", 405},
+	} {
+		w := httptest.NewRecorder()
+		r := httptest.NewRequest("GET", c.target, nil)
+		r.Method = c.method
+		if err := h.ServeHTTP(w, r, nil); err != nil {
+			t.Fatalf("%s %s: %v", c.method, c.target, err)
+		}
+		body := strings.TrimSuffix(w.Body.String(), "\n")
+		if w.Code != c.code || strings.ContainsAny(body, "\r\n") || strings.Contains(strings.ToLower(body), "alert") ||
+			strings.Contains(body, "forged") || strings.Contains(body, strings.Repeat("a", 65)) ||
+			(!strings.Contains(body, "(not shown)") && !strings.Contains(body, "does not parse")) {
+			t.Errorf("%s %s: %d %q, want %d and none of the request's text", c.method, c.target, w.Code, body, c.code)
+		}
+	}
+	// Plain text still comes back, for whoever typed it.
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest("GET", "/assets/nope-1.js", nil), nil)
+	if !strings.Contains(w.Body.String(), `no asset "nope-1.js"`) {
+		t.Errorf("a plain asset name: %q", w.Body.String())
 	}
 }

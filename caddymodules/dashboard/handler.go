@@ -195,7 +195,7 @@ func securityHeaders(w http.ResponseWriter) {
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.Handler) error {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
-		return answerError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s: want GET or HEAD", r.Method))
+		return answerError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s: want GET or HEAD", echo(r.Method)))
 	}
 	securityHeaders(w)
 	p := r.URL.Path
@@ -207,7 +207,25 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.
 	case p == "/":
 		return serveAsset(w, r, "index.html")
 	}
-	return answerError(w, http.StatusNotFound, fmt.Sprintf("no dashboard resource at %q: the dashboard answers /, /assets/<name> and /api/state", p))
+	return answerError(w, http.StatusNotFound, fmt.Sprintf("no dashboard resource at %s: the dashboard answers /, /assets/<name> and /api/state", echo(p)))
+}
+
+// echo is a piece of the request (a path, a parameter or its value) as an
+// error body may repeat it: quoted if it is at most 64 bytes of letters,
+// digits and . _ - /, else "(not shown)". So a body, and the logs and pages
+// that show it, never carry the client's markup, control bytes or forged
+// log lines, whatever the request held.
+func echo(s string) string {
+	if len(s) > 64 {
+		return "(not shown)"
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("._-/", c) >= 0) {
+			return "(not shown)"
+		}
+	}
+	return `"` + s + `"`
 }
 
 // answerError writes an error answer with a body that says what was wrong
@@ -222,11 +240,11 @@ func answerError(w http.ResponseWriter, code int, msg string) error {
 
 func serveAsset(w http.ResponseWriter, r *http.Request, name string) error {
 	if name == "" || strings.Contains(name, "/") || !fs.ValidPath(name) {
-		return answerError(w, http.StatusNotFound, fmt.Sprintf("no asset %q", name))
+		return answerError(w, http.StatusNotFound, "no asset "+echo(name))
 	}
 	f, err := assetFS.Open(path.Join("assets", name))
 	if err != nil {
-		return answerError(w, http.StatusNotFound, fmt.Sprintf("no asset %q", name))
+		return answerError(w, http.StatusNotFound, "no asset "+echo(name))
 	}
 	defer f.Close()
 	rs, ok := f.(interface {
@@ -262,20 +280,21 @@ func (h *Handler) serveState(w http.ResponseWriter, r *http.Request) error {
 	want := fmt.Sprintf("window=<duration> from 0s to the history (%v), e.g. window=30s", time.Duration(h.History))
 	q, err := url.ParseQuery(r.URL.RawQuery)
 	if err != nil {
-		return bad(fmt.Sprintf("query %q: %v; the one parameter accepted is %s", r.URL.RawQuery, err, want))
+		// The parse error quotes the query: not repeated (see echo).
+		return bad("the query does not parse; the one parameter accepted is " + want)
 	}
 	window := time.Duration(h.History)
 	for _, k := range slices.Sorted(maps.Keys(q)) {
 		v := q[k]
 		if k != "window" {
-			return bad(fmt.Sprintf("unknown parameter %q; the one parameter accepted is %s", k, want))
+			return bad(fmt.Sprintf("unknown parameter %s; the one parameter accepted is %s", echo(k), want))
 		}
 		if len(v) != 1 {
 			return bad(fmt.Sprintf("parameter window given %d times; want it once: %s", len(v), want))
 		}
 		d, err := time.ParseDuration(v[0])
 		if err != nil || d < 0 || d > time.Duration(h.History) {
-			return bad(fmt.Sprintf("parameter window %q: want %s", v[0], want))
+			return bad(fmt.Sprintf("parameter window %s: want %s", echo(v[0]), want))
 		}
 		window = d
 	}

@@ -212,7 +212,7 @@ func TestTrafficThreePublishersSlowAnswers(t *testing.T) {
 			}
 			var sp latencybucket.PublisherView
 			if mode == "probe" {
-				v = waitView(t, c, "apps-traffic", "observed c slow", func(v latencybucket.PolicyView) bool {
+				waitView(t, c, "apps-traffic", "observed c slow", func(v latencybucket.PolicyView) bool {
 					return pub(v, slow).ObservedPeakMS > 1000
 				})
 				time.Sleep(time.Second)

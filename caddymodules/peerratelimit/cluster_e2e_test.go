@@ -607,7 +607,7 @@ http://%s {
 	if got, hi := o.ok.Load(), most(50, clusterBurst(50), o.elapsed); got > hi || got < 50 || o.rejected.Load() == 0 {
 		t.Fatalf("type m: admitted %d (refused %d) in %v at a cluster limit of 50/s with one replica, want 50..%d and some refused", got, o.rejected.Load(), o.elapsed, hi)
 	}
-	v = waitCluster(t, c, "the type's share", func(v *peerratelimit.ClusterView) bool {
+	waitCluster(t, c, "the type's share", func(v *peerratelimit.ClusterView) bool {
 		m := msgView(v)
 		return m != nil && len(m.Shares) == 1 && m.Shares[0].Peer == "a"
 	})

@@ -201,10 +201,9 @@ func TestRebindAfterFailedBindMeetsTheCeiling(t *testing.T) {
 	c.WaitLog(t, "the connection's node is at max_per_node: bind refused busy", 5*time.Second)
 
 	// A slot frees on the first refused connection's node: it binds now.
-	for i, b := range held {
+	for _, b := range held {
 		if b.node == failedOn[0] {
 			b.conn.Close()
-			held = append(held[:i], held[i+1:]...)
 			break
 		}
 	}

@@ -200,5 +200,5 @@ func noticeName(t *testing.T, raw []byte) string {
 	if code, _ := op.Children[0].Value.(int64); code != ldapwire.ResultUnavailable {
 		t.Fatalf("notice result code %v, want unavailable", op.Children[0].Value)
 	}
-	return string(op.Children[3].Data.Bytes())
+	return op.Children[3].Data.String()
 }

@@ -197,7 +197,7 @@ func parse(p *ber.Packet) (*Message, error) {
 		}
 	case ldap.ApplicationExtendedRequest:
 		if len(op.Children) > 0 && op.Children[0].ClassType == ber.ClassContext && op.Children[0].Tag == 0 {
-			m.Extended = string(op.Children[0].Data.Bytes())
+			m.Extended = op.Children[0].Data.String()
 		}
 	}
 	return m, nil

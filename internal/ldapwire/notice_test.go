@@ -29,7 +29,7 @@ func TestNoticeOfDisconnection(t *testing.T) {
 	if msg := op.Children[2].Value.(string); msg != "node did not answer" {
 		t.Fatalf("diagnosticMessage %q", msg)
 	}
-	if name := string(op.Children[3].Data.Bytes()); op.Children[3].Tag != 10 || name != NoticeOfDisconnectionOID {
+	if name := op.Children[3].Data.String(); op.Children[3].Tag != 10 || name != NoticeOfDisconnectionOID {
 		t.Fatalf("responseName %q", name)
 	}
 	if m, err := Parse(b); err != nil || m.Op != "extended_response" || m.ID != 0 {

@@ -205,8 +205,17 @@ type StickyStore struct {
 
 	healthy  atomic.Bool
 	failing  atomic.Int32 // calls in a row without an answer (mirrors streak)
-	closed   atomic.Bool
 	inflight atomic.Int32 // renewals and reconciliations under way
+
+	// The goroutines the store starts (background calls, the recheck and
+	// refusal loops) end before close returns: ctx, cancelled by close,
+	// ends their waits and store calls; wg counts them; goMu orders each
+	// start against close, so none starts once close has begun.
+	ctx    context.Context
+	cancel context.CancelFunc
+	goMu   sync.RWMutex
+	closed bool // under goMu
+	wg     sync.WaitGroup
 
 	// The epoch is now ÷ (TTL/2), mod 4, kept in the tag of each local
 	// pin when it is synced with the store. A hit on a pin tagged with
@@ -243,6 +252,7 @@ type StickyStore struct {
 func newStickyStore(cfg StickyStoreConfig, stats *StickyStoreStats, ttl time.Duration) *StickyStore {
 	cfg.setDefaults()
 	s := &StickyStore{cfg: cfg, stats: stats}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.setTTL(ttl)
 	s.healthy.Store(true)
 	return s
@@ -283,8 +293,6 @@ func (s *StickyStore) Health() StickyStoreHealth {
 	}
 	return h
 }
-
-func (s *StickyStore) close() { s.closed.Store(true) }
 
 // setTTL changes the TTL (a reload); the epoch is recomputed at the next
 // pick.
@@ -332,28 +340,6 @@ func (s *StickyStore) refresh(user, app, addr string) {
 		s.answered()
 		s.stats.Refreshes.Add(1)
 	})
-}
-
-// backgroundTimeout bounds a call made off the request's path.
-func (s *StickyStore) backgroundTimeout() time.Duration {
-	return max(s.cfg.Timeout, 250*time.Millisecond)
-}
-
-// inBackground runs call off the request's path with the pair's store key
-// and TTL, bounded by backgroundTimeout; at most maxRefreshes run at once,
-// and a call beyond that is skipped and counted.
-func (s *StickyStore) inBackground(user, app string, call func(ctx context.Context, key string, ttl time.Duration)) {
-	if s.inflight.Add(1) > maxRefreshes {
-		s.inflight.Add(-1)
-		s.stats.Skipped.Add(1)
-		return
-	}
-	go func() {
-		defer s.inflight.Add(-1)
-		ctx, cancel := context.WithTimeout(context.Background(), s.backgroundTimeout())
-		defer cancel()
-		call(ctx, s.Key(user, app), time.Duration(s.ttl.Load()))
-	}()
 }
 
 // reconcilable says whether a local hit on table key should start a

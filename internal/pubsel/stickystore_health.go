@@ -67,10 +67,10 @@ func (s *StickyStore) fail(key string, err error) {
 		s.cfg.OnRefusal(true, reason, key, err)
 	}
 	if recheck {
-		go s.recheck()
+		s.spawn(s.recheck)
 	}
 	if watch {
-		go s.watchRefusal()
+		s.spawn(s.watchRefusal)
 	}
 }
 
@@ -81,20 +81,22 @@ func (s *StickyStore) fail(key string, err error) {
 var testHookFailDecided func()
 
 // recheck pings the store every Recheck until it answers (or the StickyStore is
-// replaced), then marks it healthy.
+// closed), then marks it healthy.
 func (s *StickyStore) recheck() {
 	t := time.NewTicker(s.cfg.Recheck)
 	defer t.Stop()
-	for range t.C {
-		if s.closed.Load() {
-			s.mu.Lock()
-			s.rechecking = false
-			s.mu.Unlock()
+	for {
+		select {
+		case <-s.ctx.Done():
 			return
+		case <-t.C:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), s.backgroundTimeout())
+		ctx, cancel := context.WithTimeout(s.ctx, s.backgroundTimeout())
 		err := s.cfg.Store.Ping(ctx)
 		cancel()
+		if s.ctx.Err() != nil {
+			return // closed meanwhile: the ping's error is ours
+		}
 		if err == nil {
 			s.eventMu.Lock()
 			s.mu.Lock()
@@ -122,24 +124,85 @@ func (s *StickyStore) recheck() {
 func (s *StickyStore) watchRefusal() {
 	t := time.NewTicker(min(s.cfg.Recheck, s.cfg.RefusalHold))
 	defer t.Stop()
-	for range t.C {
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+		}
 		s.eventMu.Lock()
 		s.mu.Lock()
-		closed := s.closed.Load()
-		ended := !closed && time.Since(s.refusedAt) >= s.cfg.RefusalHold
-		if closed || ended {
-			s.watching = false
-		}
+		ended := time.Since(s.refusedAt) >= s.cfg.RefusalHold
 		if ended {
-			s.refusing = false
+			s.watching, s.refusing = false, false
 		}
 		s.mu.Unlock()
 		if ended && s.cfg.OnRefusal != nil {
 			s.cfg.OnRefusal(false, "", "", nil)
 		}
 		s.eventMu.Unlock()
-		if closed || ended {
+		if ended {
 			return
 		}
 	}
+}
+
+// backgroundTimeout bounds a call made off the request's path.
+func (s *StickyStore) backgroundTimeout() time.Duration {
+	return max(s.cfg.Timeout, 250*time.Millisecond)
+}
+
+// inBackground runs call off the request's path with the pair's store key
+// and TTL, bounded by backgroundTimeout and by close; at most maxRefreshes
+// run at once, and a call beyond that is skipped and counted (as is one
+// after close).
+func (s *StickyStore) inBackground(user, app string, call func(ctx context.Context, key string, ttl time.Duration)) {
+	if s.inflight.Add(1) > maxRefreshes {
+		s.inflight.Add(-1)
+		s.stats.Skipped.Add(1)
+		return
+	}
+	started := s.spawn(func() {
+		defer s.inflight.Add(-1)
+		ctx, cancel := context.WithTimeout(s.ctx, s.backgroundTimeout())
+		defer cancel()
+		call(ctx, s.Key(user, app), time.Duration(s.ttl.Load()))
+	})
+	if !started {
+		s.inflight.Add(-1)
+		s.stats.Skipped.Add(1)
+	}
+}
+
+// spawn runs f in a goroutine that close waits for, unless close has
+// begun (false).
+func (s *StickyStore) spawn(f func()) bool {
+	s.goMu.RLock()
+	defer s.goMu.RUnlock()
+	if s.closed {
+		return false
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		f()
+	}()
+	return true
+}
+
+// close ends the store's goroutines and waits for them: a config that no
+// longer uses this store (a reload, the last generation's Cleanup) leaves
+// nothing running that calls it or its callbacks. Requests of the old
+// generation that still pick through it call the store on their path only;
+// nothing starts in the background any more.
+func (s *StickyStore) close() {
+	s.goMu.Lock()
+	already := s.closed
+	s.closed = true
+	s.goMu.Unlock()
+	if already {
+		return
+	}
+	s.cancel()
+	s.wg.Wait()
 }

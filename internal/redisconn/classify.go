@@ -22,8 +22,9 @@ const (
 	// NotFound: the key or field does not exist (redis.Nil).
 	NotFound
 	// Malformed: the store answered, and the value it holds is not one
-	// this module wrote (WRONGTYPE: another program's key of another type;
-	// "not an integer" from an increment over a garbage field). The value
+	// this module wrote (WRONGTYPE: another program's key of another type,
+	// also inside a script's ERR on Redis 6; "not an integer" from an
+	// increment over a garbage field). The value
 	// is ignored and counted, and rewritten where the module says so.
 	Malformed
 	// Trouble: the store could not do what was asked for the keys the
@@ -63,13 +64,22 @@ func Classify(err error) Kind {
 		case "WRONGTYPE":
 			return Malformed
 		case "ERR":
-			if strings.Contains(re.Error(), "not an integer") || strings.Contains(re.Error(), "not a valid float") {
+			// Redis 6 wraps a script's failed call in one ERR ("ERR Error
+			// running script (call to f_…): @user_script:1: WRONGTYPE
+			// Operation against a key holding the wrong kind of value");
+			// Redis 7 passes the WRONGTYPE reply through.
+			if m := re.Error(); strings.Contains(m, wrongKind) || strings.Contains(m, "not an integer") ||
+				strings.Contains(m, "not a valid float") {
 				return Malformed
 			}
 		}
 	}
 	return Trouble
 }
+
+// wrongKind is the text of Redis' WRONGTYPE reply, which a script's ERR
+// carries on Redis 6.
+const wrongKind = "Operation against a key holding the wrong kind of value"
 
 // ErrMalformed marks an error of the caller's own parse of a value the
 // store returned: wrap it (fmt.Errorf("%w: …", redisconn.ErrMalformed)) and

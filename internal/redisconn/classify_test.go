@@ -61,6 +61,8 @@ func TestClassifyRealErrors(t *testing.T) {
 	check("GET allowed", part.Get(ctx, "allowed:str").Err(), want{OK, ""})
 	check("HINCRBY on a string", part.HIncrBy(ctx, "allowed:str", "a", 1).Err(), want{Malformed, ""})
 	check("HINCRBY on a garbage field", part.HIncrBy(ctx, "allowed:h", "a", 1).Err(), want{Malformed, ""})
+	check("a script's HINCRBY on a string", part.Eval(ctx, "return redis.call('HINCRBY', KEYS[1], 'a', 1)",
+		[]string{"allowed:str"}).Err(), want{Malformed, ""})
 	check("HINCRBY outside the ACL's keys", part.HIncrBy(ctx, "other:h", "a", 1).Err(), want{Trouble, "noperm"})
 	check("wrong password", wrongpw.Ping(ctx).Err(), want{Trouble, "noauth"})
 	check("a caller's parse", fmt.Errorf("%w: field a %q", ErrMalformed, "x"), want{Malformed, ""})
@@ -93,6 +95,37 @@ func TestClassifyRealErrors(t *testing.T) {
 		refused := redis.NewClient(&redis.Options{Addr: e2e.Addr(t), MaxRetries: -1})
 		defer refused.Close()
 		check("nothing listening", refused.Ping(ctx).Err(), want{Trouble, "refused"})
+	}
+}
+
+// TestClassifyReplies reads error replies as each Redis version words
+// them, a script's failed call included: Redis 6 wraps it in one ERR, whose
+// text still says what failed; Redis 7 passes the call's own reply through.
+func TestClassifyReplies(t *testing.T) {
+	const sha = "f_2e3f5ad2d6d2c8a9b7e3bfb0f0c1a8a4e1b9c7d2"
+	for _, c := range []struct {
+		reply  string
+		kind   Kind
+		reason string
+	}{
+		{"WRONGTYPE Operation against a key holding the wrong kind of value", Malformed, ""},
+		{"WRONGTYPE Operation against a key holding the wrong kind of value script: 2e3f5ad2, on @user_script:1.", Malformed, ""},
+		{"ERR Error running script (call to " + sha + "): @user_script:1: WRONGTYPE Operation against a key holding the wrong kind of value", Malformed, ""},
+		{"ERR Error running script (call to " + sha + "): @user_script:3: ERR hash value is not an integer", Malformed, ""},
+		{"ERR value is not an integer or out of range", Malformed, ""},
+		// Redis before 2.6 had no WRONGTYPE word.
+		{"ERR Operation against a key holding the wrong kind of value", Malformed, ""},
+		// Other script failures are the store's trouble, not the value's.
+		{"ERR Error running script (call to " + sha + "): @user_script:1: @user_script: 1: The user executing the script can't access at least one of the keys mentioned in the command", Trouble, "error_reply"},
+		{"ERR Error running script (call to " + sha + "): @user_script:1: @user_script: 1: -OOM command not allowed when used memory > 'maxmemory'.", Trouble, "error_reply"},
+		{"NOPERM this user has no permissions to access one of the keys used as arguments", Trouble, "noperm"},
+		{"ERR unknown command 'GETEX'", Trouble, "error_reply"},
+	} {
+		for _, err := range []error{replyErr(c.reply), fmt.Errorf("store: %w", replyErr(c.reply))} {
+			if k, r := Classify(err), Reason(err); k != c.kind || r != c.reason {
+				t.Errorf("%v: classified %v/%q, want %v/%q", err, k, r, c.kind, c.reason)
+			}
+		}
 	}
 }
 
