@@ -107,44 +107,78 @@ func TestClusterOneReplicaCutOff(t *testing.T) {
 		ct.waitAll(t, f.name+": the others count "+faulty+" at its fallback share", others, func(v *peerratelimit.ClusterView) bool {
 			return v.ReplicasReserved == 1 && v.ReplicasSeen == 3
 		})
-		const slices = 8 // of 0.5 s
-		tag := strings.Fields(f.name)[1]
-		for i := range slices {
-			lc.setTag(fmt.Sprintf("%s-%d", tag, i))
-			time.Sleep(500 * time.Millisecond)
-		}
-		lc.setTag("after-" + tag)
-		f.off()
-		time.Sleep(500 * time.Millisecond) // answers in flight arrive
-		counts := ct.upstreamCounts(t)
-		sent, failed := 0, 0
-		for i := range slices {
-			w := lc.window(fmt.Sprintf("%s-%d", tag, i))
-			sent, failed = sent+w.sent, failed+len(w.failed)
-		}
-		if float64(sent) < 2.5*R*slices/2 || failed > 0 {
-			t.Fatalf("%s: the client offered %d requests in %d s (want ≥ 2.5R/s), %d failed", f.name, sent, slices/2, failed)
-		}
-		var got []string
-		lo, hi := 1e9, 0.0
-		for i := 0; i+4 <= slices; i++ {
-			n := 0
-			for j := i; j < i+4; j++ {
-				n += counts[fmt.Sprintf("%s-%d", tag, j)]
+		// The fault is one-sided only while the others' syncs succeed: a
+		// measure during which one of them failed a sync (the loaded host
+		// stalled the store or them past the deadline: every replica then
+		// falls back, the store-down rule) is taken again, up to 3 times.
+		var lo, hi float64
+		for attempt := 1; ; attempt++ {
+			before := ct.syncErrors(others)
+			var got string
+			lo, hi, got = measureWindows(t, ct, lc, fmt.Sprintf("%s%d", strings.Fields(f.name)[1], attempt), R)
+			t.Logf("%s (%s): 2 s windows admitted %s × R", f.name, faulty, got)
+			if ct.syncErrors(others) == before {
+				break
 			}
-			r := float64(n) / (2 * R)
-			lo, hi = min(lo, r), max(hi, r)
-			got = append(got, fmt.Sprintf("%.3f", r))
+			if attempt == 3 {
+				t.Fatalf("%s: the other replicas failed syncs in each of 3 measures: the host is too loaded to test a one-sided fault", f.name)
+			}
+			t.Logf("%s: the other replicas failed syncs meanwhile (a stalled host, not this fault): measured again", f.name)
 		}
-		t.Logf("%s (%s): 2 s windows admitted %s × R", f.name, faulty, strings.Join(got, ", "))
+		f.off()
 		if lo < 0.95 || hi > 1.05 {
 			t.Errorf("%s: 2 s windows admitted %.3f–%.3f × R, want 1 ± 0.05", f.name, lo, hi)
 		}
 		ct.waitAll(t, f.name+": over", ct.replicas, func(v *peerratelimit.ClusterView) bool {
 			return v.RedisHealthy && !v.Reserving && v.ReplicasReserved == 0 && v.ReplicasSeen == 3
 		})
-		time.Sleep(time.Second)
+		time.Sleep(500 * time.Millisecond)
 	}
+}
+
+// measureWindows counts admissions at the upstream over 4 s in 0.5 s
+// slices tagged tag-i and returns the least and most of the 2 s windows
+// (× R) and all of them, printed.
+func measureWindows(t *testing.T, ct *clusterTopology, lc *loadClient, tag string, R float64) (lo, hi float64, all string) {
+	t.Helper()
+	const slices = 8
+	for i := range slices {
+		lc.setTag(fmt.Sprintf("%s-%d", tag, i))
+		time.Sleep(500 * time.Millisecond)
+	}
+	lc.setTag("after-" + tag)
+	time.Sleep(500 * time.Millisecond) // answers in flight arrive
+	counts := ct.upstreamCounts(t)
+	sent, failed := 0, 0
+	for i := range slices {
+		w := lc.window(fmt.Sprintf("%s-%d", tag, i))
+		sent, failed = sent+w.sent, failed+len(w.failed)
+	}
+	if float64(sent) < 2.5*R*slices/2 || failed > 0 {
+		t.Fatalf("%s: the client offered %d requests in %d s (want ≥ 2.5R/s), %d failed", tag, sent, slices/2, failed)
+	}
+	var got []string
+	lo = 1e9
+	for i := 0; i+4 <= slices; i++ {
+		n := 0
+		for j := i; j < i+4; j++ {
+			n += counts[fmt.Sprintf("%s-%d", tag, j)]
+		}
+		r := float64(n) / (2 * R)
+		lo, hi = min(lo, r), max(hi, r)
+		got = append(got, fmt.Sprintf("%.3f", r))
+	}
+	return lo, hi, strings.Join(got, ", ")
+}
+
+// syncErrors adds up the failed syncs of hosts' views.
+func (ct *clusterTopology) syncErrors(hosts []string) (n uint64) {
+	for _, h := range hosts {
+		if v := ct.view(h); v != nil {
+			n += v.SyncErrors
+		}
+	}
+	return n
 }
 
 func anys(s []string) []any {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"net"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -44,40 +43,16 @@ func (l *FaultyLink) ResetOn(marker string) { b := bytes.ToLower([]byte(marker))
 // by dial. Everything is closed when the test ends.
 func StartFaultyLink(t testing.TB, ln net.Listener, target string, dial func(ctx context.Context, network, addr string) (net.Conn, error)) *FaultyLink {
 	l := &FaultyLink{addr: ln.Addr().String()}
-	var mu sync.Mutex
-	var conns []net.Conn
-	track := func(c net.Conn) {
-		mu.Lock()
-		conns = append(conns, c)
-		mu.Unlock()
-	}
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		for _, c := range conns {
+	Accept(t, ln, func(c net.Conn, track func(net.Conn)) {
+		s, err := dial(context.Background(), "tcp", target)
+		if err != nil {
 			c.Close()
+			return
 		}
-		mu.Unlock()
+		track(s)
+		go l.pipe(s, c, nil)
+		l.pipe(c, s, c.(*net.TCPConn))
 	})
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			track(c)
-			go func() {
-				s, err := dial(context.Background(), "tcp", target)
-				if err != nil {
-					c.Close()
-					return
-				}
-				track(s)
-				go l.pipe(s, c, nil)
-				l.pipe(c, s, c.(*net.TCPConn))
-			}()
-		}
-	}()
 	return l
 }
 
