@@ -44,14 +44,16 @@ func (l *FaultyLink) ResetOn(marker string) { b := bytes.ToLower([]byte(marker))
 func StartFaultyLink(t testing.TB, ln net.Listener, target string, dial func(ctx context.Context, network, addr string) (net.Conn, error)) *FaultyLink {
 	l := &FaultyLink{addr: ln.Addr().String()}
 	Accept(t, ln, func(c net.Conn, track func(net.Conn)) {
-		s, err := dial(context.Background(), "tcp", target)
-		if err != nil {
-			c.Close()
-			return
-		}
-		track(s)
-		go l.pipe(s, c, nil)
-		l.pipe(c, s, c.(*net.TCPConn))
+		go func() {
+			s, err := dial(context.Background(), "tcp", target)
+			if err != nil {
+				c.Close()
+				return
+			}
+			track(s)
+			go l.pipe(s, c, nil)
+			l.pipe(c, s, c.(*net.TCPConn))
+		}()
 	})
 	return l
 }

@@ -21,13 +21,14 @@ func HangingListener(t testing.TB, addr string) (string, *atomic.Int64) {
 	var accepted atomic.Int64
 	Accept(t, l, func(c net.Conn, _ func(net.Conn)) {
 		accepted.Add(1)
-		io.Copy(io.Discard, c)
+		go io.Copy(io.Discard, c)
 	})
 	return l.Addr().String(), &accepted
 }
 
-// Accept serves l until the test ends: each connection is handled by
-// handle on a goroutine of its own, and it and every connection handed to
+// Accept serves l until the test ends: handle is called with each
+// connection as it is accepted (in the accept loop: anything slow goes on
+// a goroutine of its own), and it and every connection handed to
 // track (e.g. one the handler dials) are closed, with l, when the test ends.
 func Accept(t testing.TB, l net.Listener, handle func(c net.Conn, track func(net.Conn))) {
 	var mu sync.Mutex
@@ -52,7 +53,7 @@ func Accept(t testing.TB, l net.Listener, handle func(c net.Conn, track func(net
 				return
 			}
 			track(c)
-			go handle(c, track)
+			handle(c, track)
 		}
 	}()
 }
