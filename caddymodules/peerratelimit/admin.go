@@ -62,11 +62,16 @@ type ProfileView struct {
 
 // ClusterView is this replica's side of a cluster-wide limit.
 type ClusterView struct {
-	Redis          string `json:"redis"`      // the edgesteer_redis store's name
-	KeyPrefix      string `json:"key_prefix"` // the keys' namespace in Redis
-	Replica        string `json:"replica"`    // this replica's identity
-	ReplicasSeen   int    `json:"replicas_seen"`
-	SyncIntervalMs int64  `json:"sync_interval_ms"`
+	Redis        string `json:"redis"`      // the edgesteer_redis store's name
+	KeyPrefix    string `json:"key_prefix"` // the keys' namespace in Redis
+	Replica      string `json:"replica"`    // this replica's identity
+	ReplicasSeen int    `json:"replicas_seen"`
+	// ReplicasReserved are the other live replicas counted at their
+	// fallback share at the last sync; Reserving: this replica's
+	// heartbeat says it is at the fallback share for some peer.
+	ReplicasReserved int   `json:"replicas_reserved"`
+	Reserving        bool  `json:"reserving"`
+	SyncIntervalMs   int64 `json:"sync_interval_ms"`
 	// ClockOffsetMs is this replica's clock minus the store's (Redis
 	// TIME), measured over a round trip of ClockRTTMs; nil before the
 	// first measure.
@@ -220,6 +225,7 @@ func (c *cluster) view() *ClusterView {
 	q, spec := c.q.Load(), c.spec.Load()
 	st, cfg := q.State(), q.Config()
 	v := &ClusterView{Redis: spec.conn.Name, KeyPrefix: cfg.Prefix, Replica: st.Replica, ReplicasSeen: st.Replicas,
+		ReplicasReserved: st.Reserved, Reserving: st.Reserving,
 		SyncIntervalMs: cfg.Interval.Milliseconds(), LastSync: st.LastSync, LastAttempt: st.LastAttempt,
 		RedisHealthy: st.Healthy, Fallback: st.Fallback, LastError: st.LastError, LastErrorReason: st.LastReason, SyncErrors: st.StoreErrors,
 		ErrorsByReason: st.Errors, FallbackPeers: st.FallbackPeers, StoreTrouble: troubleViews(q),

@@ -19,8 +19,25 @@ func HangingListener(t testing.TB, addr string) (string, *atomic.Int64) {
 		t.Fatal(err)
 	}
 	var accepted atomic.Int64
+	Accept(t, l, func(c net.Conn, _ func(net.Conn)) {
+		accepted.Add(1)
+		go io.Copy(io.Discard, c)
+	})
+	return l.Addr().String(), &accepted
+}
+
+// Accept serves l until the test ends: handle is called with each
+// connection as it is accepted (in the accept loop: anything slow goes on
+// a goroutine of its own), and it and every connection handed to
+// track (e.g. one the handler dials) are closed, with l, when the test ends.
+func Accept(t testing.TB, l net.Listener, handle func(c net.Conn, track func(net.Conn))) {
 	var mu sync.Mutex
 	var conns []net.Conn
+	track := func(c net.Conn) {
+		mu.Lock()
+		conns = append(conns, c)
+		mu.Unlock()
+	}
 	t.Cleanup(func() {
 		l.Close()
 		mu.Lock()
@@ -35,12 +52,8 @@ func HangingListener(t testing.TB, addr string) (string, *atomic.Int64) {
 			if err != nil {
 				return
 			}
-			accepted.Add(1)
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-			go io.Copy(io.Discard, c)
+			track(c)
+			handle(c, track)
 		}
 	}()
-	return l.Addr().String(), &accepted
 }

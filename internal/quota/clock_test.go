@@ -97,3 +97,44 @@ func TestSkewTable(t *testing.T) {
 		t.Log(row)
 	}
 }
+
+// A step of this host's clock (NTP stepping it, a VM resumed) is caught
+// at the next sync: the measures taken before it no longer hold, so they
+// are dropped and the new one is the offset, even though its round trip
+// is longer than theirs (which would otherwise keep the best of them, the
+// offset before the step, for up to clockSamples syncs: epochs and
+// heartbeats a second off the store's).
+func TestClockStep(t *testing.T) {
+	q, err := New(Config{Prefix: "p", Replica: "r", Limit: 100}, NewFakeStore())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// sample: a sync sent at true time at on a clock off by skew, its
+	// TIME answered mid-way through a round trip of rtt.
+	sample := func(at time.Time, skew, rtt time.Duration) {
+		sent := at.Add(skew)
+		q.clockSample(sent, sent.Add(rtt), at.Add(rtt/2), nil)
+	}
+	at := t0
+	for range 5 {
+		sample(at, 0, time.Millisecond)
+		at = at.Add(250 * time.Millisecond)
+	}
+	if st := q.State(); st.ClockOffset != 0 {
+		t.Fatalf("offset %v before the step, want 0", st.ClockOffset)
+	}
+	sample(at, time.Second, 3*time.Millisecond) // the host's clock stepped 1 s ahead
+	st := q.State()
+	if st.ClockOffset != time.Second || st.ClockRTT != 3*time.Millisecond {
+		t.Errorf("after a step of +1 s: offset %v measured over %v, want 1s over 3ms (the measures before the step dropped)", st.ClockOffset, st.ClockRTT)
+	}
+	if e, want := q.Epoch(at.Add(time.Second)), floorDiv(at.UnixNano(), int64(250*time.Millisecond)); e != want {
+		t.Errorf("epoch after the step %d, want the store's %d", e, want)
+	}
+	// A measure off by less than both round trips allow is no step: the
+	// best (least round trip) stays.
+	sample(at.Add(250*time.Millisecond), time.Second+time.Millisecond, 5*time.Millisecond)
+	if st := q.State(); st.ClockOffset != time.Second || st.ClockRTT != 3*time.Millisecond {
+		t.Errorf("after a measure within the slack: offset %v over %v, want 1s over 3ms kept", st.ClockOffset, st.ClockRTT)
+	}
+}

@@ -34,9 +34,22 @@
 // lowers every share at once.
 //
 // Replicas register with a heartbeat whose lifetime is ReplicaTTL (default
-// 4 intervals); the replica count sets the floor and the fallback. A dead
-// replica's demand is absent from the next epoch's totals, so its share
-// returns to the others within two intervals.
+// 4 intervals); the replica count sets the floor and the fallback.
+//
+// One replica cut off (its peers' keys refused, its sync past its deadline
+// or reset) while the others are not: its fallback share would come on top
+// of the others' shares, which add up to the limit. So a replica at the
+// fallback share for a peer (its last sync failed, or the peer's keys were
+// refused; see reserving in prepare) marks its heartbeat (Batch.Reserving:
+// its score negated) and writes no counts of that peer, and a live
+// replica whose heartbeat is older than the previous epoch (it missed its
+// last sync: Batch.Fresh) is counted the same way: the others count each
+// such replica at its fallback share, limit ÷ replicas, for every peer —
+// less the marked replicas that counted the peer in e−1 (field r: they
+// are at their proportional share there) — and divide the rest,
+// limit × (replicas − reserved) ÷ replicas, by the rules above among
+// themselves (share). A dead replica is such a replica until its heartbeat
+// expires; then its share returns to the others at the next sync.
 //
 // Every store error is classified once, by the store (Store.Classify; the
 // Redis store is internal/quotaredis). Store trouble
@@ -47,7 +60,8 @@
 // replica count) (State.Fallback); on a peer's epoch key, that peer's share
 // is (State.FallbackPeers, Troubles: the key and the reason). The next
 // successful sync resyncs — keeping the fallback share one more interval
-// for peers whose previous epoch this replica could not write. Store
+// for peers whose previous epoch this replica could not write, or did not
+// (it writes no counts of peers at the fallback share). Store
 // answers that do not parse (another program's key, a value of the wrong
 // type, a total below this replica's own contribution) are ignored and
 // counted (State.Malformed), never used as a limit; the limiter's own keys
@@ -62,13 +76,16 @@
 // # Store layout (Redis commands, one pipelined round trip per sync)
 //
 //	TIME
-//	ZADD {prefix}:replicas <now ms> <replica>
-//	ZREMRANGEBYSCORE {prefix}:replicas -inf (<now ms − ReplicaTTL ms>
+//	ZADD {prefix}:replicas <±now ms> <replica>      (− while reserving)
+//	ZREMRANGEBYSCORE {prefix}:replicas (-<cutoff> (<cutoff>   cutoff = now ms − ReplicaTTL ms
 //	ZCARD {prefix}:replicas
-//	per peer with traffic since the last sync, K = {prefix:peer}:<epoch>:
-//	  HINCRBY K a <admitted>; HINCRBY K d <demanded>; PEXPIRE K <3 intervals>
+//	ZCOUNT {prefix}:replicas -inf (<start of epoch−1, ms>
+//	per peer with traffic since the last sync (and not at the fallback
+//	share), K = {prefix:peer}:<epoch>:
+//	  HINCRBY K a <admitted>; HINCRBY K d <demanded>;
+//	  HINCRBY K r 1 (while reserving); PEXPIRE K <3 intervals>
 //	per peer with traffic in the last two intervals, K' = {prefix:peer}:<epoch−1>:
-//	  HMGET K' a d
+//	  HMGET K' a d r
 //
 // "now" and the epoch are the store's clock: the local clock plus the
 // offset measured by TIME (of the last few syncs, the measure of least
@@ -96,16 +113,18 @@
 //
 // R replicas, A active (replica, peer) pairs per interval per replica —
 // peers with traffic at that replica; idle peers cost nothing — and Δ the
-// interval. Per replica per sync: 4 + 3A + A' commands, A' ≤ 2A the peers
+// interval. Per replica per sync: 5 + 3A + A' commands, A' ≤ 2A the peers
 // with traffic in the last two intervals, in one round trip. Cluster-wide:
 //
-//	ops/s = R × (4 + 3A + A') ÷ Δ   (A' ≈ 1.7 A under Zipf demand)
-//	bytes/sync per replica ≈ 4·k + A × (3·k + 15) + A' × (k + 40)
+//	ops/s = R × (5 + 3A + A') ÷ Δ   (A' ≈ 1.7 A under Zipf demand)
+//	bytes/sync per replica ≈ 5·k + A × (3·k + 15) + A' × (k + 45)
 //
 // A group of quotas ℓ (SyncGroup) costs one heartbeat and each quota's
 // counts and reads, still in one round trip per replica per interval:
 //
-//	ops/s = R × (4 + Σℓ (3Aℓ + A'ℓ)) ÷ Δ,  round trips/s = R ÷ Δ
+//	ops/s = R × (5 + Σℓ (3Aℓ + A'ℓ)) ÷ Δ,  round trips/s = R ÷ Δ
+//
+// (a reserving replica adds one command per peer it counts)
 //
 // with k ≈ 60 B a command carrying a key of ~27 B (the measured figures,
 // from the fake store's RESP accounting, are in BENCHMARKS.md). Store memory: one small hash per active peer per epoch,

@@ -248,14 +248,16 @@ func (s *FakeStore) batch(now time.Time, b *Batch) *Answer {
 	return ans
 }
 
-// heartbeat: ZADD, ZREMRANGEBYSCORE, ZCARD.
+// heartbeat: ZADD, ZREMRANGEBYSCORE, ZCARD, ZCOUNT.
 func (s *FakeStore) heartbeat(now time.Time, b *Batch, ans *Answer) {
 	rk := ReplicasKey(b.Prefix)
-	nowMs := float64(b.Now.UnixMilli())
-	cutoff := nowMs - float64(b.ReplicaTTL.Milliseconds())
-	s.cmd("ZADD", rk, strconv.FormatFloat(nowMs, 'f', -1, 64), b.Replica)
-	s.cmd("ZREMRANGEBYSCORE", rk, "-inf", "("+strconv.FormatFloat(cutoff, 'f', -1, 64))
+	score := float64(HeartbeatScore(b.Now, b.Reserving))
+	cutoff := float64(b.Now.UnixMilli() - b.ReplicaTTL.Milliseconds())
+	fresh := float64(b.Fresh.UnixMilli())
+	s.cmd("ZADD", rk, strconv.FormatFloat(score, 'f', -1, 64), b.Replica)
+	s.cmd("ZREMRANGEBYSCORE", rk, "(-"+strconv.FormatFloat(cutoff, 'f', -1, 64), "("+strconv.FormatFloat(cutoff, 'f', -1, 64))
 	s.cmd("ZCARD", rk)
+	s.cmd("ZCOUNT", rk, "-inf", "("+strconv.FormatFloat(fresh, 'f', -1, 64))
 	k, err := s.get(rk, now, kindZset)
 	if d := s.denied(rk); d != nil {
 		err = d
@@ -265,19 +267,24 @@ func (s *FakeStore) heartbeat(now time.Time, b *Batch, ans *Answer) {
 			k = &fakeKey{zset: map[string]float64{}}
 			s.keys[rk] = k
 		}
-		k.zset[b.Replica] = nowMs
+		k.zset[b.Replica] = score
 		removed := 0
 		for m, sc := range k.zset {
-			if sc < cutoff {
+			if sc > -cutoff && sc < cutoff {
 				delete(k.zset, m)
 				removed++
 			}
 		}
+		for _, sc := range k.zset {
+			if sc < fresh {
+				ans.Reserved++
+			}
+		}
 		ans.Replicas = int64(len(k.zset))
-		s.stats.BytesOut += respInt(1) + respInt(int64(removed)) + respInt(ans.Replicas)
+		s.stats.BytesOut += respInt(1) + respInt(int64(removed)) + respInt(ans.Replicas) + respInt(ans.Reserved)
 	} else {
 		ans.ReplicasErr = err
-		s.stats.BytesOut += 3 * respErr
+		s.stats.BytesOut += 4 * respErr
 	}
 }
 
@@ -288,17 +295,22 @@ func (s *FakeStore) counts(now time.Time, b *Batch, ans *Answer) {
 		an, dn := strconv.FormatUint(c.Admitted, 10), strconv.FormatUint(c.Demanded, 10)
 		s.cmd("HINCRBY", key, "a", an)
 		s.cmd("HINCRBY", key, "d", dn)
+		marked := uint64(0)
+		if b.Reserving {
+			s.cmd("HINCRBY", key, "r", "1")
+			marked = 1
+		}
 		s.cmd("PEXPIRE", key, ttl)
 		if d := s.denied(key); d != nil {
 			ans.CountErrs[i] = d
 			s.stats.BytesOut += 3 * respErr
 			continue
 		}
-		ans.CountErrs[i] = s.hincr(key, now, c.Admitted, c.Demanded, b.KeyTTL)
+		ans.CountErrs[i] = s.hincr(key, now, c.Admitted, c.Demanded, marked, b.KeyTTL)
 	}
 	for i, p := range b.Read {
 		key := PeerKey(b.Prefix, p, b.Epoch-1)
-		s.cmd("HMGET", key, "a", "d")
+		s.cmd("HMGET", key, "a", "d", "r")
 		k, err := s.get(key, now, kindHash)
 		if d := s.denied(key); d != nil {
 			err = d
@@ -308,11 +320,11 @@ func (s *FakeStore) counts(now time.Time, b *Batch, ans *Answer) {
 			ans.Totals[i].Err = err
 			s.stats.BytesOut += respErr
 		case k == nil:
-			s.stats.BytesOut += 4 + 2*respBulk(nil)
+			s.stats.BytesOut += 4 + 3*respBulk(nil)
 		default:
-			a, d := k.hash["a"], k.hash["d"]
-			ans.Totals[i] = Raw{Admitted: clone(a), Demanded: clone(d)}
-			s.stats.BytesOut += 4 + respBulk(a) + respBulk(d)
+			a, d, r := k.hash["a"], k.hash["d"], k.hash["r"]
+			ans.Totals[i] = Raw{Admitted: clone(a), Demanded: clone(d), Marked: clone(r)}
+			s.stats.BytesOut += 4 + respBulk(a) + respBulk(d) + respBulk(r)
 		}
 	}
 }
@@ -324,9 +336,9 @@ func clone(b []byte) []byte {
 	return append([]byte{}, b...)
 }
 
-// hincr does HINCRBY a, HINCRBY d, PEXPIRE on one key, counting the
-// replies; it returns the first error.
-func (s *FakeStore) hincr(key string, now time.Time, a, d uint64, ttl time.Duration) error {
+// hincr does HINCRBY a, HINCRBY d, HINCRBY r (when r > 0), PEXPIRE on
+// one key, counting the replies; it returns the first error.
+func (s *FakeStore) hincr(key string, now time.Time, a, d, r uint64, ttl time.Duration) error {
 	k, err := s.get(key, now, kindHash)
 	if err != nil {
 		s.stats.BytesOut += 2*respErr + respInt(1)
@@ -340,7 +352,10 @@ func (s *FakeStore) hincr(key string, now time.Time, a, d uint64, ttl time.Durat
 	for _, f := range []struct {
 		name string
 		by   uint64
-	}{{"a", a}, {"d", d}} {
+	}{{"a", a}, {"d", d}, {"r", r}} {
+		if f.name == "r" && r == 0 {
+			continue
+		}
 		old := int64(0)
 		if v, ok := k.hash[f.name]; ok {
 			n, err := strconv.ParseInt(string(v), 10, 64)

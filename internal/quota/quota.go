@@ -131,13 +131,16 @@ type peer struct {
 	// follow the demand's rate rather than one interval's noise.
 	ownE, totE float64
 	idle       int   // syncs in a row without traffic
+	markedAt   int64 // last epoch whose counts this replica wrote marked (field r)
 	lostAt     int64 // last epoch whose own count the store did not take
 	fallbackAt int64 // last epoch at which the peer's keys were in trouble
 
 	trouble *PeerTrouble // the last sync's store trouble for its keys (under Quota.mu)
 }
 
-func newPeer() *peer { return &peer{lostAt: math.MinInt64, fallbackAt: math.MinInt64} }
+func newPeer() *peer {
+	return &peer{lostAt: math.MinInt64, fallbackAt: math.MinInt64, markedAt: math.MinInt64}
+}
 
 // PeerTrouble says why a peer's share is the fallback share: the store
 // could not read or write one of its keys at the last sync.
@@ -185,6 +188,13 @@ type State struct {
 	LastAttempt time.Time
 	Healthy     bool // the last sync succeeded for every key it touched
 	Fallback    bool // every share is limit ÷ Replicas (store unreachable, or the heartbeat refused)
+	// Reserving: this replica marked its last heartbeat (Batch.Reserving):
+	// it enforces the fallback share for some peer until its next sync.
+	Reserving bool
+	// Reserved is how many other live replicas were counted at their
+	// fallback share at the last sync (marked, or missed their last
+	// sync): every peer's proportional shares divide what they leave.
+	Reserved int
 	// FallbackPeers is the number of peers whose share is limit ÷
 	// Replicas because the store could not read or write their keys at
 	// the last sync (all tracked peers while Fallback).
@@ -406,12 +416,19 @@ func SyncGroup(ctx context.Context, now time.Time, qs []*Quota) []error {
 	}
 	ps := make([]*pending, len(qs))
 	bs := make([]*Batch, len(qs))
+	marked := false
 	for i, q := range qs {
 		ps[i] = q.prepare(now)
 		bs[i] = ps[i].b
 		bs[i].NoHeartbeat = i > 0
+		marked = marked || ps[i].reserving
 	}
+	// One heartbeat for the group: marked when any of its quotas
+	// reserves (the others then leave room in each of them).
 	bs[0].Time = true
+	for i, p := range ps {
+		p.marked, bs[i].Reserving = marked, marked
+	}
 	anss := make([]*Answer, len(qs))
 	var err error
 	if gs, ok := qs[0].store.(GroupStore); ok {
@@ -449,7 +466,7 @@ func SyncGroup(ctx context.Context, now time.Time, qs []*Quota) []error {
 		if err == nil {
 			ans = anss[i]
 			if i > 0 && ans != nil {
-				ans.Replicas, ans.ReplicasErr = anss[0].Replicas, anss[0].ReplicasErr
+				ans.Replicas, ans.ReplicasErr, ans.Reserved = anss[0].Replicas, anss[0].ReplicasErr, anss[0].Reserved
 			}
 		}
 		errs[i] = q.finish(qs[0].store, ps[i], ans, err)
@@ -463,6 +480,10 @@ type pending struct {
 	e             int64
 	local         time.Time // the sync's time on the local clock (b.Now is the store's)
 	read, counted []*peer
+	// reserving: this quota enforces the fallback share for some peer
+	// until its next sync whatever this one answers; marked: the
+	// group's heartbeat says so (some quota of the group reserves).
+	reserving, marked bool
 }
 
 // prepare takes the counts since the last sync (under syncMu).
@@ -471,18 +492,34 @@ func (q *Quota) prepare(now time.Time) *pending {
 	b := &Batch{
 		Prefix: q.cfg.Prefix, Replica: q.cfg.Replica, Now: q.storeTime(now), Epoch: e,
 		ReplicaTTL: q.cfg.ReplicaTTL, KeyTTL: 3 * q.cfg.Interval,
+		Fresh: time.Unix(0, (e-1)*int64(q.cfg.Interval)),
 	}
 	ps := &pending{b: b, e: e, local: now}
 	b.Repair, q.repairs = q.repairs, nil
+	// The last sync failed as a whole: every share is the fallback share.
+	failed := q.lastFailed > q.lastOK
+	ps.reserving = failed
 	q.mu.RLock()
 	for k, p := range q.peers {
 		a, d := p.admitted.Swap(0), p.demanded.Swap(0)
 		a = min(a, d) // refunds may have run ahead of a swap
-		if d > 0 {
+		// A peer at the fallback share keeps it until this sync's answer
+		// (and one more interval: see lostAt), and the others count this
+		// replica at its fallback share for it: its counts are not
+		// written, which also keeps them out of the others' demand when
+		// the store takes a sync whose answer this replica never gets
+		// (a link slower than the sync's deadline).
+		onFallback := failed || p.trouble != nil
+		ps.reserving = ps.reserving || onFallback || (p.lostAt == q.lastOK && p.lostAt != math.MinInt64)
+		switch {
+		case d > 0 && onFallback:
+			p.lostAt = e
+			p.idle = 0
+		case d > 0:
 			b.Counts = append(b.Counts, Count{Peer: k, Admitted: a, Demanded: d})
 			ps.counted = append(ps.counted, p)
 			p.idle = 0
-		} else {
+		default:
 			p.idle++
 		}
 		if d > 0 || p.ownAt(e-1) > 0 {
@@ -514,7 +551,7 @@ func (q *Quota) finish(from Store, ps *pending, ans *Answer, err error) error {
 		return q.failed(from, e, now, err)
 	}
 	o := &outcome{from: from, now: now, troubled: map[*peer]*PeerTrouble{}, errs: map[string]uint64{}}
-	n, prevOK := q.takeHeartbeat(b, ans, e, now, o)
+	n, reserved, prevOK := q.takeHeartbeat(ps, ans, e, now, o)
 	q.takeCounts(ps, ans, o)
 
 	// Recompute. If this replica's counts of epoch e−1 may be missing (a
@@ -526,7 +563,7 @@ func (q *Quota) finish(from Store, ps *pending, ans *Answer, err error) error {
 	// into the room it left. Until it reads an epoch with its counts, each
 	// peer's share is what the others leave of e−1 (see share).
 	returning := prevOK != math.MinInt64 && e-prevOK > 1 && q.lastFailed < prevOK
-	fresh := q.takeTotals(ps, ans, n, known, returning, o)
+	fresh := q.takeTotals(ps, ans, n, reserved, known, returning, o)
 	first, inTrouble, peers := q.reshare(o.troubled, fresh, n, e, known || returning, now)
 
 	q.stMu.Lock()
@@ -571,6 +608,7 @@ func (q *Quota) failed(from Store, e int64, now time.Time, err error) error {
 	st := &q.st
 	st.LastAttempt = now
 	st.Healthy, st.Fallback, st.LastError, st.LastReason = false, true, err.Error(), reasonOf(from, err)
+	st.Reserving = true // from now until the next sync answers
 	st.StoreErrors++
 	st.Errors[reasonOf(from, err)]++
 	n := st.Replicas
@@ -585,13 +623,22 @@ func (q *Quota) failed(from Store, e int64, now time.Time, err error) error {
 
 // takeHeartbeat takes the replica count from the answer and records the
 // sync; it returns the count and the epoch of the previous good sync.
-func (q *Quota) takeHeartbeat(b *Batch, ans *Answer, e int64, now time.Time, o *outcome) (n int, prevOK int64) {
+func (q *Quota) takeHeartbeat(ps *pending, ans *Answer, e int64, now time.Time, o *outcome) (n, reserved int, prevOK int64) {
+	b := ps.b
 	q.stMu.Lock()
 	st := &q.st
 	st.LastAttempt = now
+	st.Reserving = ps.marked
 	switch {
-	case ans.ReplicasErr == nil && ans.Replicas >= 1 && ans.Replicas <= 1<<20:
+	case ans.ReplicasErr == nil && ans.Replicas >= 1 && ans.Replicas <= 1<<20 && ans.Reserved >= 0 && ans.Reserved <= ans.Replicas:
 		st.Replicas = int(ans.Replicas)
+		// The others at their fallback share: this replica's own marked
+		// heartbeat is among them when it is marked.
+		st.Reserved = int(ans.Reserved)
+		if ps.marked {
+			st.Reserved--
+		}
+		st.Reserved = min(max(st.Reserved, 0), st.Replicas-1)
 	case !b.NoHeartbeat:
 		// Another program's key of another type, or a count that is no
 		// count (Trouble was the whole sync's error): keep the last
@@ -599,12 +646,12 @@ func (q *Quota) takeHeartbeat(b *Batch, ans *Answer, e int64, now time.Time, o *
 		o.malformed++
 		q.repair(ReplicasKey(b.Prefix))
 	}
-	n = st.Replicas
+	n, reserved = st.Replicas, st.Reserved
 	prevOK = q.lastOK
 	st.LastSync = now
 	q.stMu.Unlock()
 	q.lastOK = e
-	return n, prevOK
+	return n, reserved, prevOK
 }
 
 // takeCounts reads the results of the peers' counts of epoch e.
@@ -615,6 +662,9 @@ func (q *Quota) takeCounts(ps *pending, ans *Answer, o *outcome) {
 		switch err := ans.CountErrs[i]; kindOf(o.from, err) {
 		case NoError, NotFound:
 			p.addOwn(e, c.Demanded)
+			if ps.marked {
+				p.markedAt = e // counted in field r of e
+			}
 		case Malformed:
 			// e.g. another program's key of another type: our counts of
 			// e are not in the store, so the share is kept one more
@@ -631,7 +681,7 @@ func (q *Quota) takeCounts(ps *pending, ans *Answer, o *outcome) {
 
 // takeTotals reads the peers' totals of epoch e−1 and returns their new
 // fractions of the limit (peers without one keep theirs).
-func (q *Quota) takeTotals(ps *pending, ans *Answer, n int, known, returning bool, o *outcome) map[*peer]float64 {
+func (q *Quota) takeTotals(ps *pending, ans *Answer, n, reserved int, known, returning bool, o *outcome) map[*peer]float64 {
 	b, e := ps.b, ps.e
 	fresh := make(map[*peer]float64, len(ps.read))
 	for i, p := range ps.read {
@@ -649,7 +699,7 @@ func (q *Quota) takeTotals(ps *pending, ans *Answer, n int, known, returning boo
 		if o.troubled[p] != nil {
 			continue
 		}
-		f, v := q.share(p, raw, e, n, known && p.lostAt < e-1, returning)
+		f, v := q.share(p, raw, e, n, reserved, known && p.lostAt < e-1, returning)
 		switch v {
 		case badValue:
 			o.malformed++
@@ -742,8 +792,11 @@ const (
 // share computes p's new fraction from the totals of epoch e−1; −1 keeps
 // the current one. known: this replica's counts of e−1 are all in the
 // store; returning: it wrote none there (it missed that sync), so the
-// total is the others' demand alone.
-func (q *Quota) share(p *peer, raw Raw, e int64, n int, known, returning bool) (float64, verdict) {
+// total is the others' demand alone. reserved of the n replicas are
+// counted at their fallback share, limit ÷ n each (their demand is not
+// in the total): the others divide what is left, limit × (n − reserved)
+// ÷ n, by the same rules among n − reserved.
+func (q *Quota) share(p *peer, raw Raw, e int64, n, reserved int, known, returning bool) (float64, verdict) {
 	if _, ok := parseCount(raw.Admitted); !ok {
 		return -1, badValue
 	}
@@ -751,11 +804,24 @@ func (q *Quota) share(p *peer, raw Raw, e int64, n int, known, returning bool) (
 	if !ok {
 		return -1, badValue
 	}
+	// The marked replicas that counted this peer in e−1 are at their
+	// proportional share for it (their demand is in the total): no room
+	// is left for them. This replica's own mark is not in reserved.
+	marked, ok := parseCount(raw.Marked)
+	if !ok {
+		return -1, badValue
+	}
+	if p.markedAt == e-1 && marked > 0 {
+		marked--
+	}
+	reserved = max(0, reserved-int(min(marked, uint64(n))))
 	own := p.ownAt(e - 1)
 	if total < own {
 		return -1, lostCounts // the store lost or rewrote our counts
 	}
 	floor := q.floorFrac(n)
+	perEpoch := q.effective() * q.cfg.Interval.Seconds()
+	left, among := perEpoch*float64(n-reserved)/float64(n), float64(n-reserved)
 	switch {
 	case own > 0:
 		if p.totE == 0 {
@@ -764,14 +830,14 @@ func (q *Quota) share(p *peer, raw Raw, e int64, n int, known, returning bool) (
 			p.ownE += smoothing * (float64(own) - p.ownE)
 			p.totE += smoothing * (float64(total) - p.totE)
 		}
-		// Below the limit, each replica gets its demand and an equal part
-		// of the rest; above, a part in proportion to its demand. Either
-		// way the replicas' shares add up to the limit.
-		perEpoch := q.effective() * q.cfg.Interval.Seconds()
-		if spare := perEpoch - p.totE; spare > 0 {
-			return max(floor, (p.ownE+spare/float64(n))/perEpoch), fine
+		// Below what is left, each replica gets its demand and an equal
+		// part of the rest; above, a part in proportion to its demand.
+		// Either way the shares add up to what is left, and with the
+		// reserved replicas' fallback shares to the limit.
+		if spare := left - p.totE; spare > 0 {
+			return max(floor, (p.ownE+spare/among)/perEpoch), fine
 		}
-		return max(floor, p.ownE/p.totE), fine
+		return max(floor, left/perEpoch*p.ownE/p.totE), fine
 	case total == 0 && (known || returning):
 		return 1 / float64(n), fine
 	case returning:
@@ -779,8 +845,7 @@ func (q *Quota) share(p *peer, raw Raw, e int64, n int, known, returning bool) (
 		// part of what is spare: this replica takes that part (none when
 		// their demand fills the limit), not its share of before, which
 		// the others have been admitting meanwhile.
-		perEpoch := q.effective() * q.cfg.Interval.Seconds()
-		return max(floor, (perEpoch-float64(total))/float64(n)/perEpoch), fine
+		return max(floor, (left-float64(total))/among/perEpoch), fine
 	case !known:
 		return -1, fine
 	default:

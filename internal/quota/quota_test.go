@@ -218,7 +218,10 @@ func TestFloor(t *testing.T) {
 	near(t, "new peer's share", s, limit/3, 1e-9)
 }
 
-// A dead replica's share returns to the others within a few intervals.
+// A dead replica is, until its heartbeat expires (ReplicaTTL), a live
+// replica that missed its last sync: the others leave room for its
+// fallback share, as they must for one cut off from the store. Then its
+// share returns to them at the next sync.
 func TestDeadReplica(t *testing.T) {
 	c := newCluster(t, 2, []string{"x"}, Config{Prefix: "p", Limit: 200})
 	busy := func(int, int) float64 { return 400 }
@@ -229,11 +232,16 @@ func TestDeadReplica(t *testing.T) {
 	iv := c.reps[0].Config().Interval
 	c.run(2*iv, busy)
 	s, _ = c.reps[0].Share("x")
-	near(t, "share two intervals after the death", s, 200, 1e-9)
-	c.run(c.reps[0].Config().ReplicaTTL, busy)
+	near(t, "share two intervals after the death (its fallback share left)", s, 100, 1e-9)
+	if st := c.reps[0].State(); st.Reserved != 1 || st.Reserving {
+		t.Errorf("state %+v, want the silent replica counted at its fallback share", st)
+	}
+	c.run(c.reps[0].Config().ReplicaTTL+iv, busy)
 	if n := c.reps[0].State().Replicas; n != 1 {
 		t.Errorf("replicas %d after the TTL, want 1", n)
 	}
+	s, _ = c.reps[0].Share("x")
+	near(t, "share once its heartbeat expired", s, 200, 1e-9)
 }
 
 // Store down: shares fall back to limit ÷ last known replicas and the state
@@ -262,6 +270,14 @@ func TestStoreDown(t *testing.T) {
 	c.run(iv, demand)
 	s, _ = c.reps[0].Share("x")
 	near(t, "share on the first sync back (its last epoch unknown)", s, limit/3, 1e-9)
+	if st := c.reps[0].State(); !st.Reserving {
+		t.Errorf("state on the first sync back %+v, want its heartbeat marked", st)
+	}
+	// That sync wrote no counts (it was at the fallback share), so the
+	// next keeps the fallback share one more interval.
+	c.run(iv, demand)
+	s, _ = c.reps[0].Share("x")
+	near(t, "share on the second sync back (its counts of the first not written)", s, limit/3, 1e-9)
 	c.run(iv, demand)
 	st = c.reps[0].State()
 	s, _ = c.reps[0].Share("x")
@@ -450,12 +466,12 @@ func TestSyncGroupOneRoundTrip(t *testing.T) {
 	if s.RoundTrips != 26 {
 		t.Errorf("%d round trips for 12 syncs of 2 replicas, want 26 (one per replica per sync, and each replica's clock probe before its first)", s.RoundTrips)
 	}
-	// Per replica per sync: TIME and the heartbeat (4) + per quota 3 per
-	// counted peer + 1 per read peer, one busy peer in each: 12; and the
+	// Per replica per sync: TIME and the heartbeat (5) + per quota 3 per
+	// counted peer + 1 per read peer, one busy peer in each: 13; and the
 	// two probes' TIME.
 	t.Logf("%d commands, %d bytes to the store, %d from it for 24 syncs: %.1f commands per sync", s.Commands, s.BytesIn, s.BytesOut, float64(s.Commands)/24)
-	if want := int64(24*12 + 2); s.Commands != want {
-		t.Errorf("%d commands, want %d (4 + Σ (3A + A') per sync, 1 per probe)", s.Commands, want)
+	if want := int64(24*13 + 2); s.Commands != want {
+		t.Errorf("%d commands, want %d (5 + Σ (3A + A') per sync, 1 per probe)", s.Commands, want)
 	}
 	if st.Keys() == 0 {
 		t.Fatal("nothing stored")

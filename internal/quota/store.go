@@ -61,8 +61,20 @@ type Batch struct {
 	Counts     []Count       // peers with traffic since the last sync
 	Read       []string      // peers whose totals of epoch Epoch−1 to read
 	// NoHeartbeat leaves out the heartbeat (ZADD, ZREMRANGEBYSCORE,
-	// ZCARD): a batch that rides in a group behind one that has it.
+	// ZCARD, ZCOUNT): a batch that rides in a group behind one that has it.
 	NoHeartbeat bool
+	// Reserving marks the heartbeat: this replica enforces the fallback
+	// share for some peer until its next sync, and writes no counts of
+	// those peers, so the others count it at its fallback share (its
+	// score is the time negated: see HeartbeatScore). The peers it does
+	// count are not at the fallback share: each count adds 1 to the
+	// peer's field r (HINCRBY K r 1), so the others leave no room for it
+	// there (its demand is in the total). Set on every batch of a group.
+	Reserving bool
+	// Fresh is the start of epoch Epoch−1 on the store's clock: a live
+	// replica whose heartbeat is older missed its last sync, and the
+	// others count it at its fallback share too (Answer.Reserved).
+	Fresh time.Time
 	// Time asks for the store's clock (TIME, first in the pipeline):
 	// the heartbeat's batch, and the probe before a replica's first sync.
 	Time bool
@@ -86,6 +98,11 @@ type Answer struct {
 	// ZCARD).
 	Replicas    int64
 	ReplicasErr error
+	// Reserved is how many live replicas, this one included if its
+	// batch was Reserving, are counted at their fallback share: marked
+	// Reserving, or whose heartbeat is older than Batch.Fresh (ZCOUNT).
+	// Its error is ReplicasErr.
+	Reserved int64
 	// Time is the store's clock (Batch.Time), or TimeErr.
 	Time    time.Time
 	TimeErr error
@@ -100,11 +117,27 @@ type Answer struct {
 // field, Err for a failed command.
 type Raw struct {
 	Admitted, Demanded []byte
-	Err                error
+	// Marked is field r: how many replicas counted the peer in a
+	// Reserving batch (at their proportional share for it).
+	Marked []byte
+	Err    error
 }
 
 // ReplicasKey is the sorted set of live replicas.
 func ReplicasKey(prefix string) string { return "{" + prefix + "}:replicas" }
+
+// HeartbeatScore is a replica's score in the replicas key: the time of its
+// sync in ms on the store's clock, negated when it is reserving its
+// fallback share. So one ZREMRANGEBYSCORE of (−cutoff, cutoff) removes
+// the replicas silent since cutoff, marked or not, and one ZCOUNT of
+// (−inf, fresh) counts the live replicas that the others count at their
+// fallback share: the marked ones and those that missed their last sync.
+func HeartbeatScore(now time.Time, reserving bool) int64 {
+	if reserving {
+		return -now.UnixMilli()
+	}
+	return now.UnixMilli()
+}
 
 // PeerKey is the hash of a peer's totals in an epoch: hash-tagged by prefix
 // and peer so that Redis Cluster spreads peers over its shards. '%', '{'

@@ -64,14 +64,15 @@ type queued struct {
 	time      *redis.TimeCmd
 	heartbeat []redis.Cmder
 	card      *redis.IntCmd
+	reserved  *redis.IntCmd
 	counts    []counted
 	reads     []*redis.SliceCmd
 }
 
 // counted are the commands of one peer's counts.
 type counted struct {
-	a, d *redis.IntCmd
-	x    *redis.BoolCmd
+	a, d, r *redis.IntCmd // r: nil unless the batch is Reserving
+	x       *redis.BoolCmd
 }
 
 // queue adds b's commands to pipe, in the order of quota's package
@@ -86,27 +87,26 @@ func queue(ctx context.Context, pipe redis.Pipeliner, b *quota.Batch) queued {
 	}
 	if !b.NoHeartbeat {
 		rk := quota.ReplicasKey(b.Prefix)
-		nowMs := b.Now.UnixMilli()
-		cutoff := nowMs - b.ReplicaTTL.Milliseconds()
-		q.heartbeat = []redis.Cmder{
-			pipe.ZAdd(ctx, rk, redis.Z{Score: float64(nowMs), Member: b.Replica}),
-			pipe.ZRemRangeByScore(ctx, rk, "-inf", "("+strconv.FormatInt(cutoff, 10)),
-		}
+		cutoff := strconv.FormatInt(b.Now.UnixMilli()-b.ReplicaTTL.Milliseconds(), 10)
+		add := pipe.ZAdd(ctx, rk, redis.Z{Score: float64(quota.HeartbeatScore(b.Now, b.Reserving)), Member: b.Replica})
+		rem := pipe.ZRemRangeByScore(ctx, rk, "(-"+cutoff, "("+cutoff)
 		q.card = pipe.ZCard(ctx, rk)
-		q.heartbeat = append(q.heartbeat, q.card)
+		q.reserved = pipe.ZCount(ctx, rk, "-inf", "("+strconv.FormatInt(b.Fresh.UnixMilli(), 10))
+		q.heartbeat = []redis.Cmder{add, rem, q.card, q.reserved}
 	}
 	q.counts = make([]counted, len(b.Counts))
 	for i, c := range b.Counts {
 		k := quota.PeerKey(b.Prefix, c.Peer, b.Epoch)
-		q.counts[i] = counted{
-			a: pipe.HIncrBy(ctx, k, "a", clampInt(c.Admitted)),
-			d: pipe.HIncrBy(ctx, k, "d", clampInt(c.Demanded)),
-			x: pipe.PExpire(ctx, k, b.KeyTTL),
+		q.counts[i].a = pipe.HIncrBy(ctx, k, "a", clampInt(c.Admitted))
+		q.counts[i].d = pipe.HIncrBy(ctx, k, "d", clampInt(c.Demanded))
+		if b.Reserving {
+			q.counts[i].r = pipe.HIncrBy(ctx, k, "r", 1)
 		}
+		q.counts[i].x = pipe.PExpire(ctx, k, b.KeyTTL)
 	}
 	q.reads = make([]*redis.SliceCmd, len(b.Read))
 	for i, p := range b.Read {
-		q.reads[i] = pipe.HMGet(ctx, quota.PeerKey(b.Prefix, p, b.Epoch-1), "a", "d")
+		q.reads[i] = pipe.HMGet(ctx, quota.PeerKey(b.Prefix, p, b.Epoch-1), "a", "d", "r")
 	}
 	return q
 }
@@ -123,10 +123,14 @@ func (q *queued) answer(b *quota.Batch) *quota.Answer {
 		}
 	}
 	if q.card != nil && ans.ReplicasErr == nil {
-		ans.Replicas = q.card.Val()
+		ans.Replicas, ans.Reserved = q.card.Val(), q.reserved.Val()
 	}
 	for i, c := range q.counts {
-		for _, e := range []error{c.a.Err(), c.d.Err(), c.x.Err()} {
+		errs := []error{c.a.Err(), c.d.Err(), c.x.Err()}
+		if c.r != nil {
+			errs = append(errs, c.r.Err())
+		}
+		for _, e := range errs {
 			if e != nil {
 				ans.CountErrs[i] = e
 				break
@@ -139,13 +143,15 @@ func (q *queued) answer(b *quota.Batch) *quota.Answer {
 			ans.Totals[i].Err = err
 			continue
 		}
-		if len(vals) != 2 {
-			ans.Totals[i].Err = fmt.Errorf("%w: HMGET answered %d values for 2 fields", redisconn.ErrMalformed, len(vals))
+		if len(vals) != 3 {
+			ans.Totals[i].Err = fmt.Errorf("%w: HMGET answered %d values for 3 fields", redisconn.ErrMalformed, len(vals))
 			continue
 		}
-		ans.Totals[i].Admitted, ans.Totals[i].Err = field(vals[0])
-		if ans.Totals[i].Err == nil {
-			ans.Totals[i].Demanded, ans.Totals[i].Err = field(vals[1])
+		t := &ans.Totals[i]
+		for j, f := range []*[]byte{&t.Admitted, &t.Demanded, &t.Marked} {
+			if *f, t.Err = field(vals[j]); t.Err != nil {
+				break
+			}
 		}
 	}
 	return ans

@@ -351,3 +351,39 @@ func TestRedisStoreTrouble(t *testing.T) {
 	admin.Do(ctx, "CLIENT", "UNPAUSE")
 	wantHealthy("CLIENT PAUSE")
 }
+
+// The heartbeat's mark on a real redis-server: a Reserving batch writes
+// its score negated and field r of the peers it counts; one ZCOUNT counts
+// the marked replicas and the live ones that missed their last sync
+// (heartbeat before Fresh); one ZREMRANGEBYSCORE removes the silent ones,
+// marked or not.
+func TestHeartbeatMark(t *testing.T) {
+	e2e.SkipShort(t)
+	_, addr := e2e.StartRedis(t)
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { c.Close() })
+	s, ctx := New(c), context.Background()
+	now := time.UnixMilli(1_700_000_000_000)
+	batch := func(replica string, at time.Time, reserving bool, counts ...quota.Count) *quota.Answer {
+		t.Helper()
+		a, err := s.Sync(ctx, &quota.Batch{Prefix: "m", Replica: replica, Now: at, ReplicaTTL: time.Second, KeyTTL: time.Second,
+			Epoch: 7, Counts: counts, Read: []string{"x"}, Reserving: reserving, Fresh: now.Add(-375 * time.Millisecond)})
+		if err != nil || a.ReplicasErr != nil {
+			t.Fatalf("sync of %s: %v, %v", replica, err, a.ReplicasErr)
+		}
+		return a
+	}
+	batch("stale", now.Add(-500*time.Millisecond), false)
+	batch("gone", now.Add(-1500*time.Millisecond), true)
+	batch("marked", now, true, quota.Count{Peer: "x", Admitted: 1, Demanded: 2})
+	a := batch("fine", now, false, quota.Count{Peer: "x", Admitted: 3, Demanded: 4})
+	if a.Replicas != 3 || a.Reserved != 2 {
+		t.Errorf("replicas %d, reserved %d: want 3 live (the one silent past the TTL removed), 2 of them counted at the fallback share", a.Replicas, a.Reserved)
+	}
+	if sc, err := c.ZScore(ctx, quota.ReplicasKey("m"), "marked").Result(); err != nil || sc != -float64(now.UnixMilli()) {
+		t.Errorf("marked replica's score %v (%v), want %d", sc, err, -now.UnixMilli())
+	}
+	if v, err := c.HGetAll(ctx, quota.PeerKey("m", "x", 7)).Result(); err != nil || v["a"] != "4" || v["d"] != "6" || v["r"] != "1" {
+		t.Errorf("x's epoch hash %v (%v), want a 4, d 6, r 1 (one marked replica counted it)", v, err)
+	}
+}
