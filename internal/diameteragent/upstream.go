@@ -184,6 +184,9 @@ func (u *upstream) stop() {
 	u.stopped = true
 	u.timerGen++
 	l := u.conn
+	u.conn, u.lastErr = nil, "disconnected by the agent"
+	u.link.Store(nil)
+	u.setState(StateDown)
 	u.mu.Unlock()
 	if l == nil {
 		return
@@ -192,8 +195,8 @@ func (u *upstream) stop() {
 	if dpr, err := buildDPR(&g.cfg.Identity, l.hbh()); err == nil {
 		l.send(dpr)
 	}
-	l.closeAfterQueued()
-	u.down(l, "disconnected by the agent")
+	l.closeAfterQueued() // the DPA is not waited for: the agent is done with the peer
+	u.a.failover(u, l.drain(true))
 }
 
 // read handles the messages of connection l until it ends.
