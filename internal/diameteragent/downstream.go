@@ -156,28 +156,34 @@ func (a *Agent) fromUpstream(u *upstream, l *link, msg []byte, in *msgInfo, g *g
 		return
 	}
 	p := &pending{from: l, origHbh: in.hdr.HopByHopID, msg: forwarded(msg, u.cfg.Host), sent: a.clock.Now()}
-	a.send(p, d.link, DefaultMaxPending, g.cfg.ServerRequestTimeout, in, l)
+	switch a.forward(p, d.link, DefaultMaxPending, g.cfg.ServerRequestTimeout) {
+	case full:
+		a.answerSelf(l, in, ResultTooBusy, "the destination peer has too many requests pending")
+	case closed:
+		a.answerSelf(l, in, ResultUnableToDeliver, "the destination peer disconnected")
+	}
 }
 
-// send forwards p's request on to under a fresh Hop-by-Hop id, with its
-// timeout, or answers 3004 when to has no room. It reports success.
-func (a *Agent) send(p *pending, to *link, limit int, timeout time.Duration, in *msgInfo, from *link) bool {
+// forward sends p's request on to under a fresh Hop-by-Hop id, with its
+// timeout. It fails when to has limit requests pending or its queue is
+// full (full), or its connection is gone (closed).
+func (a *Agent) forward(p *pending, to *link, limit int, timeout time.Duration) forwardResult {
 	p.mu.Lock()
-	hbh, ok := to.add(p, limit)
-	if ok {
-		setHopByHop(p.msg, hbh)
-		p.owner, p.hbh = to, hbh
-		p.timer = a.clock.AfterFunc(timeout, func() { a.expire(p) })
-		if ok = to.send(p.msg); !ok {
-			to.take(hbh)
+	defer p.mu.Unlock()
+	hbh, res := to.add(p, limit)
+	if res != sent {
+		return res
+	}
+	setHopByHop(p.msg, hbh)
+	p.owner, p.hbh = to, hbh
+	if !to.send(p.msg) {
+		to.take(hbh)
+		if to.isClosed() {
+			return closed
 		}
+		return full
 	}
-	if !ok {
-		p.finishLocked()
-	}
-	p.mu.Unlock()
-	if !ok {
-		a.answerSelf(from, in, ResultTooBusy, "the next hop has too many requests pending")
-	}
-	return ok
+	// Set after the send, under p.mu: an answer coming first waits for it.
+	p.timer = a.clock.AfterFunc(timeout, func() { a.expire(p) })
+	return sent
 }

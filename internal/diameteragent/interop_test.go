@@ -1,8 +1,8 @@
 package diameteragent
 
 import (
+	"fmt"
 	"net"
-	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +11,7 @@ import (
 	"github.com/fiorix/go-diameter/v4/diam/datatype"
 	"github.com/fiorix/go-diameter/v4/diam/dict"
 	"github.com/fiorix/go-diameter/v4/diam/sm"
+	"github.com/fiorix/go-diameter/v4/diam/sm/smparser"
 
 	"github.com/edgesteer/edgesteer/internal/diameter"
 )
@@ -78,7 +79,18 @@ func TestInteropGoDiameter(t *testing.T) {
 		HostIPAddresses: []datatype.Address{datatype.Address(net.ParseIP("127.0.0.1"))}})
 	answers := make(chan *diam.Message, 16)
 	cliSM.HandleFunc("CCA", func(c diam.Conn, m *diam.Message) { answers <- m })
-	cli := &sm.Client{Dict: dict.Default, Handler: cliSM, EnableWatchdog: true, WatchdogInterval: 200 * time.Millisecond, RetransmitInterval: 300 * time.Millisecond, MaxRetransmits: 3,
+	dwas := make(chan error, 4)
+	cliSM.HandleFunc("DWA", func(c diam.Conn, m *diam.Message) {
+		dwa := new(smparser.DWA)
+		err := dwa.Parse(m)
+		if err == nil && dwa.ResultCode != diam.Success {
+			err = fmt.Errorf("DWA Result-Code %d", dwa.ResultCode)
+		}
+		dwas <- err
+	})
+	// go-diameter's own client watchdog is not used: its DWA handler drops
+	// an answer that comes before its sender waits for it.
+	cli := &sm.Client{Dict: dict.Default, Handler: cliSM,
 		AuthApplicationID: []*diam.AVP{diam.NewAVP(avp.AuthApplicationID, avp.Mbit, 0, datatype.Unsigned32(diameter.AppGy))},
 		VendorSpecificApplicationID: []*diam.AVP{diam.NewAVP(avp.VendorSpecificApplicationID, avp.Mbit, 0, &diam.GroupedAVP{AVP: []*diam.AVP{
 			diam.NewAVP(avp.VendorID, avp.Mbit, 0, datatype.Unsigned32(10415)),
@@ -120,15 +132,21 @@ func TestInteropGoDiameter(t *testing.T) {
 	if !seen["pcrf1.example"] || !seen["pcrf2.example"] {
 		t.Fatalf("answered by %v", seen)
 	}
-	time.Sleep(2 * time.Second) // client DWRs; go-diameter closes the connection after 4 unanswered (its DWA handler may miss one that comes too fast: it does not wait)
+	dwr := diam.NewRequest(diam.DeviceWatchdog, 0, dict.Default)
+	dwr.NewAVP(avp.OriginHost, avp.Mbit, 0, datatype.DiameterIdentity("pgw1.example"))
+	dwr.NewAVP(avp.OriginRealm, avp.Mbit, 0, datatype.DiameterIdentity("example.net"))
+	if _, err := dwr.WriteTo(conn); err != nil {
+		t.Fatal(err)
+	}
 	select {
-	case e := <-errs:
-		if !strings.Contains(e.Error.Error(), "EOF") {
-			t.Fatalf("go-diameter client error: %v", e.Error)
+	case err := <-dwas:
+		if err != nil {
+			t.Fatalf("go-diameter's reading of the agent's DWA: %v", err)
 		}
-	default:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no DWA")
 	}
 	if n := len(a.View().Downstreams); n != 1 {
-		t.Fatalf("%d downstream peers after the client's watchdog ran", n)
+		t.Fatalf("%d downstream peers after the DWR", n)
 	}
 }

@@ -108,13 +108,24 @@ func (l *link) writeLoop() {
 	}
 }
 
+type forwardResult int
+
+const (
+	sent forwardResult = iota
+	full
+	closed
+)
+
 // add records p as awaiting an answer on l under a fresh Hop-by-Hop id,
-// unless l holds limit requests already or is closed.
-func (l *link) add(p *pending, limit int) (uint32, bool) {
+// unless l holds limit requests already (full) or is closed.
+func (l *link) add(p *pending, limit int) (uint32, forwardResult) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.closed || len(l.pending) >= limit {
-		return 0, false
+	switch {
+	case l.closed:
+		return 0, closed
+	case len(l.pending) >= limit:
+		return 0, full
 	}
 	for {
 		l.nextHbh++
@@ -124,7 +135,17 @@ func (l *link) add(p *pending, limit int) (uint32, bool) {
 	}
 	l.pending[l.nextHbh] = p
 	l.count.Store(int32(len(l.pending)))
-	return l.nextHbh, true
+	return l.nextHbh, sent
+}
+
+// isClosed reports whether the connection is closed.
+func (l *link) isClosed() bool {
+	select {
+	case <-l.done:
+		return true
+	default:
+		return false
+	}
 }
 
 // take removes and returns the request awaiting the answer hbh, or nil.

@@ -111,19 +111,17 @@ func (a *Agent) failover(u *upstream, ps []*pending) {
 		if !p.retried && p.group != nil {
 			to, _ = p.group.pick(u)
 		}
-		var hbh uint32
 		added := false
 		if to != nil {
 			if l := to.current(); l != nil {
-				if hbh, added = l.add(p, p.group.MaxPendingPerPeer); added {
+				if hbh, res := l.add(p, p.group.MaxPendingPerPeer); res == sent {
 					msg := append([]byte(nil), p.msg...) // the old link's writer may still read p.msg
 					setRetransmitted(msg)
 					setHopByHop(msg, hbh)
 					p.msg, p.owner, p.hbh, p.peer, p.retried = msg, l, hbh, to, true
 					p.sent = a.clock.Now()
-					if !l.send(msg) {
+					if added = l.send(msg); !added {
 						l.take(hbh)
-						added = false
 					}
 				}
 			}

@@ -67,10 +67,12 @@ func (a *Agent) route(d *downstream, msg []byte, in *msgInfo) {
 		return
 	}
 	var key uint64
+	var boundTo uint32 // the binding found (ids start at 1)
 	if len(in.sessionID) > 0 {
 		key = a.sessionKey(in.sessionID)
 		if target == nil {
 			if id, ok := a.bindings.Get(key, uint32(now.Unix())); ok {
+				boundTo = id
 				if u := gr.member(id); u != nil && u.current() != nil {
 					target = u
 				}
@@ -104,23 +106,42 @@ func (a *Agent) route(d *downstream, msg []byte, in *msgInfo) {
 			return
 		}
 	}
-	l := target.current()
 	p := &pending{from: d.link, origHbh: in.hdr.HopByHopID, msg: forwarded(msg, d.host), sent: now,
-		peer: target, group: gr, session: key, ends: in.isTermination()}
-	if l == nil || !a.send(p, l, gr.MaxPendingPerPeer, gr.RequestTimeout, in, d.link) {
-		if l == nil { // went down since it was picked
-			gr.st.pending.Add(-1)
-			a.answerSelf(d.link, in, ResultUnableToDeliver, "no server of group "+gr.Name+" is available")
+		group: gr, session: key, ends: in.isTermination()}
+	// The server picked may have gone since: pick again, among the others.
+	for tried := 0; ; tried++ {
+		res := closed
+		if l := target.current(); l != nil {
+			p.peer = target
+			res = a.forward(p, l, gr.MaxPendingPerPeer, gr.RequestTimeout)
 		}
-		gr.st.busy.Add(1)
-		return
+		if res == sent {
+			break
+		}
+		anyFull := false
+		if res == full {
+			target = nil
+		} else if target, anyFull = gr.pick(target); tried > len(gr.members) {
+			target = nil
+		}
+		if target == nil {
+			gr.st.pending.Add(-1)
+			if res == full || anyFull {
+				gr.st.busy.Add(1)
+				a.answerSelf(d.link, in, ResultTooBusy, "the next hop has too many requests pending")
+			} else {
+				gr.st.unavailable.Add(1)
+				a.answerSelf(d.link, in, ResultUnableToDeliver, "no server of group "+gr.Name+" is available")
+			}
+			return
+		}
 	}
 	gr.st.admitted.Add(1)
 	if key != 0 {
 		if p.ends {
 			a.bindings.Delete(key)
 			a.counts.bindingsEnded.Add(1)
-		} else {
+		} else if boundTo != target.id { // a hit was marked used by Get
 			a.bindings.Put(key, target.id, uint32(now.Unix()))
 		}
 	}
