@@ -160,7 +160,11 @@ func (u *upstream) retryLocked(reason string) {
 
 // down ends connection l: the peer goes DOWN, its pending requests fail
 // over, and a reconnect is scheduled.
-func (u *upstream) down(l *link, reason string) {
+func (u *upstream) down(l *link, reason string) { u.downAfter(l, reason, false) }
+
+// downAfter is down; with flush, the connection closes only once what is
+// queued on it is written (a DPA).
+func (u *upstream) downAfter(l *link, reason string, flush bool) {
 	u.mu.Lock()
 	if u.conn != l {
 		u.mu.Unlock()
@@ -173,7 +177,11 @@ func (u *upstream) down(l *link, reason string) {
 		u.retryLocked(reason)
 	}
 	u.mu.Unlock()
-	l.close()
+	if flush {
+		l.closeAfterQueued()
+	} else {
+		l.close()
+	}
 	u.a.failover(u, l.drain(true))
 }
 
@@ -254,8 +262,7 @@ func (u *upstream) handle(l *link, msg []byte, in *msgInfo) bool {
 			u.a.answerSelf(l, in, ResultSuccess, "")
 		case cmdDPR:
 			u.a.answerSelf(l, in, ResultSuccess, "")
-			l.closeAfterQueued()
-			u.down(l, "the peer sent DPR")
+			u.downAfter(l, "the peer sent DPR", true)
 			return false
 		default: // a second CER
 			u.a.answerSelf(l, in, ResultUnableToComply, "capabilities already exchanged")
@@ -358,4 +365,11 @@ func (u *upstream) tick(gen uint64) {
 		u.a.log.Warn("Diameter peer SUSPECT: failing its pending requests over", "peer", u.cfg.Host)
 		u.a.failover(u, l.drain(false))
 	}
+}
+
+// lastError returns why the peer last went down.
+func (u *upstream) lastError() string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.lastErr
 }

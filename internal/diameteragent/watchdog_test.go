@@ -129,3 +129,35 @@ func TestNoCEA(t *testing.T) {
 	u := h.peer("ocs2.example")
 	eventually(t, "given up", func() bool { u.mu.Lock(); defer u.mu.Unlock(); return strings.Contains(u.lastErr, "no CEA") })
 }
+
+// A server's DPR is answered with a DPA; the peer goes DOWN, its pending
+// requests fail over, and the agent reconnects after the backoff.
+func TestUpstreamDPR(t *testing.T) {
+	cfg := baseConfig()
+	cfg.Groups[1].RequestTimeout = time.Minute
+	h := newHarness(t, cfg)
+	h.start()
+	c := h.connect("pgw1.example")
+	o1 := h.srv["ocs1.example"]
+	o1.setHold(true)
+	c.send(req{app: diameter.AppGy, realm: "ocs.example", e2e: 1}.bytes(t))
+	c.send(req{app: diameter.AppGy, realm: "ocs.example", e2e: 2}.bytes(t))
+	eventually(t, "one held at ocs1", func() bool { return len(o1.requests()) == 1 })
+	if a := c.next(); a.origin != "ocs2.example" {
+		t.Fatalf("answer from %s", a.origin)
+	}
+	id := Identity{OriginHost: "ocs1.example", OriginRealm: "ocs.example"}
+	dpr, _ := buildDPR(&id, 0x99)
+	o1.write(dpr)
+	eventually(t, "DPA", func() bool { return o1.count(cmdDPR, false) == 1 })
+	h.waitState("ocs1.example", StateDown)
+	if a := c.next(); a.result != ResultSuccess || a.origin != "ocs2.example" {
+		t.Fatalf("pending request after DPR: %d from %s", a.result, a.origin)
+	}
+	if u := h.peer("ocs1.example"); !strings.Contains(u.lastError(), "DPR") {
+		t.Fatalf("last error %q", u.lastError())
+	}
+	o1.setHold(false)
+	h.clock.Advance(time.Second)
+	h.waitState("ocs1.example", StateReopen)
+}

@@ -275,6 +275,16 @@ func buildCER(id *Identity, apps []Application, hbh uint32) ([]byte, error) {
 // refusal of a routed one: same command, application and identifiers, the
 // E bit for protocol errors (3xxx). A CEA carries the capabilities.
 func buildAnswer(req *msgInfo, id *Identity, apps []Application, result uint32, errMsg string) ([]byte, error) {
+	b, err := encodeAnswer(req, id, apps, result, errMsg)
+	if err == nil {
+		// go-diameter makes up an identifier of 0: the request's is kept.
+		setHopByHop(b, req.hdr.HopByHopID)
+		binary.BigEndian.PutUint32(b[16:20], req.hdr.EndToEndID)
+	}
+	return b, err
+}
+
+func encodeAnswer(req *msgInfo, id *Identity, apps []Application, result uint32, errMsg string) ([]byte, error) {
 	h := &req.hdr
 	if !req.base() {
 		return diameter.Refusal(req.info(), result, id.OriginHost, id.OriginRealm, errMsg)
