@@ -135,7 +135,12 @@
 // Each connection has one writer goroutine fed by a bounded queue (4096
 // messages): a burst goes out in one write, and no routing decision waits
 // on a slow peer. A full queue counts as a full server (3004), or, for an
-// answer, a message undelivered (counted).
+// answer, a message undelivered (counted). A connection the agent ends
+// after a last answer (a refused CER, a DPA) closes once that is written,
+// or Tw later if the peer does not read it. A message longer than
+// max_length (default 65536) or malformed ends the connection it came on.
+// The agent answers downstream peers' DWRs but sends them none: a
+// downstream peer's own watchdog watches that link.
 //
 // # Reloads
 //

@@ -45,7 +45,7 @@ func (a *Agent) Serve(conn net.Conn) error {
 		return err
 	}
 	if err := a.accept(d); err != nil {
-		l.closeAfterQueued()
+		l.closeAfterQueued(a.clock, g.cfg.Watchdog)
 		<-l.done
 		return err
 	}
@@ -70,7 +70,7 @@ func (a *Agent) Serve(conn net.Conn) error {
 				a.answerSelf(l, in, ResultSuccess, "")
 			case cmdDPR:
 				a.answerSelf(l, in, ResultSuccess, "")
-				l.closeAfterQueued()
+				l.closeAfterQueued(a.clock, g.cfg.Watchdog)
 				<-l.done
 				return nil
 			default:

@@ -1,10 +1,13 @@
 package diameteragent
 
 import (
+	"errors"
 	"net"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/edgesteer/edgesteer/internal/diameter"
 )
@@ -78,4 +81,52 @@ func TestDownstreamCapabilitiesRefused(t *testing.T) {
 		t.Fatal("a CCR before the CER was served")
 	}
 	a2.Close()
+}
+
+// A peer that is refused and never reads the refusal does not hold Serve:
+// the connection closes Tw later.
+func TestRefusedPeerThatDoesNotRead(t *testing.T) {
+	h := newHarness(t, baseConfig())
+	a, b := net.Pipe()
+	defer a.Close()
+	done := make(chan error, 1)
+	go func() { done <- h.agent.Serve(b) }()
+	id := Identity{OriginHost: "pgw9.example", OriginRealm: "example.net"}
+	cer, _ := buildCER(&id, []Application{{ID: 16777251}}, 1)
+	a.Write(cer) // and never read the CEA
+	select {
+	case <-done:
+		t.Fatal("Serve returned before the grace time")
+	case <-time.After(20 * time.Millisecond):
+	}
+	h.clock.Advance(30 * time.Second)
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Serve still holds the connection after Tw")
+	}
+}
+
+// A message longer than max_length ends the connection.
+func TestDownstreamMessageTooLong(t *testing.T) {
+	cfg := baseConfig()
+	cfg.MaxLength = 1024
+	h := newHarness(t, cfg)
+	h.start()
+	c := h.connect("pgw1.example")
+	big := req{app: diameter.AppGx, session: strings.Repeat("x", 2000), e2e: 1}.bytes(t)
+	go c.conn.Write(big)
+	if err := <-c.done; err == nil || !errors.Is(err, diameter.ErrMalformed) {
+		t.Fatalf("Serve: %v", err)
+	}
+}
+
+// Close disconnects the upstream peers with a DPR.
+func TestCloseSendsDPR(t *testing.T) {
+	h := newHarness(t, baseConfig())
+	h.start()
+	h.agent.Close()
+	for host, s := range h.srv {
+		eventually(t, host+" DPR", func() bool { return s.count(cmdDPR, true) == 1 })
+	}
 }

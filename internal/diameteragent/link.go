@@ -5,6 +5,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // outboxSize bounds the messages queued for one connection's writer. A
@@ -56,10 +57,11 @@ func (l *link) send(msg []byte) bool {
 }
 
 // closeAfterQueued closes the connection once what is queued is written
-// (a DPA, then the end).
-func (l *link) closeAfterQueued() {
+// (a DPA, then the end), or after grace if the peer does not read it.
+func (l *link) closeAfterQueued(c Clock, grace time.Duration) {
 	select {
 	case l.out <- nil:
+		c.AfterFunc(grace, l.close)
 	default:
 		l.close()
 	}

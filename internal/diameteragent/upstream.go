@@ -178,7 +178,7 @@ func (u *upstream) downAfter(l *link, reason string, flush bool) {
 	}
 	u.mu.Unlock()
 	if flush {
-		l.closeAfterQueued()
+		l.closeAfterQueued(u.a.clock, u.tw())
 	} else {
 		l.close()
 	}
@@ -203,7 +203,7 @@ func (u *upstream) stop() {
 	if dpr, err := buildDPR(&g.cfg.Identity, l.hbh()); err == nil {
 		l.send(dpr)
 	}
-	l.closeAfterQueued() // the DPA is not waited for: the agent is done with the peer
+	l.closeAfterQueued(u.a.clock, u.tw()) // the DPA is not waited for: the agent is done with the peer
 	u.a.failover(u, l.drain(true))
 }
 
