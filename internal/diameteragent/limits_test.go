@@ -130,3 +130,23 @@ func TestIngressLimitSeedExample(t *testing.T) {
 		t.Fatalf("admitted CCR-I %d, CCR-U %d, CCR-T %d", admitted[1], admitted[2], admitted[3])
 	}
 }
+
+// The refusal's Result-Code is configurable; the E bit follows it (set for
+// 3xxx protocol errors only).
+func TestEgressRefusalResultCode(t *testing.T) {
+	for _, code := range []uint32{ResultTooBusy, ResultUnableToComply} {
+		cfg := baseConfig()
+		cfg.Groups[1].Egress = ratelimit.NewProfile("ocs", rule(t, "overall", 1), nil, 16) // burst 2
+		cfg.Groups[1].Refusal = Refusal{ResultCode: code}
+		h := newHarness(t, cfg)
+		h.start()
+		c := h.connect("pgw1.example")
+		var last message
+		for i := range 3 {
+			last = c.call(req{app: diameter.AppGy, realm: "ocs.example", e2e: uint32(i + 1)}.bytes(t))
+		}
+		if last.result != code || (last.flags&diam.ErrorFlag != 0) != (code < 4000) || last.errMsg != DefaultErrorMessage || last.origin != "dra.example" {
+			t.Errorf("refusal with result_code %d: %d E=%v %q from %s", code, last.result, last.flags&diam.ErrorFlag != 0, last.errMsg, last.origin)
+		}
+	}
+}
