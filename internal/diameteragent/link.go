@@ -162,6 +162,16 @@ func (l *link) take(hbh uint32) *pending {
 	return p
 }
 
+// remove removes p from the table if it is there under hbh.
+func (l *link) remove(hbh uint32, p *pending) {
+	l.mu.Lock()
+	if l.pending[hbh] == p {
+		delete(l.pending, hbh)
+		l.count.Store(int32(len(l.pending)))
+	}
+	l.mu.Unlock()
+}
+
 // drain returns what awaited an answer on l and empties the table; shut
 // also closes it to new requests (the connection is gone).
 func (l *link) drain(shut bool) []*pending {

@@ -51,7 +51,7 @@ func (a *Agent) expire(p *pending) {
 		p.mu.Unlock()
 		return
 	}
-	p.owner.take(p.hbh)
+	p.owner.remove(p.hbh, p) // not there if a failover holds it
 	msg := p.msg
 	p.mu.Unlock()
 	a.counts.timedOut.Add(1)
