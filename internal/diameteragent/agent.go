@@ -49,6 +49,7 @@ type counters struct {
 	late, undelivered, timedOut, loops       atomic.Int64
 	realmNotServed, unableToDeliver, tooBusy atomic.Int64
 	ingressRefused, bindingsEnded            atomic.Int64
+	downstreamDWR                            atomic.Int64
 }
 
 // generation is one configuration, compiled for routing.

@@ -67,6 +67,7 @@ func (a *Agent) Serve(conn net.Conn) error {
 		case in.base() && in.request:
 			switch in.hdr.CommandCode {
 			case cmdDWR:
+				a.counts.downstreamDWR.Add(1)
 				a.answerSelf(l, in, ResultSuccess, "")
 			case cmdDPR:
 				a.answerSelf(l, in, ResultSuccess, "")

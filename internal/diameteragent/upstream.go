@@ -44,6 +44,8 @@ type upstream struct {
 	link     atomic.Pointer[link] // the open connection (after its CEA)
 	lastRecv atomic.Int64         // unix ns of the last message received
 	latency  atomic.Int64         // answer latency, ns (EWMA, 1/8)
+	// watchdog exchanges: DWRs sent, DWAs received, the peer's DWRs
+	dwrSent, dwaRecv, dwrRecv atomic.Int64
 
 	mu         sync.Mutex
 	conn       *link // the connection being opened or open
@@ -242,6 +244,7 @@ func (u *upstream) handle(l *link, msg []byte, in *msgInfo) bool {
 	}
 	isDWA := !in.request && in.base() && in.hdr.CommandCode == cmdDWR
 	if isDWA {
+		u.dwaRecv.Add(1)
 		u.pendingDWR = false
 		if State(u.state.Load()) == StateReopen {
 			if u.numDWA++; u.numDWA >= 3 {
@@ -259,6 +262,7 @@ func (u *upstream) handle(l *link, msg []byte, in *msgInfo) bool {
 	case in.base() && in.request:
 		switch in.hdr.CommandCode {
 		case cmdDWR:
+			u.dwrRecv.Add(1)
 			u.a.answerSelf(l, in, ResultSuccess, "")
 		case cmdDPR:
 			u.a.answerSelf(l, in, ResultSuccess, "")
@@ -308,8 +312,8 @@ func (u *upstream) capabilities(l *link, in *msgInfo) bool {
 
 func (u *upstream) sendDWRLocked(l *link) {
 	g := u.a.gen.Load()
-	if dwr, err := buildDWR(&g.cfg.Identity, l.hbh()); err == nil {
-		l.send(dwr)
+	if dwr, err := buildDWR(&g.cfg.Identity, l.hbh()); err == nil && l.send(dwr) {
+		u.dwrSent.Add(1)
 	}
 	u.pendingDWR = true
 }

@@ -27,6 +27,9 @@ type PeerView struct {
 	Outstanding int           `json:"outstanding"`
 	Latency     time.Duration `json:"latency_ns"`
 	LastError   string        `json:"last_error,omitempty"`
+	DWRSent     int64         `json:"dwr_sent"`     // the agent's watchdog requests
+	DWAReceived int64         `json:"dwa_received"` // their answers
+	DWRReceived int64         `json:"dwr_received"` // the peer's, answered
 }
 
 // GroupView is a peer group's counts.
@@ -60,6 +63,7 @@ type Counts struct {
 	TooBusy         int64 `json:"too_busy"`
 	IngressRefused  int64 `json:"ingress_refused"`
 	BindingsEnded   int64 `json:"bindings_ended"` // by CCR-T or STR
+	DownstreamDWR   int64 `json:"downstream_dwr"` // downstream peers' DWRs, answered
 }
 
 // View returns the agent's state now.
@@ -70,7 +74,8 @@ func (a *Agent) View() View {
 		u := g.peers[pc.Host]
 		u.mu.Lock()
 		pv := PeerView{Host: pc.Host, Realm: pc.Realm, Address: pc.Address, State: State(u.state.Load()).String(),
-			Latency: time.Duration(u.latency.Load()), LastError: u.lastErr}
+			Latency: time.Duration(u.latency.Load()), LastError: u.lastErr,
+			DWRSent: u.dwrSent.Load(), DWAReceived: u.dwaRecv.Load(), DWRReceived: u.dwrRecv.Load()}
 		if l := u.link.Load(); l != nil {
 			pv.Outstanding = int(l.count.Load())
 		}
@@ -92,6 +97,7 @@ func (a *Agent) View() View {
 	c := &a.counts
 	v.Counts = Counts{Late: c.late.Load(), Undelivered: c.undelivered.Load(), TimedOut: c.timedOut.Load(), Loops: c.loops.Load(),
 		RealmNotServed: c.realmNotServed.Load(), UnableToDeliver: c.unableToDeliver.Load(), TooBusy: c.tooBusy.Load(),
-		IngressRefused: c.ingressRefused.Load(), BindingsEnded: c.bindingsEnded.Load()}
+		IngressRefused: c.ingressRefused.Load(), BindingsEnded: c.bindingsEnded.Load(),
+		DownstreamDWR: c.downstreamDWR.Load()}
 	return v
 }
