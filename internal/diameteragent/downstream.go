@@ -31,6 +31,13 @@ var ErrCapabilities = errors.New("capabilities exchange failed")
 // answered 5012 DIAMETER_UNABLE_TO_COMPLY and changes nothing. It closes
 // conn before returning.
 func (a *Agent) Serve(conn net.Conn) error {
+	a.mu.Lock()
+	closedAgent := a.closed
+	a.mu.Unlock()
+	if closedAgent {
+		conn.Close()
+		return errors.New("the Diameter agent is closed")
+	}
 	g := a.gen.Load()
 	l := newLink(conn)
 	defer l.close()
