@@ -101,15 +101,7 @@ func TestInteropFreeDiameter(t *testing.T) {
 		return err
 	})
 	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go a.Serve(c)
-		}
-	}()
+	acceptAll(ln, func(c net.Conn) { a.Serve(c) })
 	a.Start() // retries until freeDiameter listens
 	fd2 := tp.Start(t, "fd2", "freeDiameterd fd2", "freeDiameterd", nil, "-c",
 		freeDiameterConf(t, "fd2.example", "example.net", tp.IP("fd2"), 3868,

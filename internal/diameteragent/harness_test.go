@@ -447,3 +447,28 @@ func (h *harness) connect(host string) *client {
 	h.t.Cleanup(func() { a.Close() })
 	return c
 }
+
+// listen listens on loopback for the test's time and serves each
+// connection it accepts in a goroutine of its own.
+func listen(tb testing.TB, serve func(net.Conn)) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { ln.Close() })
+	acceptAll(ln, serve)
+	return ln.Addr().String()
+}
+
+// acceptAll serves each connection ln accepts, until it is closed.
+func acceptAll(ln net.Listener, serve func(net.Conn)) {
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go serve(c)
+		}
+	}()
+}

@@ -61,20 +61,7 @@ func TestInteropGoDiameter(t *testing.T) {
 		u := a.gen.Load().peers[host]
 		eventually(t, host+" OKAY", func() bool { return State(u.state.Load()) == StateOkay })
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go a.Serve(c)
-		}
-	}()
+	agentAddr := listen(t, func(c net.Conn) { a.Serve(c) })
 	cliSM := sm.New(&sm.Settings{OriginHost: "pgw1.example", OriginRealm: "example.net", VendorID: 10415, ProductName: "pgw",
 		HostIPAddresses: []datatype.Address{datatype.Address(net.ParseIP("127.0.0.1"))}})
 	answers := make(chan *diam.Message, 16)
@@ -96,7 +83,7 @@ func TestInteropGoDiameter(t *testing.T) {
 			diam.NewAVP(avp.VendorID, avp.Mbit, 0, datatype.Unsigned32(10415)),
 			diam.NewAVP(avp.AuthApplicationID, avp.Mbit, 0, datatype.Unsigned32(diameter.AppGx)),
 		}})}}
-	conn, err := cli.DialTimeout(ln.Addr().String(), 5*time.Second)
+	conn, err := cli.DialTimeout(agentAddr, 5*time.Second)
 	if err != nil {
 		t.Fatalf("go-diameter client's capabilities exchange with the agent: %v", err)
 	}

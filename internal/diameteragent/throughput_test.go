@@ -13,73 +13,48 @@ import (
 // bit cleared, and CER and DWR properly; it writes all the answers to what
 // one read brought in one write.
 func echoServer(b *testing.B) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { ln.Close() })
 	id := Identity{OriginHost: "pcrf.example", OriginRealm: "pcrf.example"}
-	go func() {
+	return listen(b, func(c net.Conn) {
+		defer c.Close()
+		fr := diameter.NewFramer(c, 0, 1<<16)
+		var in msgInfo
+		out := make([]byte, 0, 64<<10)
 		for {
-			c, err := ln.Accept()
+			msg, err := fr.Next()
 			if err != nil {
 				return
 			}
-			go func() {
-				defer c.Close()
-				fr := diameter.NewFramer(c, 0, 1<<16)
-				var in msgInfo
-				out := make([]byte, 0, 64<<10)
-				for {
-					msg, err := fr.Next()
-					if err != nil {
-						return
-					}
-					if scan(msg, "", &in) == nil && in.base() && in.request {
-						ans, _ := buildAnswer(&in, &id, []Application{{ID: diameter.AppGx}}, ResultSuccess, "")
-						out = append(out, ans...)
-					} else {
-						n := len(out)
-						out = append(out, msg...)
-						out[n+4] &^= 0x80
-					}
-					if !fr.Ready() {
-						if _, err := c.Write(out); err != nil {
-							return
-						}
-						out = out[:0]
-					}
+			if scan(msg, "", &in) == nil && in.base() && in.request {
+				ans, _ := buildAnswer(&in, &id, []Application{{ID: diameter.AppGx}}, ResultSuccess, "")
+				out = append(out, ans...)
+			} else {
+				n := len(out)
+				out = append(out, msg...)
+				out[n+4] &^= 0x80
+			}
+			if !fr.Ready() {
+				if _, err := c.Write(out); err != nil {
+					return
 				}
-			}()
+				out = out[:0]
+			}
 		}
-	}()
-	return ln.Addr().String()
+	})
 }
 
 // plainRelay is the anchor: a TCP proxy copying bytes both ways, as the
 // plain caddy-l4 proxy does.
 func plainRelay(b *testing.B, upstream string) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			u, err := net.Dial("tcp", upstream)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			go func() { io.Copy(u, c); u.Close() }()
-			go func() { io.Copy(c, u); c.Close() }()
+	return listen(b, func(c net.Conn) {
+		u, err := net.Dial("tcp", upstream)
+		if err != nil {
+			c.Close()
+			return
 		}
-	}()
-	return ln.Addr().String()
+		go func() { io.Copy(u, c); u.Close() }()
+		io.Copy(c, u)
+		c.Close()
+	})
 }
 
 // drive sends n CCR-U over one connection to addr with window requests in
@@ -146,25 +121,12 @@ func BenchmarkThroughputTCP(b *testing.B) {
 			time.Sleep(time.Millisecond)
 		}
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go a.Serve(c)
-		}
-	}()
+	agentAddr := listen(b, func(c net.Conn) { a.Serve(c) })
 	relay := plainRelay(b, up1)
 	n := max(b.N, 20_000)
 	var agentRate, relayRate float64
 	for range 3 { // interleaved, best of three each
-		agentRate = max(agentRate, drive(b, ln.Addr().String(), n, window, true))
+		agentRate = max(agentRate, drive(b, agentAddr, n, window, true))
 		relayRate = max(relayRate, drive(b, relay, n, window, false))
 	}
 	b.ReportMetric(agentRate, "agent-msg/s")
