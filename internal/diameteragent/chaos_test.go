@@ -60,7 +60,7 @@ func TestChaosEveryRequestAnsweredOnce(t *testing.T) {
 	go func() { wg.Wait(); close(done) }()
 	// The chaos, while traffic flows.
 	eventually(t, "traffic", func() bool { return len(h.srv["pcrf1.example"].requests()) > 20 })
-	h.srv["pcrf1.example"].conn.Close() // killed; reconnects on the next backoff
+	h.srv["pcrf1.example"].conn.Close()  // killed; reconnects on the next backoff
 	h.srv["ocs1.example"].setMute(true)  // hangs: SUSPECT, then DOWN
 	h.srv["pcrf2.example"].setHold(true) // slow
 	for range 6 {
