@@ -19,25 +19,17 @@ func jhash(key []byte, initval uint32) uint32 {
 	if len(key) == 0 {
 		return c
 	}
-	a += word(0)
-	b += word(4)
-	c += word(8)
-	// __jhash_final
-	c ^= b
-	c -= bits.RotateLeft32(b, 14)
-	a ^= c
-	a -= bits.RotateLeft32(c, 11)
-	b ^= a
-	b -= bits.RotateLeft32(a, 25)
-	c ^= b
-	c -= bits.RotateLeft32(b, 16)
-	a ^= c
-	a -= bits.RotateLeft32(c, 4)
-	b ^= a
-	b -= bits.RotateLeft32(a, 14)
-	c ^= b
-	c -= bits.RotateLeft32(b, 24)
-	return c
+	v := [3]uint32{a + word(0), b + word(4), c + word(8)}
+	// __jhash_final: c ^= b; c -= rol32(b, 14); a ^= c; a -= rol32(c, 11);
+	// b ^= a; … each step mixes the word before into the next, c a b c a b c.
+	t := 2
+	for _, r := range [...]int{14, 11, 25, 16, 4, 14, 24} {
+		src := (t + 2) % 3
+		v[t] ^= v[src]
+		v[t] -= bits.RotateLeft32(v[src], r)
+		t = (t + 1) % 3
+	}
+	return v[2]
 }
 
 // Bucket returns the hash bucket of client address a as the kernel's

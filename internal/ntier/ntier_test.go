@@ -274,3 +274,24 @@ func TestValidate(t *testing.T) {
 		}
 	}
 }
+
+// Buckets as the kernel computes them: TestKernelInNamespaces checks that
+// real traffic lands where Bucket says; these pin the function itself for
+// hosts where that test cannot run.
+func TestBucket(t *testing.T) {
+	for _, tc := range []struct {
+		addr           string
+		seeded, seed1k int
+	}{
+		{"10.77.0.100", 3, 336}, {"10.77.0.101", 207, 40}, {"192.0.2.1", 235, 856},
+		{"198.51.100.7", 11, 312}, {"0.0.0.0", 44, 850}, {"255.255.255.255", 98, 471},
+		{"::ffff:192.0.2.1", 235, 856}, {"2001:db8::1", -1, -1},
+	} {
+		if got := Bucket(addr(tc.addr), DefaultSeed, 256); got != tc.seeded {
+			t.Errorf("Bucket(%s, default seed, 256) = %d, want %d", tc.addr, got, tc.seeded)
+		}
+		if got := Bucket(addr(tc.addr), 1, 1000); got != tc.seed1k {
+			t.Errorf("Bucket(%s, 1, 1000) = %d, want %d", tc.addr, got, tc.seed1k)
+		}
+	}
+}
