@@ -123,13 +123,8 @@ func (c Config) Validate() error {
 	if err := checkPorts(c.Ports); err != nil {
 		return err
 	}
-	if len(c.Interfaces) > MaxInterfaces {
-		return fmt.Errorf("interfaces: %d given, at most %d", len(c.Interfaces), MaxInterfaces)
-	}
-	for _, i := range c.Interfaces {
-		if i == "" || len(i) > 15 {
-			return fmt.Errorf("interfaces: %q is not an interface name", i)
-		}
+	if err := checkInterfaces(c.Interfaces); err != nil {
+		return err
 	}
 	if c.Buckets < len(c.Nodes) || c.Buckets > MaxBuckets {
 		return fmt.Errorf("buckets %d: want from the %d nodes to %d", c.Buckets, len(c.Nodes), MaxBuckets)
@@ -169,6 +164,18 @@ func checkPorts(ports []portrange.Range) error {
 		}
 		if i > 0 && r.Lo <= sorted[i-1].Hi {
 			return fmt.Errorf("ports: %s and %s overlap", sorted[i-1], r)
+		}
+	}
+	return nil
+}
+
+func checkInterfaces(ifaces []string) error {
+	if len(ifaces) > MaxInterfaces {
+		return fmt.Errorf("interfaces: %d given, at most %d", len(ifaces), MaxInterfaces)
+	}
+	for _, i := range ifaces {
+		if i == "" || len(i) > 15 {
+			return fmt.Errorf("interfaces: %q is not an interface name", i)
 		}
 	}
 	return nil

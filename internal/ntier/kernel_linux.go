@@ -182,12 +182,20 @@ func syncRoutes(nl *netlink.Handle, rs RuleSet) error {
 		return err
 	}
 	for _, r := range rs.Routes {
-		route := &netlink.Route{
-			Table: int(r.Mark), Dst: &net.IPNet{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 32)},
-			Gw: r.NextHop.AsSlice(),
+		route := &netlink.Route{Table: int(r.Mark), Dst: &net.IPNet{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 32)}}
+		what := fmt.Sprintf("node %q: route via next hop %s in table %d", r.Node, r.NextHop, r.Mark)
+		if r.NextHop.IsValid() {
+			route.Gw = r.NextHop.AsSlice()
+		} else {
+			what = fmt.Sprintf("local default route in table %d", r.Mark)
+			lo, err := nl.LinkByName("lo")
+			if err != nil {
+				return kernelErr(what, err)
+			}
+			route.LinkIndex, route.Type, route.Scope = lo.Attrs().Index, unix.RTN_LOCAL, netlink.SCOPE_HOST
 		}
 		if err := nl.RouteReplace(route); err != nil {
-			return kernelErr(fmt.Sprintf("node %q: route via next hop %s in table %d", r.Node, r.NextHop, r.Mark), err)
+			return kernelErr(what, err)
 		}
 	}
 	for _, r := range ours {
@@ -221,18 +229,23 @@ func replaceTable(nft *nftables.Conn, rs RuleSet) error {
 	nft.AddTable(table)
 	nft.DelTable(table)
 	nft.AddTable(table)
-	set := &nftables.Set{Table: table, Name: bucketMap, IsMap: true,
-		KeyType: nftables.TypeInteger, KeyByteOrder: binaryutil.NativeEndian, DataType: nftables.TypeMark}
-	elems := make([]nftables.SetElement, len(rs.Marks))
-	for b, m := range rs.Marks {
-		elems[b] = nftables.SetElement{Key: binaryutil.NativeEndian.PutUint32(uint32(b)), Val: binaryutil.NativeEndian.PutUint32(m)}
-	}
-	if err := nft.AddSet(set, elems); err != nil {
-		return fmt.Errorf("nftables: map %s: %w", bucketMap, err)
+	var set *nftables.Set
+	priority := nftables.ChainPriorityMangle // tproxy's place
+	if rs.Tproxy == 0 {
+		priority = nftables.ChainPriorityRaw // before conntrack, for notrack
+		set = &nftables.Set{Table: table, Name: bucketMap, IsMap: true,
+			KeyType: nftables.TypeInteger, KeyByteOrder: binaryutil.NativeEndian, DataType: nftables.TypeMark}
+		elems := make([]nftables.SetElement, len(rs.Marks))
+		for b, m := range rs.Marks {
+			elems[b] = nftables.SetElement{Key: binaryutil.NativeEndian.PutUint32(uint32(b)), Val: binaryutil.NativeEndian.PutUint32(m)}
+		}
+		if err := nft.AddSet(set, elems); err != nil {
+			return fmt.Errorf("nftables: map %s: %w", bucketMap, err)
+		}
 	}
 	chain := nft.AddChain(&nftables.Chain{
 		Name: "prerouting", Table: table, Type: nftables.ChainTypeFilter,
-		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityRaw,
+		Hooknum: nftables.ChainHookPrerouting, Priority: priority,
 	})
 	ifaces := rs.Interfaces
 	if len(ifaces) == 0 {
@@ -247,15 +260,20 @@ func replaceTable(nft *nftables.Conn, rs RuleSet) error {
 		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.EOPNOTSUPP) {
 			// The batch names no missing object, so this is an expression
 			// type (module) the kernel does not have.
-			err = fmt.Errorf("the kernel lacks an nftables feature the rules need (nf_tables with hash, fib, notrack): %w", err)
+			need := "nf_tables with hash, fib, notrack"
+			if rs.Tproxy != 0 {
+				need = "nf_tables with fib and tproxy (nft_tproxy, nf_tproxy_ipv4)"
+			}
+			err = fmt.Errorf("the kernel lacks an nftables feature the rules need (%s): %w", need, err)
 		}
 		return kernelErr("nftables: installing table "+rs.Table, err)
 	}
 	return nil
 }
 
-// ruleExprs: [iifname IFACE] tcp dport LO-HI fib daddr type != local
-// notrack meta mark set jhash ip saddr mod N seed S map @buckets counter.
+// ruleExprs: [iifname IFACE] tcp dport LO-HI fib daddr type != local, then
+// notrack meta mark set jhash ip saddr mod N seed S map @buckets counter
+// (upper tier) or meta mark set M tproxy to :P counter accept (lower).
 func ruleExprs(rs RuleSet, iface string, lo, hi uint16, set *nftables.Set) []expr.Any {
 	var e []expr.Any
 	if iface != "" {
@@ -274,9 +292,20 @@ func ruleExprs(rs RuleSet, iface string, lo, hi uint16, set *nftables.Set) []exp
 		e = append(e, &expr.Range{Op: expr.CmpOpEq, Register: 1,
 			FromData: binaryutil.BigEndian.PutUint16(lo), ToData: binaryutil.BigEndian.PutUint16(hi)})
 	}
-	return append(e,
+	e = append(e,
 		&expr.Fib{Register: 1, FlagDADDR: true, ResultADDRTYPE: true},
-		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(unix.RTN_LOCAL)},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(unix.RTN_LOCAL)})
+	if rs.Tproxy != 0 {
+		// meta mark set M tproxy to :P accept
+		return append(e,
+			&expr.Immediate{Register: 1, Data: binaryutil.NativeEndian.PutUint32(rs.Routes[0].Mark)},
+			&expr.Meta{Key: expr.MetaKeyMARK, SourceRegister: true, Register: 1},
+			&expr.Immediate{Register: 1, Data: binaryutil.BigEndian.PutUint16(rs.Tproxy)},
+			&expr.TProxy{Family: byte(nftables.TableFamilyIPv4), TableFamily: byte(nftables.TableFamilyIPv4), RegPort: 1},
+			&expr.Counter{},
+			&expr.Verdict{Kind: expr.VerdictAccept})
+	}
+	return append(e,
 		&expr.Notrack{},
 		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
 		&expr.Hash{SourceRegister: 1, DestRegister: 1, Length: 4, Modulus: uint32(len(rs.Marks)),

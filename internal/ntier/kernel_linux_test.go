@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -33,11 +34,24 @@ func (p nsProber) Probe(ctx context.Context, n Node) error {
 	return err
 }
 
-// lowerNode serves its name on :80 in host's namespace until stopped.
+// listenPort is the lower nodes' transparent listener.
+const listenPort = 3129
+
+// lowerNode runs host's transparent listener (IP_TRANSPARENT, on
+// listenPort) until stopped: it answers "host local remote" (its name, the
+// connection's local and remote address).
 func lowerNode(t *testing.T, tp *e2e.Topology, host string) (stop func()) {
 	t.Helper()
+	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		err := c.Control(func(fd uintptr) { serr = syscall.SetsockoptInt(int(fd), syscall.SOL_IP, syscall.IP_TRANSPARENT, 1) })
+		return errors.Join(err, serr)
+	}}
 	var ln net.Listener
-	if err := tp.In(host, func() (err error) { ln, err = net.Listen("tcp4", ":80"); return err }); err != nil {
+	if err := tp.In(host, func() (err error) {
+		ln, err = lc.Listen(context.Background(), "tcp4", fmt.Sprintf(":%d", listenPort))
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
 	go func() {
@@ -46,7 +60,7 @@ func lowerNode(t *testing.T, tp *e2e.Topology, host string) (stop func()) {
 			if err != nil {
 				return
 			}
-			fmt.Fprint(c, host)
+			fmt.Fprintf(c, "%s %s %s\n", host, c.LocalAddr(), c.RemoteAddr())
 			c.Close()
 		}
 	}()
@@ -55,7 +69,8 @@ func lowerNode(t *testing.T, tp *e2e.Topology, host string) (stop func()) {
 }
 
 // fetch connects from the client namespace, from client address src, to
-// the origin and returns which lower node answered.
+// the origin, and returns which lower node answered; it checks that the
+// node saw the client's own address as remote and the origin as local.
 func fetch(tp *e2e.Topology, src netip.Addr) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
@@ -65,11 +80,15 @@ func fetch(tp *e2e.Topology, src netip.Addr) (string, error) {
 	}
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(3 * time.Second))
-	name, err := bufio.NewReader(c).ReadString('\n')
-	if errors.Is(err, os.ErrDeadlineExceeded) || (err != nil && name == "") {
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
 		return "", err
 	}
-	return name, nil
+	f := strings.Fields(line)
+	if len(f) != 3 || f[1] != origin+":80" || f[2] != c.LocalAddr().String() {
+		return "", fmt.Errorf("the node saw %q; want local %s:80 and remote %s", line, origin, c.LocalAddr())
+	}
+	return f[0], nil
 }
 
 func output(t *testing.T, tp *e2e.Topology, host, bin string, args ...string) string {
@@ -113,8 +132,9 @@ func nothingInstalled(t *testing.T, tp *e2e.Topology, rs RuleSet, when string) {
 }
 
 // A client namespace, an upper tier that only forwards (the rules of this
-// package, installed by NetlinkKernel) and two lower nodes, all on one
-// link, as the seed's routed layer 3 layout. Each client address reaches
+// package, installed by NetlinkKernel) and two lower nodes that intercept
+// for any address (TproxyRules), all on one link, as the seed's routed
+// layer 3 layout; the lower nodes answer the client directly. Each client address reaches
 // the node its bucket says, by next hop alone; the upper tier keeps no
 // conntrack entry; a dead node's clients, and only they, move and come
 // back; removal leaves nothing.
@@ -132,8 +152,25 @@ func TestKernelInNamespaces(t *testing.T) {
 		tp.Run(t, "client", "ip", "addr", "add", a.String()+"/24", "dev", "eth0")
 		clients = append(clients, a)
 	}
+	// Each lower node intercepts port 80 for any address into its
+	// transparent listener: TproxyRules, installed by NetlinkKernel.
+	lowerRS, err := TproxyRules(TproxyConfig{Ports: []portrange.Range{{Lo: 80, Hi: 80}}, ListenPort: listenPort})
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, h := range []string{"l2a", "l2b"} {
-		tp.Run(t, h, "ip", "addr", "add", origin+"/32", "dev", "lo")
+		k := NetlinkKernel{NetNS: "/var/run/netns/" + tp.NS(h)}
+		if err := k.Apply(lowerRS); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { k.Remove(lowerRS) })
+	}
+	tproxyTable := output(t, tp, "l2a", "nft", "list", "table", "ip", DefaultTproxyTable)
+	if want := "tcp dport 80 fib daddr type != local meta mark set 0x0000012c tproxy to :3129 counter"; !strings.Contains(tproxyTable, want) {
+		t.Errorf("lower node's table lacks %q:\n%s", want, tproxyTable)
+	}
+	if out := output(t, tp, "l2a", "ip", "route", "show", "table", "300"); !strings.Contains(out, "local default dev lo") {
+		t.Errorf("lower node's table 300: %s", out)
 	}
 	lowerNode(t, tp, "l2a")
 	stopB := lowerNode(t, tp, "l2b")
@@ -141,8 +178,8 @@ func TestKernelInNamespaces(t *testing.T) {
 	kernel := NetlinkKernel{NetNS: "/var/run/netns/" + tp.NS("upper")}
 	cfg := Config{
 		Nodes: []Node{
-			{Name: "l2a", NextHop: netip.MustParseAddr(tp.IP("l2a"))},
-			{Name: "l2b", NextHop: netip.MustParseAddr(tp.IP("l2b"))},
+			{Name: "l2a", NextHop: netip.MustParseAddr(tp.IP("l2a")), Health: fmt.Sprintf("%s:%d", tp.IP("l2a"), listenPort)},
+			{Name: "l2b", NextHop: netip.MustParseAddr(tp.IP("l2b")), Health: fmt.Sprintf("%s:%d", tp.IP("l2b"), listenPort)},
 		},
 		Ports: []portrange.Range{{Lo: 80, Hi: 80}, {Lo: 8000, Hi: 8099}},
 	}
@@ -243,6 +280,19 @@ func TestKernelInNamespaces(t *testing.T) {
 		t.Errorf("next hop on no link: %v", err)
 	}
 	nothingInstalled(t, tp, rules(cf.cfg, cf.assignment()), "after the failed install")
+
+	// The lower nodes' rules come out as completely.
+	for _, h := range []string{"l2a", "l2b"} {
+		if err := (NetlinkKernel{NetNS: "/var/run/netns/" + tp.NS(h)}).Remove(lowerRS); err != nil {
+			t.Fatal(err)
+		}
+		if out := output(t, tp, h, "nft", "list", "ruleset") + output(t, tp, h, "ip", "rule", "list", "pref", "20001"); strings.TrimSpace(out) != "" {
+			t.Errorf("%s after removing its rules:\n%s", h, out)
+		}
+		if out := routes(tp.Command(h, "ip", "route", "show", "table", "300")); out != "" {
+			t.Errorf("%s: table 300 after removal: %s", h, out)
+		}
+	}
 }
 
 // Without CAP_NET_ADMIN (a child test process whose bounding set lacks it,

@@ -295,3 +295,30 @@ func TestBucket(t *testing.T) {
 		}
 	}
 }
+
+func TestTproxyRules(t *testing.T) {
+	ports := []portrange.Range{{Lo: 80, Hi: 80}, {Lo: 8000, Hi: 8099}}
+	rs, err := TproxyRules(TproxyConfig{Ports: ports, ListenPort: 3129})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := RuleSet{Table: DefaultTproxyTable, Ports: ports, RulePriority: DefaultTproxyPriority, Tproxy: 3129,
+		Routes: []Route{{Node: "local", Mark: DefaultTproxyMark}}}
+	if !rs.Equal(want) {
+		t.Errorf("rule set %+v, want %+v", rs, want)
+	}
+	for _, tc := range []struct {
+		cfg  TproxyConfig
+		want string
+	}{
+		{TproxyConfig{Ports: []portrange.Range{{Lo: 80, Hi: 90}, {Lo: 90, Hi: 95}}, ListenPort: 3129}, "ports: 80-90 and 90-95 overlap"},
+		{TproxyConfig{Ports: ports}, "listen port 0"},
+		{TproxyConfig{Ports: ports, ListenPort: 3129, Mark: 254}, "mark 254"},
+		{TproxyConfig{Ports: ports, ListenPort: 3129, RulePriority: 40000}, "rule_priority 40000"},
+		{TproxyConfig{Ports: ports, ListenPort: 3129, Interfaces: []string{""}}, "interfaces"},
+	} {
+		if _, err := TproxyRules(tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: error %v, want %q", tc.cfg, err, tc.want)
+		}
+	}
+}

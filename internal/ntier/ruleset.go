@@ -7,9 +7,11 @@ import (
 	"github.com/edgesteer/edgesteer/internal/portrange"
 )
 
-// RuleSet is everything the upper tier installs in the kernel, as data: the
-// nftables table that marks intercepted packets by bucket, and a policy
-// route per node. A Kernel turns it into rules.
+// RuleSet is everything one tier installs in the kernel, as data. The upper
+// tier's: the nftables table that marks intercepted packets by bucket, and
+// a policy route per node. A lower node's (Tproxy set, see TproxyRules):
+// the table that hands intercepted packets to the transparent listener,
+// and the local route that delivers them. A Kernel turns it into rules.
 type RuleSet struct {
 	Table      string            // nftables table, family ip
 	Ports      []portrange.Range // intercepted TCP destination ports
@@ -19,9 +21,13 @@ type RuleSet struct {
 	Marks        []uint32
 	Routes       []Route
 	RulePriority int
+	// Tproxy, if not 0, makes this a lower node's set: packets go to the
+	// transparent listener on this port (Marks and Seed unused).
+	Tproxy uint16
 }
 
-// Route sends packets with Mark by table Mark to NextHop.
+// Route sends packets with Mark by table Mark to NextHop; without a next
+// hop, to this host (a local default route on lo).
 type Route struct {
 	Node    string
 	Mark    uint32 // also the routing table
@@ -48,7 +54,7 @@ func mark(cfg Config, node int) uint32 { return uint32(cfg.TableBase + 1 + node)
 
 // Equal reports whether rs and o install the same rules.
 func (rs RuleSet) Equal(o RuleSet) bool {
-	return rs.Table == o.Table && rs.Seed == o.Seed && rs.RulePriority == o.RulePriority &&
+	return rs.Table == o.Table && rs.Seed == o.Seed && rs.RulePriority == o.RulePriority && rs.Tproxy == o.Tproxy &&
 		slices.Equal(rs.Ports, o.Ports) && slices.Equal(rs.Interfaces, o.Interfaces) &&
 		slices.Equal(rs.Marks, o.Marks) && slices.Equal(rs.Routes, o.Routes)
 }
