@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -72,14 +73,14 @@ func lowerNode(t *testing.T, tp *e2e.Topology, host string) (stop func()) {
 // the origin, and returns which lower node answered; it checks that the
 // node saw the client's own address as remote and the origin as local.
 func fetch(tp *e2e.Topology, src netip.Addr) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	c, err := tp.Dialer("client", &net.TCPAddr{IP: src.AsSlice()})(ctx, "tcp", origin+":80")
 	if err != nil {
 		return "", err
 	}
 	defer c.Close()
-	c.SetDeadline(time.Now().Add(3 * time.Second))
+	c.SetDeadline(time.Now().Add(10 * time.Second))
 	line, err := bufio.NewReader(c).ReadString('\n')
 	if err != nil {
 		return "", err
@@ -98,6 +99,13 @@ func output(t *testing.T, tp *e2e.Topology, host, bin string, args ...string) st
 		t.Fatalf("%s %s in %s: %v\n%s", bin, strings.Join(args, " "), host, err, out)
 	}
 	return string(out)
+}
+
+// tableHandle is the "# handle N" of `nft -a list table`'s first line.
+func tableHandle(listing string) string {
+	first, _, _ := strings.Cut(listing, "\n")
+	_, h, _ := strings.Cut(first, "# handle ")
+	return h
 }
 
 // routes runs `ip route show table N` and returns its routes ("" also when
@@ -181,7 +189,8 @@ func TestKernelInNamespaces(t *testing.T) {
 			{Name: "l2a", NextHop: netip.MustParseAddr(tp.IP("l2a")), Health: fmt.Sprintf("%s:%d", tp.IP("l2a"), listenPort)},
 			{Name: "l2b", NextHop: netip.MustParseAddr(tp.IP("l2b")), Health: fmt.Sprintf("%s:%d", tp.IP("l2b"), listenPort)},
 		},
-		Ports: []portrange.Range{{Lo: 80, Hi: 80}, {Lo: 8000, Hi: 8099}},
+		Ports:      []portrange.Range{{Lo: 80, Hi: 80}, {Lo: 8000, Hi: 8099}},
+		Interfaces: []string{"eth0"},
 	}
 	c, err := New(cfg, kernel, nsProber{tp}, nil)
 	if err != nil {
@@ -196,8 +205,8 @@ func TestKernelInNamespaces(t *testing.T) {
 		t.Fatal(err)
 	}
 	table := output(t, tp, "upper", "nft", "list", "table", "ip", DefaultTable)
-	for _, want := range []string{"tcp dport 80 fib daddr type != local notrack meta mark set jhash ip saddr mod 256 seed 0x4e544952 map @buckets counter",
-		"tcp dport 8000-8099 fib daddr type != local notrack", "elements = { 0 : 0x", " 255 : 0x"} {
+	for _, want := range []string{`iifname "eth0" tcp dport 80 fib daddr type != local notrack meta mark set jhash ip saddr mod 256 seed 0x4e544952 map @buckets counter`,
+		`iifname "eth0" tcp dport 8000-8099 fib daddr type != local notrack`, "elements = { 0 : 0x", " 255 : 0x"} {
 		if !strings.Contains(table, want) {
 			t.Errorf("nft list table lacks %q:\n%s", want, table)
 		}
@@ -258,6 +267,37 @@ func TestKernelInNamespaces(t *testing.T) {
 	}
 	if back := served("l2b back"); fmt.Sprint(back) != fmt.Sprint(before) {
 		t.Errorf("after l2b returned the assignment differs:\n%v\n%v", before, back)
+	}
+
+	// A reload with a third node adds its rule and route; one without it
+	// again takes them out, and the clients are where they were.
+	three := cfg
+	three.Nodes = append(slices.Clone(cfg.Nodes), Node{Name: "l2c", NextHop: netip.MustParseAddr("10.77.0.4"), Health: "10.77.0.4:3129"})
+	if err := c.Reconfigure(three); err != nil {
+		t.Fatal(err)
+	}
+	if out := output(t, tp, "upper", "ip", "rule", "list", "pref", "20000"); !strings.Contains(out, "fwmark 0xcb lookup 203") {
+		t.Errorf("with l2c: ip rules\n%s", out)
+	}
+	if err := c.Reconfigure(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if out := output(t, tp, "upper", "ip", "rule", "list", "pref", "20000"); strings.Count(out, "\n") != 2 || strings.Contains(out, "0xcb") {
+		t.Errorf("l2c taken out again: ip rules\n%s", out)
+	}
+	if out := routes(tp.Command("upper", "ip", "route", "show", "table", "203")); out != "" {
+		t.Errorf("l2c taken out again: table 203 holds %s", out)
+	}
+	// A reload that changes nothing leaves the table as it is (same handle).
+	handle := output(t, tp, "upper", "nft", "-a", "list", "table", "ip", DefaultTable)
+	if err := c.Reconfigure(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if again := output(t, tp, "upper", "nft", "-a", "list", "table", "ip", DefaultTable); tableHandle(again) != tableHandle(handle) {
+		t.Errorf("a reload with the same configuration replaced the table: %q, then %q", tableHandle(handle), tableHandle(again))
+	}
+	if back := served("after reloads"); fmt.Sprint(back) != fmt.Sprint(before) {
+		t.Errorf("after the reloads the assignment differs:\n%v\n%v", before, back)
 	}
 
 	if err := c.Remove(); err != nil {
