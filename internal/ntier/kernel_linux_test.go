@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -43,11 +42,7 @@ const listenPort = 3129
 // connection's local and remote address).
 func lowerNode(t *testing.T, tp *e2e.Topology, host string) (stop func()) {
 	t.Helper()
-	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
-		var serr error
-		err := c.Control(func(fd uintptr) { serr = syscall.SetsockoptInt(int(fd), syscall.SOL_IP, syscall.IP_TRANSPARENT, 1) })
-		return errors.Join(err, serr)
-	}}
+	lc := net.ListenConfig{Control: portrange.TransparentControl}
 	var ln net.Listener
 	if err := tp.In(host, func() (err error) {
 		ln, err = lc.Listen(context.Background(), "tcp4", fmt.Sprintf(":%d", listenPort))
