@@ -62,8 +62,8 @@ type Health struct {
 	Rise     int
 }
 
-// withDefaults returns c with its zero fields set to the defaults.
-func (c Config) withDefaults() Config {
+// WithDefaults returns c with its zero fields set to the defaults.
+func (c Config) WithDefaults() Config {
 	def := func(v *int, d int) {
 		if *v == 0 {
 			*v = d

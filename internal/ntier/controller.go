@@ -84,7 +84,7 @@ type Controller struct {
 // New validates cfg (after defaults) and returns a controller that has
 // installed nothing yet.
 func New(cfg Config, k Kernel, p Prober, now func() time.Time) (*Controller, error) {
-	cfg = cfg.withDefaults()
+	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -113,7 +113,7 @@ func (c *Controller) setConfig(cfg Config) {
 // and the kernel is touched only if the rule set changes. On error the
 // old configuration stays.
 func (c *Controller) Reconfigure(cfg Config) error {
-	cfg = cfg.withDefaults()
+	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return err
 	}

@@ -143,18 +143,7 @@ func nothingInstalled(t *testing.T, tp *e2e.Topology, rs RuleSet, when string) {
 // back; removal leaves nothing.
 func TestKernelInNamespaces(t *testing.T) {
 	tp := e2e.NewTopology(t, map[string]int{"client": 10, "upper": 1, "l2a": 2, "l2b": 3})
-	tp.Run(t, "upper", "sysctl", "-qw", "net.ipv4.ip_forward=1", "net.ipv4.conf.all.send_redirects=0",
-		"net.ipv4.conf.eth0.send_redirects=0")
-	// Conntrack runs in the upper namespace (as under any stateful
-	// firewall), so an untracked flow is notrack's doing.
-	tp.Run(t, "upper", "nft", "add table ip ctprobe; add chain ip ctprobe forwarded { type filter hook forward priority 0; }; add rule ip ctprobe forwarded ct state new counter")
-	tp.Run(t, "client", "ip", "route", "add", "203.0.113.0/24", "via", tp.IP("upper"))
-	var clients []netip.Addr
-	for i := range 40 {
-		a := netip.AddrFrom4([4]byte{10, 77, 0, byte(100 + i)})
-		tp.Run(t, "client", "ip", "addr", "add", a.String()+"/24", "dev", "eth0")
-		clients = append(clients, a)
-	}
+	clients := tp.ForwardVia(t, "upper", "client", "203.0.113.0/24", 40)
 	// Each lower node intercepts port 80 for any address into its
 	// transparent listener: TproxyRules, installed by NetlinkKernel.
 	lowerRS, err := TproxyRules(TproxyConfig{Ports: []portrange.Range{{Lo: 80, Hi: 80}}, ListenPort: listenPort})
@@ -335,7 +324,7 @@ func TestKernelInNamespaces(t *testing.T) {
 // nothing behind.
 func TestKernelWithoutNetAdmin(t *testing.T) {
 	const marker = "EDGESTEER_NTIER_NO_NET_ADMIN"
-	cfg := Config{Nodes: []Node{{Name: "a", NextHop: netip.MustParseAddr("127.0.0.2")}}, Ports: []portrange.Range{{Lo: 80, Hi: 80}}}.withDefaults()
+	cfg := Config{Nodes: []Node{{Name: "a", NextHop: netip.MustParseAddr("127.0.0.2")}}, Ports: []portrange.Range{{Lo: 80, Hi: 80}}}.WithDefaults()
 	rs := rules(cfg, Assign([]string{"a"}, []bool{true}, cfg.Buckets))
 	if os.Getenv(marker) != "" {
 		err := NetlinkKernel{}.Apply(rs)
