@@ -12,6 +12,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
 
+	"github.com/edgesteer/edgesteer/caddymodules/internal/metricsreg"
 	engine "github.com/edgesteer/edgesteer/internal/ntier"
 	"github.com/edgesteer/edgesteer/internal/portrange"
 )
@@ -79,6 +80,9 @@ func (App) CaddyModule() caddy.ModuleInfo {
 // before Start, so `caddy validate` needs no privilege.
 func (a *App) Provision(ctx caddy.Context) error {
 	a.logger = ctx.Logger()
+	if err := metricsreg.Register(ctx, collector{}); err != nil {
+		return err
+	}
 	if a.Upper == nil && a.Lower == nil {
 		return fmt.Errorf("%s: give upper or lower (or both)", AppName)
 	}

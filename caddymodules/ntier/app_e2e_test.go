@@ -2,6 +2,7 @@ package ntier_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -10,10 +11,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	ntier_ "github.com/edgesteer/edgesteer/caddymodules/ntier"
 	"github.com/edgesteer/edgesteer/internal/e2e"
 	"github.com/edgesteer/edgesteer/internal/ntier"
 )
@@ -28,7 +31,12 @@ const lowerCaddyfile = `{
 }
 http://:3129 {
 	bind tproxy/0.0.0.0
-	respond "{$NODE} {http.request.local.host}:{http.request.local.port} {http.request.remote.host}"
+	handle /big.bin {
+		file_server
+	}
+	handle {
+		respond "{$NODE} {http.request.local.host}:{http.request.local.port} {http.request.remote.host}"
+	}
 }
 `
 
@@ -121,6 +129,10 @@ func TestTransparentTierEndToEnd(t *testing.T) {
 	if ct, _ := tp.Command("upper", "conntrack", "-L", "-d", "203.0.113.80").CombinedOutput(); strings.Contains(string(ct), "dst=203.0.113.80") {
 		t.Errorf("the upper tier tracked client flows:\n%s", ct)
 	}
+	if ss := run(t, tp, "upper", "ss", "-tan"); strings.Contains(ss, "203.0.113.80") || clientAddr.MatchString(ss) {
+		t.Errorf("the upper tier holds TCP sockets of client flows:\n%s", ss)
+	}
+	replyBytes(t, tp, clients, dir)
 
 	// l2b stops (its Caddy removes its rules): its clients move to l2a once
 	// the upper's probes see it down; l2a's clients never move.
@@ -142,6 +154,21 @@ func TestTransparentTierEndToEnd(t *testing.T) {
 	}
 	if !moved {
 		t.Fatal("l2b down: its clients did not move to l2a")
+	}
+	var v ntierView
+	adminJSON(t, tp, "upper", &v)
+	if u := v.Upper; u == nil || len(u.Nodes) != 2 || u.Nodes[1].Up || u.Nodes[1].Serving != 0 || u.Nodes[0].Serving != 256 || !u.Installed {
+		t.Errorf("admin view with l2b down: %+v", v.Upper)
+	}
+	if up, ok := tp.Metric(t, "upper", `caddy_edgesteer_ntier_node_up{node="l2b"}`); !ok || up != 0 {
+		t.Errorf("node_up{l2b} = %v (found %v), want 0", up, ok)
+	}
+	if n, ok := tp.Metric(t, "upper", `caddy_edgesteer_ntier_buckets{node="l2a"}`); !ok || n != 256 {
+		t.Errorf("buckets{l2a} = %v (found %v), want 256", n, ok)
+	}
+	adminJSON(t, tp, "l2a", &v)
+	if l := v.Lower; l == nil || l.ListenPort != 3129 || l.Mark != 300 || fmt.Sprint(l.Ports) != "[80-80]" || v.Upper != nil {
+		t.Errorf("l2a's admin view: %+v", v)
 	}
 	lb = tp.StartCaddy(t, "l2b", lowerCaddyfile, dir, []string{"NODE=l2b"})
 	back := false
@@ -185,6 +212,65 @@ func TestTransparentTierEndToEnd(t *testing.T) {
 		}
 	}
 }
+
+type ntierView = ntier_.View
+
+// adminJSON reads GET /ntier/ of the Caddy in host's namespace.
+func adminJSON(t *testing.T, tp *e2e.Topology, host string, v any) {
+	t.Helper()
+	*v.(*ntierView) = ntierView{}
+	resp, err := tp.HTTPClient(host).Get("http://127.0.0.1:2019/ntier/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// replyBytes has every client fetch a 1 MiB object and checks that the
+// replies do not cross the upper tier: what the upper namespace received
+// beyond what the clients sent (requests and ACKs are forwarded through it)
+// is at most 1 % of what the clients received.
+func replyBytes(t *testing.T, tp *e2e.Topology, clients []netip.Addr, dir string) {
+	t.Helper()
+	big := make([]byte, 1<<20)
+	for i := range big {
+		big[i] = byte(i * 7)
+	}
+	os.WriteFile(filepath.Join(dir, "big.bin"), big, 0o644)
+	counter := func(host, which string) int64 {
+		var n int64
+		fmt.Sscan(run(t, tp, host, "cat", "/sys/class/net/eth0/statistics/"+which), &n)
+		return n
+	}
+	upperRx, clientTx, clientRx := counter("upper", "rx_bytes"), counter("client", "tx_bytes"), counter("client", "rx_bytes")
+	for _, a := range clients {
+		client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+			DialContext: tp.Dialer("client", &net.TCPAddr{IP: a.AsSlice()}), DisableKeepAlives: true}}
+		resp, err := client.Get("http://203.0.113.80/big.bin")
+		if err != nil {
+			t.Fatalf("client %s: %v", a, err)
+		}
+		n, _ := io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if n != int64(len(big)) {
+			t.Fatalf("client %s: %d bytes of %d", a, n, len(big))
+		}
+	}
+	upperRx, clientTx, clientRx = counter("upper", "rx_bytes")-upperRx, counter("client", "tx_bytes")-clientTx, counter("client", "rx_bytes")-clientRx
+	through := upperRx - clientTx
+	t.Logf("%d MiB fetched: client received %d B, sent %d B; upper received %d B (%d B beyond the client's, %.3f %% of the replies)",
+		len(clients), clientRx, clientTx, upperRx, through, 100*float64(through)/float64(clientRx))
+	if float64(through) > 0.01*float64(clientRx) {
+		t.Errorf("reply bytes through the upper tier: %d B, %.2f %% of the %d B the clients received (want <= 1 %%)",
+			through, 100*float64(through)/float64(clientRx), clientRx)
+	}
+}
+
+// clientAddr matches the client addresses ForwardVia adds (10.77.0.100 on).
+var clientAddr = regexp.MustCompile(`10\.77\.0\.1\d\d\b`)
 
 // tableHandle is the "# handle N" of `nft -a list table`'s first line.
 func tableHandle(listing string) string {
