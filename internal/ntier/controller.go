@@ -133,7 +133,13 @@ func (c *Controller) Reconfigure(cfg Config) error {
 		}
 		c.applied = nil
 	}
-	return c.sync()
+	if err := c.sync(); err != nil {
+		// Caddy keeps the old generation when a reload fails: so does the
+		// controller (the next probe reinstalls it if it was taken out).
+		c.cfg, c.states = old, oldStates
+		return err
+	}
+	return nil
 }
 
 // Apply installs the rule set for the current health (idempotent).

@@ -322,3 +322,27 @@ func TestTproxyRules(t *testing.T) {
 		}
 	}
 }
+
+// A reload whose rules cannot be installed leaves the controller on the
+// old configuration, as Caddy keeps the old generation.
+func TestFailedReloadKeepsTheOldConfig(t *testing.T) {
+	k, p := newFakeKernel(), &fakeProber{}
+	c, _ := New(seedConfig(), k, p, nil)
+	if err := c.Apply(); err != nil {
+		t.Fatal(err)
+	}
+	more := seedConfig()
+	more.Buckets = 512
+	k.failApply = errors.New("netlink: no buffer space")
+	if err := c.Reconfigure(more); err == nil {
+		t.Fatal("reload with a failing kernel: no error")
+	}
+	if v := c.View(); v.Buckets != DefaultBuckets {
+		t.Fatalf("after the failed reload the controller has %d buckets, want the old %d", v.Buckets, DefaultBuckets)
+	}
+	k.failApply = nil
+	c.ProbeOnce(context.Background())
+	if got := len(k.snapshot()[DefaultTable].Marks); got != DefaultBuckets {
+		t.Fatalf("a probe after the failed reload installed %d buckets", got)
+	}
+}
