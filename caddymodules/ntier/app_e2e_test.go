@@ -53,11 +53,17 @@ const upperCaddyfile = `{
 }
 `
 
+// clientFrom is an HTTP client in the client namespace whose connections
+// (one per request) leave from src.
+func clientFrom(tp *e2e.Topology, src netip.Addr, timeout time.Duration) *http.Client {
+	return &http.Client{Timeout: timeout, Transport: &http.Transport{
+		DialContext: tp.Dialer("client", &net.TCPAddr{IP: src.AsSlice()}), DisableKeepAlives: true}}
+}
+
 // get fetches http://origin/ from the client namespace, from src, and
 // returns the answering node; the node must have seen src and origin.
 func get(tp *e2e.Topology, src netip.Addr, origin string) (string, error) {
-	client := &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{
-		DialContext: tp.Dialer("client", &net.TCPAddr{IP: src.AsSlice()}), DisableKeepAlives: true}}
+	client := clientFrom(tp, src, 3*time.Second)
 	resp, err := client.Get("http://" + origin + "/")
 	if err != nil {
 		return "", err
@@ -243,8 +249,7 @@ func replyBytes(t *testing.T, tp *e2e.Topology, clients []netip.Addr, dir string
 	}
 	upperRx, clientTx, clientRx := counter("upper", "rx_bytes"), counter("client", "tx_bytes"), counter("client", "rx_bytes")
 	for _, a := range clients {
-		client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
-			DialContext: tp.Dialer("client", &net.TCPAddr{IP: a.AsSlice()}), DisableKeepAlives: true}}
+		client := clientFrom(tp, a, 30*time.Second)
 		resp, err := client.Get("http://203.0.113.80/big.bin")
 		if err != nil {
 			t.Fatalf("client %s: %v", a, err)
