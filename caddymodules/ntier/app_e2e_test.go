@@ -40,18 +40,21 @@ http://:3129 {
 }
 `
 
-const upperCaddyfile = `{
-	ntier {
-		upper {
-			tier_map tiers.json
-			ports 80
-			health_port 3129
-			health_interval 500ms
-			health_timeout 400ms
-		}
+// example reads a Caddyfile of Caddyfile.examples.
+func example(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(e2e.Root(t), "Caddyfile.examples", name))
+	if err != nil {
+		t.Fatal(err)
 	}
+	return string(b)
 }
-`
+
+// upperEnv runs the upper example with the tier map in dir and probes fast
+// enough for a test.
+func upperEnv(dir string) []string {
+	return []string{"TIER_MAP=" + filepath.Join(dir, "tiers.json"), "HEALTH_INTERVAL=500ms", "HEALTH_TIMEOUT=400ms"}
+}
 
 // clientFrom is an HTTP client in the client namespace whose connections
 // (one per request) leave from src.
@@ -109,7 +112,7 @@ func TestTransparentTierEndToEnd(t *testing.T) {
 	}
 	la := tp.StartCaddy(t, "l2a", lowerCaddyfile, dir, []string{"NODE=l2a"})
 	lb := tp.StartCaddy(t, "l2b", lowerCaddyfile, dir, []string{"NODE=l2b"})
-	upper := tp.StartCaddy(t, "upper", upperCaddyfile, dir, nil)
+	upper := tp.StartCaddy(t, "upper", example(t, "ntier-transparent-upper.Caddyfile"), dir, upperEnv(dir))
 
 	// round fetches once per client and returns who answered ("" failed).
 	round := func() map[netip.Addr]string {
@@ -188,9 +191,10 @@ func TestTransparentTierEndToEnd(t *testing.T) {
 	// table (same handle) and the assignment.
 	handle := tableHandle(run(t, tp, "upper", "nft", "-a", "list", "table", "ip", ntier.DefaultTable))
 	path := filepath.Join(dir, "Caddyfile.upper")
-	os.WriteFile(path, []byte(upperCaddyfile), 0o644)
-	run(t, tp, "upper", "env", "--chdir="+dir, e2e.Bin(t, "caddy"), "reload", "--force", "--adapter", "caddyfile",
-		"--config", path, "--address", "127.0.0.1:2019")
+	os.WriteFile(path, []byte(example(t, "ntier-transparent-upper.Caddyfile")), 0o644)
+	reload := append(append([]string{"env", "--chdir=" + dir}, upperEnv(dir)...),
+		e2e.Bin(t, "caddy"), "reload", "--force", "--adapter", "caddyfile", "--config", path, "--address", "127.0.0.1:2019")
+	run(t, tp, "upper", reload...)
 	if h := tableHandle(run(t, tp, "upper", "nft", "-a", "list", "table", "ip", ntier.DefaultTable)); h != handle || h == "" {
 		t.Errorf("reload replaced the table: handle %q, then %q", handle, h)
 	}
@@ -286,11 +290,11 @@ func TestTransparentNeedsNetAdmin(t *testing.T) {
 	ns := e2e.NewNamespace(t)
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "tiers.json"), []byte(`{"nodes":[{"name":"l2a","next_hop":"127.0.0.2"}]}`), 0o644)
-	os.WriteFile(filepath.Join(dir, "Caddyfile"), []byte(upperCaddyfile), 0o644)
+	os.WriteFile(filepath.Join(dir, "Caddyfile"), []byte(example(t, "ntier-transparent-upper.Caddyfile")), 0o644)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "ip", "netns", "exec", ns, "setpriv", "--bounding-set", "-net_admin", "--inh-caps", "-net_admin",
-		"env", "--chdir="+dir, "HOME="+dir, e2e.Bin(t, "caddy"), "run", "--adapter", "caddyfile", "--config", "Caddyfile")
+		"env", "--chdir="+dir, "HOME="+dir, "TIER_MAP=tiers.json", e2e.Bin(t, "caddy"), "run", "--adapter", "caddyfile", "--config", "Caddyfile")
 	out, err := cmd.CombinedOutput()
 	if ctx.Err() != nil {
 		t.Fatalf("caddy without CAP_NET_ADMIN kept running:\n%s", out)

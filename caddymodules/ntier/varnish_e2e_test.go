@@ -33,27 +33,6 @@ sub vcl_deliver {
 }
 `
 
-const cacheLowerCaddyfile = `{
-	ntier {
-		lower {
-			ports 80
-			listen_port 3129
-		}
-	}
-}
-http://:3129 {
-	bind tproxy/0.0.0.0
-	cache_redirect {
-		node {$NODE}
-		tier_map tiers.json
-		caches 10.77.0.5:6081
-		origin {http.request.local.host}:{http.request.local.port}
-		bypass_path /api/*
-	}
-	header >X-Cache-Path "{http.cache_redirect.node} {http.cache_redirect.path}"
-}
-`
-
 // seenRequest is what the origin (testpeer) recorded of a request.
 type seenRequest struct {
 	Remote   string `json:"remote"`
@@ -61,7 +40,8 @@ type seenRequest struct {
 	ClientIP string `json:"client_ip"`
 }
 
-// The issue's path: client → upper (kernel only) → two lower nodes
+// The issue's path, with the two transparent examples of
+// Caddyfile.examples: client → upper (kernel only) → two lower nodes
 // (bin/caddy: tproxy listener, cache_redirect) → varnish and an origin at
 // 203.0.113.80, which the client fetches knowing nothing of the caches.
 // Cacheable requests are served by varnish (a hit the second time) with
@@ -112,9 +92,10 @@ func TestTransparentTierWithVarnish(t *testing.T) {
 		return err
 	})
 	for _, node := range []string{"l2a", "l2b"} {
-		tp.StartCaddy(t, node, cacheLowerCaddyfile, dir, []string{"NODE=" + node})
+		tp.StartCaddy(t, node, example(t, "ntier-transparent-lower.Caddyfile"), dir,
+			[]string{"NODE=" + node, "TIER_MAP=" + filepath.Join(dir, "tiers.json"), "CACHES=10.77.0.5:6081"})
 	}
-	tp.StartCaddy(t, "upper", upperCaddyfile, dir, nil)
+	tp.StartCaddy(t, "upper", example(t, "ntier-transparent-upper.Caddyfile"), dir, upperEnv(dir))
 
 	names := []string{"l2a", "l2b"}
 	assign := ntier.Assign(names, []bool{true, true}, ntier.DefaultBuckets)
