@@ -21,7 +21,9 @@ import (
 	"github.com/edgesteer/edgesteer/internal/ntier"
 )
 
-const lowerCaddyfile = `{
+// lowerGlobal makes a Caddy a lower node intercepting port 80 for its
+// listener on 3129.
+const lowerGlobal = `{
 	ntier {
 		lower {
 			ports 80
@@ -29,7 +31,9 @@ const lowerCaddyfile = `{
 		}
 	}
 }
-http://:3129 {
+`
+
+const lowerCaddyfile = lowerGlobal + `http://:3129 {
 	bind tproxy/0.0.0.0
 	handle /big.bin {
 		file_server

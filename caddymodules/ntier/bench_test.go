@@ -42,15 +42,7 @@ const benchUpper = `{
 
 // Each lower node serves the objects on its transparent listener and, for
 // proxy mode and the direct route, on a plain one.
-const benchLower = `{
-	ntier {
-		lower {
-			ports 80
-			listen_port 3129
-		}
-	}
-}
-http://:3129 {
+const benchLower = lowerGlobal + `http://:3129 {
 	bind tproxy/0.0.0.0
 	file_server
 }
