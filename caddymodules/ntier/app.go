@@ -237,6 +237,13 @@ func (a *App) startUpper() error {
 		if err := ctl.Apply(); err != nil {
 			return nil, err
 		}
+		ctl.OnChange(func(node string, up bool, lastErr string) {
+			if up {
+				logger.Info("lower node up: its buckets return to it", zap.String("node", node))
+			} else {
+				logger.Warn("lower node down: its buckets move to the others", zap.String("node", node), zap.String("error", lastErr))
+			}
+		})
 		ctx, cancel := context.WithCancel(context.Background())
 		s := &upperState{ctl: ctl, cancel: cancel, done: make(chan struct{})}
 		go func() {

@@ -164,6 +164,7 @@ func TestTransparentTierEndToEnd(t *testing.T) {
 	if !moved {
 		t.Fatal("l2b down: its clients did not move to l2a")
 	}
+	upper.WaitLog(t, "lower node down: its buckets move to the others", 10*time.Second)
 	var v ntierView
 	adminJSON(t, tp, "upper", &v)
 	if u := v.Upper; u == nil || len(u.Nodes) != 2 || u.Nodes[1].Up || u.Nodes[1].Serving != 0 || u.Nodes[0].Serving != 256 || !u.Installed {

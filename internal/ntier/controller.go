@@ -79,6 +79,16 @@ type Controller struct {
 	now     func() time.Time
 	applied *RuleSet // what the kernel holds; nil: nothing
 	lastErr string   // the last Apply's error
+	// onChange, if set, hears every node going down or up.
+	onChange func(node string, up bool, lastErr string)
+}
+
+// OnChange sets f to hear each node's state change (for logs); f runs
+// after the change is applied, outside the controller's lock.
+func (c *Controller) OnChange(f func(node string, up bool, lastErr string)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.onChange = f
 }
 
 // New validates cfg (after defaults) and returns a controller that has
@@ -207,17 +217,32 @@ func (c *Controller) ProbeOnce(ctx context.Context) error {
 		return ctx.Err()
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	now := c.now()
+	var changed []Node
 	for i, n := range cfg.Nodes {
-		if s := c.states[n.Name]; s != nil { // a Reconfigure meanwhile may have dropped it
-			s.observe(errs[i], c.cfg.Health, now)
+		if s := c.states[n.Name]; s != nil && s.observe(errs[i], c.cfg.Health, now) { // a Reconfigure meanwhile may have dropped it
+			changed = append(changed, n)
 		}
 	}
-	if c.applied == nil && c.lastErr == "" {
-		return nil // not installed (yet, or any more): nothing to move
+	var err error
+	if c.applied != nil || c.lastErr != "" { // else not installed (yet, or any more): nothing to move
+		err = c.sync()
 	}
-	return c.sync()
+	report := func() {}
+	if f := c.onChange; f != nil {
+		states := make([]nodeState, len(changed))
+		for i, n := range changed {
+			states[i] = *c.states[n.Name]
+		}
+		report = func() {
+			for i, n := range changed {
+				f(n.Name, states[i].up, states[i].lastErr)
+			}
+		}
+	}
+	c.mu.Unlock()
+	report()
+	return err
 }
 
 // Run probes every health interval until ctx ends; Apply errors go to

@@ -130,6 +130,8 @@ func TestHealthMovesOnlyTheDeadNodesClients(t *testing.T) {
 		before[clients[i]] = c.NodeFor(addr(clients[i]))
 	}
 	ctx := context.Background()
+	var changes []string
+	c.OnChange(func(node string, up bool, lastErr string) { changes = append(changes, fmt.Sprint(node, " ", up, " ", lastErr)) })
 	p.set("L2NS2", true)
 	for i := range 2 { // fall is 3: two failures keep it up
 		if err := c.ProbeOnce(ctx); err != nil {
@@ -162,6 +164,9 @@ func TestHealthMovesOnlyTheDeadNodesClients(t *testing.T) {
 	}
 	p.set("L2NS2", false)
 	c.ProbeOnce(ctx) // rise is 1
+	if want := []string{"L2NS2 false connection refused", "L2NS2 true "}; fmt.Sprint(changes) != fmt.Sprint(want) {
+		t.Errorf("state changes heard: %q, want %q", changes, want)
+	}
 	for _, cl := range clients {
 		if now := c.NodeFor(addr(cl)); now != before[cl] {
 			t.Fatalf("after L2NS2 returned: client %s on %s, want its documented %s", cl, now, before[cl])
