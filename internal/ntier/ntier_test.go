@@ -131,7 +131,9 @@ func TestHealthMovesOnlyTheDeadNodesClients(t *testing.T) {
 	}
 	ctx := context.Background()
 	var changes []string
-	c.OnChange(func(node string, up bool, lastErr string) { changes = append(changes, fmt.Sprint(node, " ", up, " ", lastErr)) })
+	c.OnChange(func(node string, up bool, lastErr string) {
+		changes = append(changes, fmt.Sprint(node, " ", up, " ", lastErr))
+	})
 	p.set("L2NS2", true)
 	for i := range 2 { // fall is 3: two failures keep it up
 		if err := c.ProbeOnce(ctx); err != nil {
