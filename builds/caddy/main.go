@@ -18,6 +18,7 @@ import (
 	_ "github.com/edgesteer/edgesteer/caddymodules/diametermatch"
 	_ "github.com/edgesteer/edgesteer/caddymodules/latencybucket"
 	_ "github.com/edgesteer/edgesteer/caddymodules/ldapmatch"
+	_ "github.com/edgesteer/edgesteer/caddymodules/ntier"
 	_ "github.com/edgesteer/edgesteer/caddymodules/peerratelimit"
 	_ "github.com/edgesteer/edgesteer/caddymodules/portrange"
 	_ "github.com/edgesteer/edgesteer/caddymodules/redisstore"

@@ -261,3 +261,6 @@ func (p *Proc) WaitLog(t testing.TB, s string, timeout time.Duration) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// Pid is the program's process id (for reading its CPU time).
+func (p *Proc) Pid() int { return p.cmd.Process.Pid }

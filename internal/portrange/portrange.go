@@ -62,6 +62,12 @@ type Node struct {
 	Address string `json:"address,omitempty"`
 	// Ports, if empty, is this node's even share of the map's range.
 	Ports *Range `json:"ports,omitempty"`
+	// NextHop is the node's address on a link of the upper tier, where
+	// transparent mode routes its clients' packets (caddymodules/ntier).
+	NextHop string `json:"next_hop,omitempty"`
+	// Health is the host:port transparent mode's upper tier connects to
+	// to check the node (default: next_hop and the upper's health_port).
+	Health string `json:"health,omitempty"`
 }
 
 // Map is the tier map. Its zero Range means DefaultLo-DefaultHi.

@@ -1,0 +1,195 @@
+package ntier_test
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptrace"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/edgesteer/edgesteer/internal/e2e"
+)
+
+// The upper tier in both modes at once: the ntier app (transparent) and the
+// caddy-l4 proxy of proxy mode on 10.77.0.1:8000 over the same two nodes.
+const benchUpper = `{
+	ntier {
+		upper {
+			tier_map tiers.json
+			ports 80
+			health_port 3129
+		}
+	}
+	layer4 {
+		10.77.0.1:8000 {
+			route {
+				proxy {
+					lb_policy round_robin
+					upstream 10.77.0.2:8080
+					upstream 10.77.0.3:8080
+				}
+			}
+		}
+	}
+}
+`
+
+// Each lower node serves the objects on its transparent listener and, for
+// proxy mode and the direct route, on a plain one.
+const benchLower = lowerGlobal + `http://:3129 {
+	bind tproxy/0.0.0.0
+	file_server
+}
+http://:8080 {
+	file_server
+}
+`
+
+// BenchmarkTierModes measures, in one run with the modes interleaved (run it
+// with -benchtime=1x; it makes 10 rounds of each), 4 clients fetching a
+// 10 MiB object each at once: through the transparent tier (client →
+// upper's kernel → lower node → client), through proxy mode (client →
+// upper's caddy-l4 proxy → lower node → back through the proxy), and
+// directly from the lower nodes. It reports throughput, the upper Caddy's
+// CPU time per GiB, the whole machine's CPU time per GiB (noisy on a shared
+// host: /proc/stat counts everyone) and time to first byte of a small
+// object, with the ratios the issue asks for.
+func BenchmarkTierModes(b *testing.B) {
+	tp := e2e.NewTopology(b, map[string]int{"client": 10, "upper": 1, "l2a": 2, "l2b": 3})
+	clients := tp.ForwardVia(b, "upper", "client", "203.0.113.0/24", 4)
+	dir := b.TempDir()
+	tiers := fmt.Sprintf(`{"nodes":[{"name":"l2a","next_hop":%q},{"name":"l2b","next_hop":%q}]}`, tp.IP("l2a"), tp.IP("l2b"))
+	os.WriteFile(filepath.Join(dir, "tiers.json"), []byte(tiers), 0o644)
+	big := make([]byte, 10<<20)
+	for i := range big {
+		big[i] = byte(i * 13)
+	}
+	os.WriteFile(filepath.Join(dir, "big.bin"), big, 0o644)
+	os.WriteFile(filepath.Join(dir, "small.txt"), []byte("small"), 0o644)
+	for _, node := range []string{"l2a", "l2b"} {
+		tp.StartCaddy(b, node, benchLower, dir, nil)
+	}
+	upper := tp.StartCaddy(b, "upper", benchUpper, dir, nil)
+	pid := upper.Pid()
+
+	modes := []struct {
+		name string
+		url  func(i int) string // client i's URL for a path
+	}{
+		{"transparent", func(int) string { return "http://203.0.113.80" }},
+		{"proxy", func(int) string { return "http://10.77.0.1:8000" }},
+		{"direct", func(i int) string { return "http://" + tp.IP([]string{"l2a", "l2b"}[i%2]) + ":8080" }},
+	}
+	type total struct {
+		bytes          int64
+		wall, upperCPU time.Duration
+		machineCPU     time.Duration
+		ttfb           time.Duration
+		ttfbN          int
+	}
+	totals := make([]total, len(modes))
+	b.ResetTimer()
+	for range 10 {
+		for m, mode := range modes {
+			u0, m0 := processCPU(b, pid), machineCPU(b)
+			start := time.Now()
+			var wg sync.WaitGroup
+			var mu sync.Mutex
+			for i, c := range clients {
+				wg.Go(func() {
+					n := fetchAll(b, clientFrom(tp, c, 60*time.Second), mode.url(i)+"/big.bin")
+					mu.Lock()
+					totals[m].bytes += n
+					mu.Unlock()
+				})
+			}
+			wg.Wait()
+			totals[m].wall += time.Since(start)
+			totals[m].upperCPU += processCPU(b, pid) - u0
+			totals[m].machineCPU += machineCPU(b) - m0
+			for i, c := range clients {
+				totals[m].ttfb += ttfb(b, clientFrom(tp, c, 10*time.Second), mode.url(i)+"/small.txt")
+				totals[m].ttfbN++
+			}
+		}
+	}
+	b.StopTimer()
+	perGiB := func(d time.Duration, bytes int64) float64 { return d.Seconds() / (float64(bytes) / (1 << 30)) }
+	for m, mode := range modes {
+		t := totals[m]
+		b.ReportMetric(float64(t.bytes)/(1<<20)/t.wall.Seconds(), mode.name+"_MiB/s")
+		b.ReportMetric(perGiB(t.upperCPU, t.bytes), mode.name+"_upper_cpu_s/GiB")
+		b.ReportMetric(perGiB(t.machineCPU, t.bytes), mode.name+"_machine_cpu_s/GiB")
+		b.ReportMetric(float64(t.ttfb.Microseconds())/float64(t.ttfbN), mode.name+"_ttfb_us")
+	}
+	tr, px, dr := totals[0], totals[1], totals[2]
+	b.ReportMetric(perGiB(tr.machineCPU, tr.bytes)/perGiB(px.machineCPU, px.bytes), "machine_cpu_transparent/proxy")
+	b.ReportMetric(float64(tr.ttfb)/float64(dr.ttfb), "ttfb_transparent/direct")
+	b.ReportMetric(float64(px.ttfb)/float64(dr.ttfb), "ttfb_proxy/direct")
+	b.ReportMetric((float64(tr.bytes)/tr.wall.Seconds())/(float64(px.bytes)/px.wall.Seconds()), "throughput_transparent/proxy")
+}
+
+func fetchAll(b *testing.B, c *http.Client, url string) int64 {
+	resp, err := c.Get(url)
+	if err != nil {
+		b.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	n, _ := io.Copy(io.Discard, resp.Body)
+	if resp.StatusCode != 200 || n != 10<<20 {
+		b.Fatalf("GET %s: %s, %d bytes", url, resp.Status, n)
+	}
+	return n
+}
+
+// ttfb is the time from sending the request to the first response byte.
+func ttfb(b *testing.B, c *http.Client, url string) time.Duration {
+	var sent, first time.Time
+	trace := &httptrace.ClientTrace{
+		WroteRequest:         func(httptrace.WroteRequestInfo) { sent = time.Now() },
+		GotFirstResponseByte: func() { first = time.Now() },
+	}
+	req, _ := http.NewRequest("GET", url, nil)
+	resp, err := c.Do(req.WithContext(httptrace.WithClientTrace(req.Context(), trace)))
+	if err != nil {
+		b.Fatalf("GET %s: %v", url, err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return first.Sub(sent)
+}
+
+// processCPU is pid's user+system CPU time (/proc/PID/stat, clock ticks of 10 ms).
+func processCPU(b *testing.B, pid int) time.Duration {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	f := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+2:]))
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(utime+stime) * 10 * time.Millisecond
+}
+
+// machineCPU is the machine's busy CPU time (/proc/stat, all but idle and iowait).
+func machineCPU(b *testing.B) time.Duration {
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		b.Fatal(err)
+	}
+	f := strings.Fields(strings.SplitN(string(data), "\n", 2)[0])[1:]
+	var busy int64
+	for i, v := range f {
+		n, _ := strconv.ParseInt(v, 10, 64)
+		if i != 3 && i != 4 && i < 8 { // idle, iowait; guest time is counted in user already
+			busy += n
+		}
+	}
+	return time.Duration(busy) * 10 * time.Millisecond
+}

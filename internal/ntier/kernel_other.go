@@ -1,0 +1,13 @@
+//go:build !linux
+
+package ntier
+
+import "errors"
+
+// NetlinkKernel needs Linux.
+type NetlinkKernel struct{ NetNS string }
+
+var errNotLinux = errors.New("transparent mode needs Linux (nftables and policy routing)")
+
+func (NetlinkKernel) Apply(RuleSet) error  { return errNotLinux }
+func (NetlinkKernel) Remove(RuleSet) error { return errNotLinux }
