@@ -282,6 +282,9 @@ func Refusal(in Info, resultCode uint32, originHost, originRealm, errorMessage s
 		flags |= diam.ErrorFlag
 	}
 	m := diam.NewMessage(h.CommandCode, flags, h.ApplicationID, h.HopByHopID, h.EndToEndID, dict.Default)
+	// NewMessage replaces a zero identifier with a random one; an answer
+	// carries the request's, zero included (RFC 6733 §3).
+	m.Header.HopByHopID, m.Header.EndToEndID = h.HopByHopID, h.EndToEndID
 	sid := in.SessionID
 	if sid == "" {
 		sid = string(in.SessionIDRaw)

@@ -84,6 +84,25 @@ func TestRefusal(t *testing.T) {
 	}
 }
 
+// A request's zero identifiers come back zero: go-diameter's NewMessage
+// would otherwise put random ones in their place.
+func TestRefusalKeepsZeroIdentifiers(t *testing.T) {
+	in := Info{Header: &diam.Header{CommandCode: CmdCreditControl, ApplicationID: AppGx}, Request: true, SessionID: "s"}
+	for range 20 {
+		ans, err := Refusal(in, ResultUnableToDeliver, "dra", "realm", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := diam.ReadMessage(bytes.NewReader(ans), dict.Default)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Header.HopByHopID != 0 || m.Header.EndToEndID != 0 {
+			t.Fatalf("hop-by-hop %#x, end-to-end %#x: want the request's zeros", m.Header.HopByHopID, m.Header.EndToEndID)
+		}
+	}
+}
+
 func avpString(d datatype.Type) string {
 	switch v := d.(type) {
 	case datatype.Unsigned32:
