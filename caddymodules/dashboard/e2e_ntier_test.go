@@ -48,7 +48,7 @@ func TestNtierPanelInChromium(t *testing.T) {
 			health_port 3129
 			health_interval 300ms
 			health_timeout 200ms
-			fall 1
+			fall 2
 		}
 	}
 }
