@@ -3,7 +3,8 @@
 # Caddyfile.examples/demo.Caddyfile and bin/coredns with
 # Corefile.examples/demo.Corefile; then, when varnish is installed, the
 # N-tier cache redirection examples (upper tier, two lower-tier nodes,
-# varnish); and, when slapd is installed, the LDAP tenant routing example
+# varnish); as root, the transparent N-tier in network namespaces it makes
+# and removes; and, when slapd is installed, the LDAP tenant routing example
 # with three slapd nodes; then a small background load so the dashboard
 # (http://127.0.0.1:8488/) moves. Ctrl-C (or SIGTERM) stops everything and
 # exits 0. Each server's output goes to a log file (DEMO_LOG_DIR, default a
@@ -24,6 +25,7 @@ stop() {
 	echo "stopping the demo..."
 	for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
 	wait 2>/dev/null || true
+	if declare -F tier_cleanup >/dev/null; then tier_cleanup; fi
 	rm -rf "$state"
 	echo "demo stopped (logs kept in $logs)"
 }
@@ -88,6 +90,80 @@ N-tier cache redirection (ntier-upper/lower.Caddyfile, varnish at 127.0.0.5:6081
 else
 	try_ntier="
 (N-tier cache redirection: install varnish to see it here.)"
+fi
+
+# Transparent N-tier (only as root, with ip and nft): network namespaces
+# client → upper → l2a, l2b on one bridge, 10.78.0.0/24, made here and
+# deleted on stop; the upper runs Caddyfile.examples/ntier-transparent-
+# upper.Caddyfile (kernel rules only), each lower node a transparent
+# listener that answers itself, as a cache hit would.
+try_tier=
+if [ "$(id -u)" = 0 ] && command -v ip >/dev/null && command -v nft >/dev/null; then
+	tns=esdemo$$
+	tier_hosts=(client:10 upper:1 l2a:2 l2b:3)
+	tier_cleanup() {
+		for h in br "${tier_hosts[@]%:*}"; do ip netns del "$tns-$h" 2>/dev/null || true; done
+	}
+	ip netns add "$tns-br"
+	ip -n "$tns-br" link add br0 type bridge
+	ip -n "$tns-br" link set br0 up
+	i=0
+	for h in "${tier_hosts[@]}"; do
+		n=$tns-${h%:*}
+		ip netns add "$n"
+		ip -n "$tns-br" link add "p$i" type veth peer name eth0 netns "$n"
+		ip -n "$tns-br" link set "p$i" master br0 up
+		ip -n "$n" addr add "10.78.0.${h#*:}/24" dev eth0
+		ip -n "$n" link set eth0 up
+		ip -n "$n" link set lo up
+		i=$((i + 1))
+	done
+	ip netns exec "$tns-upper" sysctl -qw net.ipv4.ip_forward=1 net.ipv4.conf.all.send_redirects=0 \
+		net.ipv4.conf.eth0.send_redirects=0
+	ip -n "$tns-client" route add 203.0.113.0/24 via 10.78.0.1
+	for a in 100 101 102 103; do ip -n "$tns-client" addr add "10.78.0.$a/24" dev eth0; done
+	echo '{"nodes":[{"name":"l2a","next_hop":"10.78.0.2"},{"name":"l2b","next_hop":"10.78.0.3"}]}' >"$state/tiers.json"
+	cat >"$state/tier-lower.Caddyfile" <<'CADDYFILE'
+{
+	ntier {
+		lower {
+			ports 80
+			listen_port 3129
+		}
+	}
+}
+http://:3129 {
+	bind tproxy/0.0.0.0
+	respond "{$NODE} answers: you asked {http.request.local.host}:{http.request.local.port}, you are {http.request.remote.host}"
+}
+CADDYFILE
+	for node in l2a l2b; do
+		start "tier-$node" ip netns exec "$tns-$node" env NODE=$node "$bin/caddy" run --adapter caddyfile \
+			--config "$state/tier-lower.Caddyfile"
+	done
+	start tier-upper ip netns exec "$tns-upper" env TIER_MAP="$state/tiers.json" HEALTH_INTERVAL=1s HEALTH_TIMEOUT=500ms "$bin/caddy" run \
+		--adapter caddyfile --config Caddyfile.examples/ntier-transparent-upper.Caddyfile
+	tier_up=0
+	for _ in $(seq 1 200); do
+		if ip netns exec "$tns-upper" curl -s localhost:2019/ntier/ 2>/dev/null | grep -q '"installed":true'; then
+			tier_up=1
+			break
+		fi
+		sleep 0.1
+	done
+	if [ "$tier_up" = 0 ]; then
+		echo "demo: the transparent upper tier did not install its rules (see $logs/tier-upper.log)" >&2
+		exit 1
+	fi
+	try_tier="
+Transparent N-tier (as root: namespaces $tns-*, removed on stop; the upper tier is kernel rules only):
+  for a in 100 101 102 103; do ip netns exec $tns-client curl -s --interface 10.78.0.\$a http://203.0.113.80/; echo; done
+                                                           # each client address sticks to its lower node
+  ip netns exec $tns-upper curl -s localhost:2019/ntier/   # nodes, health, buckets, rules installed
+  ip netns exec $tns-upper nft list table ip edgesteer_ntier   # the hash map of buckets to nodes"
+else
+	try_tier="
+(Transparent N-tier: run the demo as root to see it here; it makes network namespaces.)"
 fi
 
 # LDAP tenant routing: three slapd nodes holding every demo tenant, and
@@ -197,6 +273,7 @@ Try:
                                                                        # gw3 (20 ms), gw1 (40 ms)
   dig @127.0.0.1 -p $dns_port _ogs.vpn.demo.edgesteer.test TXT +short  # OGS Selection Results
 $try_ntier
+$try_tier
 $try_ldap
 Press Ctrl-C to stop.
 demo ready

@@ -35,7 +35,7 @@ const maxLocation = 200
 // per second. Other numbers (configuration, ages) are shown, not charted.
 var gaugeFields = map[string]bool{
 	"latency_ms": true, "load_percent": true, "throttle_percent": true, "effective_rate_per_second": true,
-	"sticky_entries": true, "keys": true, "ports_in_use": true,
+	"sticky_entries": true, "keys": true, "ports_in_use": true, "buckets_serving": true,
 }
 
 // mapGauges are objects of name → number whose entries are each a gauge

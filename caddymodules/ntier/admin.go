@@ -8,7 +8,20 @@ import (
 	engine "github.com/edgesteer/edgesteer/internal/ntier"
 )
 
-func init() { caddy.RegisterModule(Admin{}) }
+func init() {
+	caddy.RegisterModule(Admin{})
+	views.Register("ntier", func() any { return dashboardView() })
+}
+
+// dashboardView is the view as the dashboard and GET /edgesteer/views carry
+// it: every module's view there is an array, so this one is [] when
+// neither role is configured and [GET /ntier/'s answer] otherwise.
+func dashboardView() []View {
+	if v := view(); v.Upper != nil || v.Lower != nil {
+		return []View{v}
+	}
+	return []View{}
+}
 
 // Admin is the admin API endpoint GET /ntier/: the upper tier's nodes,
 // their health and buckets, and the lower node's installed rule set.

@@ -57,6 +57,16 @@ func TestDemoStartsAndStopsOnInterrupt(t *testing.T) {
 		}
 		done <- cmd.Wait()
 	}()
+	// As root the demo makes namespaces esdemo<pid>-*; a demo killed here
+	// cannot remove them (this runs after the kill below).
+	t.Cleanup(func() {
+		out, _ := exec.Command("ip", "netns", "list").Output()
+		for _, line := range strings.Split(string(out), "\n") {
+			if name, _, _ := strings.Cut(line, " "); strings.HasPrefix(name, fmt.Sprintf("esdemo%d-", cmd.Process.Pid)) {
+				exec.Command("ip", "netns", "del", name).Run()
+			}
+		}
+	})
 	t.Cleanup(func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
 
 	select {
@@ -149,6 +159,7 @@ func TestDemoStartsAndStopsOnInterrupt(t *testing.T) {
 	}
 
 	checkDemoNtier(t)
+	tierNS := checkDemoTransparent(t, banner, cmd.Process.Pid)
 	checkDemoLDAP(t)
 	checkDemoDashboard(t)
 
@@ -161,6 +172,9 @@ func TestDemoStartsAndStopsOnInterrupt(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("demo did not stop within 30 s of SIGINT")
+	}
+	if out, _ := exec.Command("ip", "netns", "list").CombinedOutput(); tierNS != "" && strings.Contains(string(out), tierNS) {
+		t.Errorf("the demo's namespaces stay after it stopped:\n%s", out)
 	}
 	for _, addr := range []string{"127.0.0.1:8480", "127.0.0.1:8490", fmt.Sprintf("127.0.0.1:%d", dnsPort),
 		"127.0.0.2:8600", "127.0.0.5:6081", "127.0.0.1:3389", "127.0.0.1:3891", "127.0.0.1:8488"} {
@@ -382,4 +396,30 @@ func checkDemoDashboard(t *testing.T) {
 	if resp.StatusCode != 200 || !strings.Contains(string(b), "assets/app.js") {
 		t.Errorf("dashboard page: %s %.200q", resp.Status, b)
 	}
+}
+
+// checkDemoTransparent: as root the demo runs the transparent N-tier in
+// namespaces esdemo<its pid>-*: four client addresses fetching
+// http://203.0.113.80/ are answered by a lower node that sees the address
+// asked for and the client's own, each address always by the same node.
+// It returns the namespaces' prefix.
+func checkDemoTransparent(t *testing.T, banner string, pid int) string {
+	t.Helper()
+	ns := fmt.Sprintf("esdemo%d", pid)
+	if !strings.Contains(banner, "namespaces "+ns+"-*") {
+		t.Errorf("the banner (as root) does not show the transparent N-tier in %s-*:\n%s", ns, banner)
+		return ns
+	}
+	for _, a := range []string{"10.78.0.100", "10.78.0.101", "10.78.0.102", "10.78.0.103"} {
+		first := ""
+		for range 3 {
+			out, err := exec.Command("ip", "netns", "exec", ns+"-client", "curl", "-s", "-m", "3", "--interface", a, "http://203.0.113.80/").CombinedOutput()
+			node, rest, _ := strings.Cut(string(out), " answers: ")
+			if err != nil || rest != "you asked 203.0.113.80:80, you are "+a || (node != "l2a" && node != "l2b") || (first != "" && node != first) {
+				t.Errorf("client %s through the transparent tier: %v %q (first answered by %q)", a, err, out, first)
+			}
+			first = node
+		}
+	}
+	return ns
 }

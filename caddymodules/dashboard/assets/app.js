@@ -363,7 +363,39 @@
     });
   }
 
-  var KNOWN = ["latency_bucket", "peer_rate_limit", "tenant_route", "cache_redirect", "port_range"];
+  // renderTiers draws the transparent N-tier app's view: the upper tier's
+  // nodes (health, buckets owned, next hop and mark) and whether its rules
+  // are installed; a lower node's installed interception.
+  function renderTiers(src, seen) {
+    arr(src.modules.ntier).forEach(function (t, k) {
+      var u = t.upper, l = t.lower, id = "nt" + SEP + src.prefix.join(SEP) + SEP + k;
+      if (u) {
+        seen.ntier = true;
+        var c = card("ntier", id + SEP + "upper", ["transparent upper tier", src.label()]);
+        add(c.info, el("div", {"class": "meta"}, "rules ", yesno(!!u.installed, "installed", "not installed"),
+          " · jhash ip saddr mod ", v(u.buckets), " seed ", v(u.seed), u.error ? [" · ", el("span", {"class": "err"}, v(u.error))] : null));
+        extras(c, u, ["installed", "error", "buckets", "seed", "nodes"]);
+        var nodes = arr(u.nodes);
+        add(c.info, table(["node", "next hop", "mark", "health", "since", abbr("buckets", "buckets it serves now (of the hash)"),
+          abbr("own", "buckets that are its own when every node is up"), abbr("probes", "health checks made"), "last error"],
+          nodes.map(function (n) {
+            return [str(n.name), str(n.next_hop), str(n.mark), yesno(!!n.up, "up", "down"), str(n.since),
+              bar(Number(n.buckets_serving) || 0, Number(u.buckets) || 0), str(n.buckets_documented), str(n.probes_total), v(n.last_error, "err")];
+          }), [2, 6, 7]));
+        chart(c, id + SEP + "buckets", "buckets served per node", nodes.map(function (n) {
+          return {key: pkey(src, "ntier", "upper", str(n.name), "buckets_serving"), label: str(n.name)};
+        }), "");
+      }
+      if (l) {
+        seen.ntier = true;
+        var lc = card("ntier", id + SEP + "lower", ["transparent lower node", src.label()]);
+        add(lc.info, table(["nftables table", "ports", "tproxy to port", "mark"],
+          [[str(l.table), vlist(arr(l.ports)), str(l.listen_port), str(l.mark)]], [2, 3]));
+      }
+    });
+  }
+
+  var KNOWN = ["latency_bucket", "peer_rate_limit", "tenant_route", "cache_redirect", "port_range", "ntier"];
   function renderOther(src, seen) {
     Object.keys(src.modules).sort().forEach(function (m) {
       if (KNOWN.indexOf(m) >= 0) return;
@@ -391,7 +423,7 @@
     merge(st);
     var seen = {};
     sources(st).forEach(function (src) {
-      renderLatency(src, seen); renderRate(src, seen); renderTenants(src, seen); renderNtier(src, seen); renderOther(src, seen);
+      renderLatency(src, seen); renderRate(src, seen); renderTenants(src, seen); renderTiers(src, seen); renderNtier(src, seen); renderOther(src, seen);
     });
     ["latency_bucket", "peer_rate_limit", "tenant_route", "ntier", "other"].forEach(function (p) { show(p, !!seen[p]); });
     renderOGS(st);
