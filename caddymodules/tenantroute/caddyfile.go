@@ -2,11 +2,13 @@ package tenantroute
 
 import (
 	"math"
+	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
 	"github.com/edgesteer/edgesteer/caddymodules/internal/cfparse"
+	"github.com/edgesteer/edgesteer/internal/placement"
 )
 
 // UnmarshalCaddyfile reads
@@ -36,6 +38,8 @@ import (
 //		}
 //		max_per_node <connections>
 //		max_failed_binds <n>            # default 3
+//		partitions_by_size <size:k...>  # e.g. 0:1 1000:2 10000:4
+//		tenant_sizes_file <path>        # lines "tenant size"
 //	}
 //
 // nodes is a list (repeating it adds nodes) and tenant_partitions is given
@@ -79,6 +83,10 @@ func (t *TenantRoute) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			t.MaxPerNode, err = o.Int(1, math.MaxInt)
 		case "max_failed_binds":
 			t.MaxFailedBinds, err = o.Int(1, math.MaxInt)
+		case "partitions_by_size":
+			err = t.unmarshalSizeTable(o)
+		case "tenant_sizes_file":
+			t.TenantSizesFile, err = o.String()
 		default:
 			err = o.Unknown()
 		}
@@ -106,6 +114,25 @@ func (t *TenantRoute) unmarshalTenantPartitions(o *cfparse.Block) error {
 		t.TenantPartitions = map[string]int{}
 	}
 	t.TenantPartitions[args[0]] = k
+	return nil
+}
+
+// unmarshalSizeTable reads partitions_by_size <size:k...>.
+func (t *TenantRoute) unmarshalSizeTable(o *cfparse.Block) error {
+	if err := o.Once(); err != nil {
+		return err
+	}
+	args, err := o.Args(1, cfparse.Many)
+	if err != nil {
+		return err
+	}
+	table, err := placement.ParseSizeTable(args)
+	if err != nil {
+		return o.Errf("partitions_by_size %s: %v", strings.Join(args, " "), err)
+	}
+	for _, s := range table {
+		t.PartitionsBySize = append(t.PartitionsBySize, SizeStep(s))
+	}
 	return nil
 }
 

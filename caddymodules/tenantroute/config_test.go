@@ -27,6 +27,9 @@ func TestBadConfigFailsValidate(t *testing.T) {
 		"extra argument":      {wrap("nodes 127.0.0.1:2\ncool_off 30s 60s"), "cool_off: want 1 argument, got 2: 30s 60s, at "},
 		"assignment overlaps": {wrap("etcd http://127.0.0.1:2 {\nprefix /ldap/\nassignment_prefix /ldap/assign/\n}"),
 			`assignment_prefix "/ldap/assign/" overlaps prefix "/ldap/"`},
+		"sizes without table": {wrap("nodes 127.0.0.1:2\ntenant_sizes_file /x"), `tenant_sizes_file "/x": give both or neither`},
+		"sizes file missing": {wrap("nodes 127.0.0.1:2\npartitions_by_size 0:1\ntenant_sizes_file /nonexistent/sizes"),
+			`tenant_sizes_file "/nonexistent/sizes": stat /nonexistent/sizes: no such file`},
 	} {
 		t.Run(name, func(t *testing.T) { e2e.ValidateFails(t, tc.cf, tc.want) })
 	}

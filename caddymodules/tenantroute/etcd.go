@@ -239,6 +239,9 @@ func (w *etcdWatcher) publishAll(ctx context.Context, members []string) error {
 	for tenant := range w.placer.Overrides() {
 		known[tenant] = ""
 	}
+	for tenant := range w.placer.SizedTenants() {
+		known[tenant] = ""
+	}
 	for _, tenant := range w.seen.Names() {
 		known[tenant] = ""
 	}

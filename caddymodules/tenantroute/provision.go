@@ -28,6 +28,7 @@ func (t *TenantRoute) Provision(ctx caddy.Context) error {
 		t.provisionTimeouts,
 		t.AutoPartitions.provision,
 		t.provisionLimits,
+		t.provisionSizes,
 	} {
 		if err := step(); err != nil {
 			return err

@@ -38,6 +38,7 @@ type state struct {
 	// change publishes again; bounded, as names come from clients.
 	seen    *placement.Recent
 	watcher atomic.Pointer[etcdWatcher] // nil with static membership
+	sizes   atomic.Pointer[sizesWatch]  // nil without tenant_sizes_file
 	// failed counts failed binds per tenant (the most recent
 	// maxFailedTenants tenants: names come from clients).
 	failed   *placement.Tally
@@ -90,6 +91,9 @@ func (s *state) Destruct() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	close(s.stopTick)
+	if w := s.sizes.Swap(nil); w != nil {
+		w.stop()
+	}
 	if w := s.watcher.Swap(nil); w != nil {
 		w.stop()
 	}
@@ -171,6 +175,9 @@ func (s *state) apply(t *TenantRoute) error {
 	if err := s.placer.SetLimits(auto, t.MaxPerNode); err != nil {
 		return fmt.Errorf("tenant_route: %v", err)
 	}
+	if err := s.applySizes(t); err != nil {
+		return err
+	}
 	key := etcdKey(t.Etcd)
 	if key != "" && key == s.etcdKey {
 		w := s.watcher.Load()
@@ -196,6 +203,41 @@ func (s *state) apply(t *TenantRoute) error {
 	return nil
 }
 
+// applySizes keeps the sizes watch of an unchanged file (applying t's
+// table to the sizes read), or reads t's file afresh; s.mu is held.
+func (s *state) applySizes(t *TenantRoute) error {
+	old := s.sizes.Load()
+	if old != nil && old.path == t.TenantSizesFile {
+		old.configure(t.sizeTable(), t.logger)
+		return nil
+	}
+	if t.TenantSizesFile == "" {
+		if old != nil {
+			s.sizes.Store(nil)
+			old.stop()
+		}
+		s.publishSizes(s.placer.SetSizes(nil, nil))
+		return nil
+	}
+	w, err := startSizes(t.TenantSizesFile, t.sizeTable(), s.placer, t.logger, s.publishSizes)
+	if err != nil {
+		return err
+	}
+	if old != nil {
+		old.stop()
+	}
+	s.sizes.Store(w)
+	return nil
+}
+
+// publishSizes publishes the assignments of tenants whose base count a
+// size changed.
+func (s *state) publishSizes(changed []string) {
+	if w := s.watcher.Load(); w != nil && len(changed) > 0 {
+		w.republish()
+	}
+}
+
 // etcdKey is what a new etcd watch is needed for: the endpoints and prefix.
 func etcdKey(e *EtcdMembership) string {
 	if e == nil {
@@ -207,6 +249,7 @@ func etcdKey(e *EtcdMembership) string {
 
 func sameStateSettings(a, b *TenantRoute) bool {
 	return a.Partitions == b.Partitions && maps.Equal(a.TenantPartitions, b.TenantPartitions) &&
+		slices.Equal(a.PartitionsBySize, b.PartitionsBySize) && a.TenantSizesFile == b.TenantSizesFile &&
 		a.MaxPerNode == b.MaxPerNode && (a.AutoPartitions == nil) == (b.AutoPartitions == nil) &&
 		(a.AutoPartitions == nil || *a.AutoPartitions == *b.AutoPartitions) &&
 		slices.Equal(sortedSet(a.Nodes), sortedSet(b.Nodes)) && etcdKey(a.Etcd) == etcdKey(b.Etcd)
