@@ -28,6 +28,7 @@ import (
 //		etcd <endpoint...> {
 //			prefix <key prefix of node registrations>
 //			assignment_prefix <key prefix to publish tenant → nodes>
+//			sizes_prefix <key prefix of tenant → size>  # with partitions_by_size
 //		}
 //		auto_partitions {                 # at least one of the three triggers
 //			target_per_node <connections>
@@ -39,7 +40,7 @@ import (
 //		max_per_node <connections>
 //		max_failed_binds <n>            # default 3
 //		partitions_by_size <size:k...>  # e.g. 0:1 1000:2 10000:4
-//		tenant_sizes_file <path>        # lines "tenant size"
+//		tenant_sizes_file <path>        # lines "tenant size" (or etcd sizes_prefix)
 //	}
 //
 // nodes is a list (repeating it adds nodes) and tenant_partitions is given
@@ -152,6 +153,8 @@ func unmarshalEtcd(o *cfparse.Block) (*EtcdMembership, error) {
 			e.Prefix, err = sub.String()
 		case "assignment_prefix":
 			e.AssignmentPrefix, err = sub.String()
+		case "sizes_prefix":
+			e.SizesPrefix, err = sub.String()
 		default:
 			err = sub.Unknown()
 		}

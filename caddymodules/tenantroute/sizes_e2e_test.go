@@ -1,16 +1,22 @@
 package tenantroute_test
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/edgesteer/edgesteer/internal/e2e"
+	"github.com/edgesteer/edgesteer/internal/placement"
 )
+
+const sizesPrefix = "/edgesteer/ldap/sizes/"
 
 // spread opens n connections of tenant one after another through front
 // and returns the connections each node answered; least connections puts
@@ -119,4 +125,52 @@ func TestPartitionsFromTenantSize(t *testing.T) {
 		t.Errorf("placement of initech after the reload: %d from %q, want 3 from size", k, src)
 	}
 	stillThere(t, "after the reload", held)
+}
+
+// etcdSizes continues TestGrownPartitionsPublished (etcd, four slapd nodes
+// registered, assignments published): a reload reads tenant sizes from
+// etcd; a large tenant's connections reach four nodes and a small one's
+// one, each published as its assignment; a size put in etcd changes a
+// tenant's nodes live, and a malformed value is rejected and counted.
+func etcdSizes(t *testing.T, c *e2e.Caddy, reg *registry, front string, addrs []string, config func(string) string) {
+	put := func(tenant, size string) {
+		if _, err := reg.cli.Put(context.Background(), sizesPrefix+tenant, size); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("globex", "25000")
+	put("initech", "40")
+	put("umbrella", "-1")
+	c.Reload(t, "caddyfile", strings.Replace(config("sizes_prefix "+sizesPrefix), "partitions 2",
+		"partitions 2\n\t\t\t\t\tpartitions_by_size 0:1 1000:2 10000:4", 1))
+	waitView(t, c, "the sizes from etcd", func(v viewT) bool { return v.TenantSizes != nil && v.TenantSizes.Tenants == 2 })
+	if s := adminView(t, c).TenantSizes; s.Rejected != 1 {
+		t.Errorf("tenant_sizes %+v: want umbrella's -1 rejected", s)
+	}
+	waitAssignment := func(tenant string, k int) {
+		t.Helper()
+		want := placement.Rank(tenant, addrs)[:k]
+		deadline := time.Now().Add(15 * time.Second)
+		for !slices.Equal(reg.assignments()[tenant], want) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s's assignment %v, want %v", tenant, reg.assignments()[tenant], want)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	waitAssignment("globex", 4)
+	waitAssignment("initech", 1)
+	// 4 of initech's: below target_per_node 5 at k = 1, so auto does not
+	// grow it from its base.
+	for tenant, n := range map[string]int{"globex": 8, "initech": 4} {
+		want := map[string]int{"globex": 4, "initech": 1}[tenant]
+		if got := spread(t, c, front, tenant, n); len(got) != want {
+			t.Errorf("%s: %d connections reached %d nodes (%v), want %d", tenant, n, len(got), got, want)
+		}
+	}
+	put("initech", "10000")
+	waitAssignment("initech", 4)
+	if k, src := placementOf(t, c, "initech"); k != 4 || src != "size" {
+		t.Errorf("initech after its size was put: %d from %q, want 4 from size", k, src)
+	}
 }

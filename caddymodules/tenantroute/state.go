@@ -38,7 +38,7 @@ type state struct {
 	// change publishes again; bounded, as names come from clients.
 	seen    *placement.Recent
 	watcher atomic.Pointer[etcdWatcher] // nil with static membership
-	sizes   atomic.Pointer[sizesWatch]  // nil without tenant_sizes_file
+	sizes   atomic.Pointer[sizesFeed]   // nil without a source of tenant sizes
 	// failed counts failed binds per tenant (the most recent
 	// maxFailedTenants tenants: names come from clients).
 	failed   *placement.Tally
@@ -203,30 +203,38 @@ func (s *state) apply(t *TenantRoute) error {
 	return nil
 }
 
-// applySizes keeps the sizes watch of an unchanged file (applying t's
-// table to the sizes read), or reads t's file afresh; s.mu is held.
+// applySizes applies t's size table to the sizes held, and keeps the feed
+// of an unchanged source or starts t's (a file is read at once; etcd
+// sizes replace the ones held at its first listing); s.mu is held.
 func (s *state) applySizes(t *TenantRoute) error {
+	s.publishSizes(s.placer.SetSizeTable(t.sizeTable()))
 	old := s.sizes.Load()
-	if old != nil && old.path == t.TenantSizesFile {
-		old.configure(t.sizeTable(), t.logger)
-		return nil
-	}
-	if t.TenantSizesFile == "" {
-		if old != nil {
-			s.sizes.Store(nil)
-			old.stop()
+	var feed *sizesFeed
+	var err error
+	switch {
+	case t.TenantSizesFile != "":
+		if old != nil && old.key == "file:"+t.TenantSizesFile {
+			old.setLogger(t.logger)
+			return nil
 		}
-		s.publishSizes(s.placer.SetSizes(nil, nil))
-		return nil
+		feed, err = startSizesFile(t.TenantSizesFile, s.placer, t.logger, s.publishSizes)
+	case t.Etcd != nil && t.Etcd.SizesPrefix != "":
+		b, _ := json.Marshal([]any{t.Etcd.Endpoints, t.Etcd.SizesPrefix})
+		if old != nil && old.key == "etcd:"+string(b) {
+			old.setLogger(t.logger)
+			return nil
+		}
+		feed, err = startSizesEtcd(t.Etcd, s.placer, t.logger, s.publishSizes)
+	default:
+		s.publishSizes(s.placer.ReplaceSizes(nil))
 	}
-	w, err := startSizes(t.TenantSizesFile, t.sizeTable(), s.placer, t.logger, s.publishSizes)
 	if err != nil {
 		return err
 	}
 	if old != nil {
 		old.stop()
 	}
-	s.sizes.Store(w)
+	s.sizes.Store(feed)
 	return nil
 }
 
@@ -250,6 +258,7 @@ func etcdKey(e *EtcdMembership) string {
 func sameStateSettings(a, b *TenantRoute) bool {
 	return a.Partitions == b.Partitions && maps.Equal(a.TenantPartitions, b.TenantPartitions) &&
 		slices.Equal(a.PartitionsBySize, b.PartitionsBySize) && a.TenantSizesFile == b.TenantSizesFile &&
+		(a.Etcd == nil) == (b.Etcd == nil) && (a.Etcd == nil || a.Etcd.SizesPrefix == b.Etcd.SizesPrefix) &&
 		a.MaxPerNode == b.MaxPerNode && (a.AutoPartitions == nil) == (b.AutoPartitions == nil) &&
 		(a.AutoPartitions == nil || *a.AutoPartitions == *b.AutoPartitions) &&
 		slices.Equal(sortedSet(a.Nodes), sortedSet(b.Nodes)) && etcdKey(a.Etcd) == etcdKey(b.Etcd)

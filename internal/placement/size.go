@@ -179,14 +179,26 @@ func ParseSizes(r io.Reader) (*Sizes, error) {
 	return out, sc.Err()
 }
 
-// SetSizes applies a size table (nil: sizes off) and the tenants' sizes,
+// SetSizeTable applies a size table (nil: sizes unused) to the sizes held,
 // and returns the tenants whose base partition count changed. A tenant's
 // base is its run-time count, else its count in the config, else the
 // table's count for its size, else the default; auto partitions grow it
 // from its base and shrink it back to its base (a count grown above a
 // lowered base shrinks step by step; a raised base takes effect at once).
 // Connections stay on their nodes.
-func (p *Placer) SetSizes(table SizeTable, sizes map[string]int64) (changed []string) {
+func (p *Placer) SetSizeTable(table SizeTable) (changed []string) {
+	return p.resize(func() { p.sizeTable = slices.Clone(table) }, nil)
+}
+
+// ReplaceSizes makes sizes the tenants' sizes (nil: none) under the table
+// in force, and returns the tenants whose base count changed.
+func (p *Placer) ReplaceSizes(sizes map[string]int64) (changed []string) {
+	return p.resize(func() { p.sizes = maps.Clone(sizes) }, sizes)
+}
+
+// resize applies set under the lock and lists the tenants (sized before,
+// or in sizes) whose base count it changed.
+func (p *Placer) resize(set func(), sizes map[string]int64) (changed []string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	before := map[string]int{}
@@ -198,10 +210,7 @@ func (p *Placer) SetSizes(table SizeTable, sizes map[string]int64) (changed []st
 			before[tenant] = p.partitions(tenant)
 		}
 	}
-	p.sizeTable, p.sizes = slices.Clone(table), maps.Clone(sizes)
-	if table == nil {
-		p.sizes = nil
-	}
+	set()
 	for tenant, k := range before {
 		if p.partitions(tenant) != k {
 			changed = append(changed, tenant)

@@ -66,7 +66,10 @@ func TestParseSizes(t *testing.T) {
 func TestSizeSetsBase(t *testing.T) {
 	p := autoPlacer(t, 6, 2, &Auto{TargetPerNode: 2, CoolDown: time.Second}, 0)
 	table, _ := ParseSizeTable([]string{"0:1", "1000:2", "10000:4"})
-	changed := p.SetSizes(table, map[string]int64{"big": 20000, "small": 10, "mid": 1000, "conf": 20000})
+	if c := p.ReplaceSizes(map[string]int64{"big": 20000, "small": 10, "mid": 1000, "conf": 20000}); c != nil {
+		t.Errorf("sizes without a table changed %v", c)
+	}
+	changed := p.SetSizeTable(table)
 	if !slices.Equal(changed, []string{"big", "conf", "small"}) { // mid: 2 by size, as by default
 		t.Errorf("changed %v", changed)
 	}
@@ -93,13 +96,13 @@ func TestSizeSetsBase(t *testing.T) {
 	if k := len(p.Place("small")); k != 3 {
 		t.Fatalf("small grown to %d, want 3", k)
 	}
-	if c := p.SetSizes(table, map[string]int64{"big": 20000, "small": 20000}); !slices.Contains(c, "small") {
+	if c := p.ReplaceSizes(map[string]int64{"big": 20000, "small": 20000}); !slices.Contains(c, "small") {
 		t.Errorf("raising small: changed %v", c)
 	}
 	if k := len(p.Place("small")); k != 4 {
 		t.Errorf("small raised by size to %d, want 4 at once", k)
 	}
-	p.SetSizes(table, map[string]int64{"big": 20000, "small": 10})
+	p.ReplaceSizes(map[string]int64{"big": 20000, "small": 10})
 	if k := len(p.Place("small")); k != 3 {
 		t.Errorf("small after lowering its size: %d, want its grown 3", k)
 	}
@@ -112,7 +115,7 @@ func TestSizeSetsBase(t *testing.T) {
 	if k := len(p.Place("small")); k != 1 {
 		t.Errorf("small idle after cool-downs: %d, want its base 1", k)
 	}
-	if c := p.SetSizes(nil, nil); !slices.Contains(c, "big") || len(p.Place("big")) != 2 {
+	if c := p.SetSizeTable(nil); !slices.Contains(c, "big") || len(p.Place("big")) != 2 {
 		t.Errorf("sizes off: changed %v, big on %d nodes", c, len(p.Place("big")))
 	}
 }
