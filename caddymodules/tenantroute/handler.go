@@ -82,7 +82,8 @@ type TenantRoute struct {
 	MaxFailedBinds int `json:"max_failed_binds,omitempty"`
 	// PartitionsBySize maps a tenant's size (users, or any weight) to its
 	// base partition count; TenantSizesFile holds the sizes, one "tenant
-	// size" a line, and is read again when it changes. Both or neither.
+	// size" a line, and is read again when it changes (or Etcd.SizesPrefix
+	// holds them). The table with one source of sizes, or neither.
 	// tenant_partitions and run-time counts win over a size; auto
 	// partitions grow from the base (README: Partitions from a tenant's size).
 	PartitionsBySize []SizeStep `json:"partitions_by_size,omitempty"`
