@@ -119,3 +119,31 @@ func TestSizeSetsBase(t *testing.T) {
 		t.Errorf("sizes off: changed %v, big on %d nodes", c, len(p.Place("big")))
 	}
 }
+
+// Whatever a sizes file holds, what is kept is within the bounds and every
+// line is either kept or counted as rejected.
+func FuzzParseSizes(f *testing.F) {
+	f.Add("acme 12000\nglobex 40 # small\n")
+	f.Add("bad\nx y z\nneg -3\n+4 5\n\xff 1\n")
+	f.Fuzz(func(t *testing.T, in string) {
+		s, err := ParseSizes(strings.NewReader(in))
+		if err != nil {
+			return
+		}
+		entries := 0
+		for _, line := range strings.Split(in, "\n") {
+			text, _, _ := strings.Cut(line, "#")
+			if len(strings.Fields(text)) > 0 {
+				entries++
+			}
+		}
+		if len(s.Sizes) > MaxSizedTenants || len(s.Sizes)+s.Rejected > entries || len(s.Problems) > maxProblems {
+			t.Fatalf("%d kept, %d rejected of %d entries", len(s.Sizes), s.Rejected, entries)
+		}
+		for tenant, n := range s.Sizes {
+			if n < 0 || n > MaxSize || checkTenantName(tenant) != nil {
+				t.Fatalf("kept %q = %d", tenant, n)
+			}
+		}
+	})
+}
