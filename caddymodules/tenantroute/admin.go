@@ -216,6 +216,8 @@ type View struct {
 	// PartitionHistory is the last placement.HistoryLength changes by auto
 	// partitions, oldest first.
 	PartitionHistory []ChangeView `json:"partition_history"`
+	// TenantSizes is the sizes file in use (nil: none).
+	TenantSizes *SizesView `json:"tenant_sizes,omitempty"`
 }
 
 // AutoView is auto_partitions as configured (0: that trigger is off).
@@ -269,6 +271,9 @@ func handlerViews() []View {
 		v := View{Name: s.name, Membership: "static", Nodes: p.Nodes(), OpenConnections: p.Conns(),
 			Partitions: p.DefaultPartitions(), TenantPartitions: p.Overrides(), RuntimePartitions: p.RuntimeOverrides(),
 			Tenants: map[string]TenantAt{}}
+		if w := s.sizes.Load(); w != nil {
+			v.TenantSizes = w.view()
+		}
 		if w := s.watcher.Load(); w != nil {
 			updated, lastErr := w.health()
 			v.Membership, v.MembershipError = "etcd", lastErr

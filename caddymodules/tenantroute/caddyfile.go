@@ -2,11 +2,13 @@ package tenantroute
 
 import (
 	"math"
+	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
 	"github.com/edgesteer/edgesteer/caddymodules/internal/cfparse"
+	"github.com/edgesteer/edgesteer/internal/placement"
 )
 
 // UnmarshalCaddyfile reads
@@ -26,6 +28,7 @@ import (
 //		etcd <endpoint...> {
 //			prefix <key prefix of node registrations>
 //			assignment_prefix <key prefix to publish tenant → nodes>
+//			sizes_prefix <key prefix of tenant → size>  # with partitions_by_size
 //		}
 //		auto_partitions {                 # at least one of the three triggers
 //			target_per_node <connections>
@@ -36,6 +39,8 @@ import (
 //		}
 //		max_per_node <connections>
 //		max_failed_binds <n>            # default 3
+//		partitions_by_size <size:k...>  # e.g. 0:1 1000:2 10000:4
+//		tenant_sizes_file <path>        # lines "tenant size" (or etcd sizes_prefix)
 //	}
 //
 // nodes is a list (repeating it adds nodes) and tenant_partitions is given
@@ -79,6 +84,10 @@ func (t *TenantRoute) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			t.MaxPerNode, err = o.Int(1, math.MaxInt)
 		case "max_failed_binds":
 			t.MaxFailedBinds, err = o.Int(1, math.MaxInt)
+		case "partitions_by_size":
+			err = t.unmarshalSizeTable(o)
+		case "tenant_sizes_file":
+			t.TenantSizesFile, err = o.String()
 		default:
 			err = o.Unknown()
 		}
@@ -109,6 +118,25 @@ func (t *TenantRoute) unmarshalTenantPartitions(o *cfparse.Block) error {
 	return nil
 }
 
+// unmarshalSizeTable reads partitions_by_size <size:k...>.
+func (t *TenantRoute) unmarshalSizeTable(o *cfparse.Block) error {
+	if err := o.Once(); err != nil {
+		return err
+	}
+	args, err := o.Args(1, cfparse.Many)
+	if err != nil {
+		return err
+	}
+	table, err := placement.ParseSizeTable(args)
+	if err != nil {
+		return o.Errf("partitions_by_size %s: %v", strings.Join(args, " "), err)
+	}
+	for _, s := range table {
+		t.PartitionsBySize = append(t.PartitionsBySize, SizeStep(s))
+	}
+	return nil
+}
+
 // unmarshalEtcd reads etcd <endpoint...> { prefix …; assignment_prefix … }.
 func unmarshalEtcd(o *cfparse.Block) (*EtcdMembership, error) {
 	if err := o.Once(); err != nil {
@@ -125,6 +153,8 @@ func unmarshalEtcd(o *cfparse.Block) (*EtcdMembership, error) {
 			e.Prefix, err = sub.String()
 		case "assignment_prefix":
 			e.AssignmentPrefix, err = sub.String()
+		case "sizes_prefix":
+			e.SizesPrefix, err = sub.String()
 		default:
 			err = sub.Unknown()
 		}

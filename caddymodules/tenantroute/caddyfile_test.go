@@ -51,6 +51,10 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 				cool_down 30s
 			}
 		}`, Expected: `{"auto_partitions":{"share_factor":2.5,"target_requests_per_node":150.5,"cool_down":30000000000}}`},
+		{Input: "tenant_route {\npartitions_by_size 0:1 1000:2 10000:4\ntenant_sizes_file /etc/sizes\n}",
+			Expected: `{"partitions_by_size":[{"min_size":0,"partitions":1},{"min_size":1000,"partitions":2},{"min_size":10000,"partitions":4}],"tenant_sizes_file":"/etc/sizes"}`},
+		{Input: "tenant_route {\npartitions_by_size 0:2 1000:1\n}", ExpectedErr: `partitions_by_size 0:2 1000:1: step 1000:1 after 0:2: sizes must increase and partitions must not decrease, at Testfile:2`},
+		{Input: "tenant_route {\npartitions_by_size 0:1 1k:2\n}", ExpectedErr: `partitions_by_size 0:1 1k:2: step "1k:2": want size:partitions`},
 		{Input: "tenant_route {\nauto_partitions {\nmax 3\n}\n}", ExpectedErr: `auto_partitions: give target_per_node, share_factor or target_requests_per_node (at least one)`},
 		{Input: "tenant_route {\nauto_partitions {\nshare_factor 0.5\n}\n}", ExpectedErr: `tenant_route: auto_partitions: share_factor "0.5": want a decimal number of at least 1, at Testfile:3`},
 		{Input: "tenant_route {\nauto_partitions {\nshare_factor 2x\n}\n}", ExpectedErr: `tenant_route: auto_partitions: share_factor "2x"`},

@@ -27,6 +27,14 @@ func TestBadConfigFailsValidate(t *testing.T) {
 		"extra argument":      {wrap("nodes 127.0.0.1:2\ncool_off 30s 60s"), "cool_off: want 1 argument, got 2: 30s 60s, at "},
 		"assignment overlaps": {wrap("etcd http://127.0.0.1:2 {\nprefix /ldap/\nassignment_prefix /ldap/assign/\n}"),
 			`assignment_prefix "/ldap/assign/" overlaps prefix "/ldap/"`},
+		"sizes without table": {wrap("nodes 127.0.0.1:2\ntenant_sizes_file /x"),
+			`partitions_by_size [], tenant_sizes_file "/x", etcd sizes_prefix "": give the table with one source of sizes, or neither`},
+		"two sources of sizes": {wrap("partitions_by_size 0:1\ntenant_sizes_file /x\netcd http://127.0.0.1:2 {\nprefix /n/\nsizes_prefix /s/\n}"),
+			`tenant_sizes_file "/x" and etcd sizes_prefix "/s/": give one`},
+		"sizes overlap": {wrap("partitions_by_size 0:1\netcd http://127.0.0.1:2 {\nprefix /ldap/\nsizes_prefix /ldap/sizes/\n}"),
+			`etcd sizes_prefix "/ldap/sizes/" overlaps prefix "/ldap/"`},
+		"sizes file missing": {wrap("nodes 127.0.0.1:2\npartitions_by_size 0:1\ntenant_sizes_file /nonexistent/sizes"),
+			`tenant_sizes_file "/nonexistent/sizes": stat /nonexistent/sizes: no such file`},
 	} {
 		t.Run(name, func(t *testing.T) { e2e.ValidateFails(t, tc.cf, tc.want) })
 	}

@@ -34,6 +34,9 @@ type EtcdMembership struct {
 	Endpoints        []string `json:"endpoints"`
 	Prefix           string   `json:"prefix"`
 	AssignmentPrefix string   `json:"assignment_prefix,omitempty"`
+	// SizesPrefix, with partitions_by_size, holds tenant sizes
+	// (<sizes_prefix><tenant> = decimal size), watched like the members.
+	SizesPrefix string `json:"sizes_prefix,omitempty"`
 }
 
 // etcdWatcher is pooled with the handler's state: one watch per name
@@ -237,6 +240,9 @@ func (w *etcdWatcher) publishAll(ctx context.Context, members []string) error {
 	}
 	known := maps.Clone(listed)
 	for tenant := range w.placer.Overrides() {
+		known[tenant] = ""
+	}
+	for tenant := range w.placer.SizedTenants() {
 		known[tenant] = ""
 	}
 	for _, tenant := range w.seen.Names() {

@@ -80,6 +80,14 @@ type TenantRoute struct {
 	// MaxFailedBinds closes a connection after this many failed binds
 	// (default 3).
 	MaxFailedBinds int `json:"max_failed_binds,omitempty"`
+	// PartitionsBySize maps a tenant's size (users, or any weight) to its
+	// base partition count; TenantSizesFile holds the sizes, one "tenant
+	// size" a line, and is read again when it changes (or Etcd.SizesPrefix
+	// holds them). The table with one source of sizes, or neither.
+	// tenant_partitions and run-time counts win over a size; auto
+	// partitions grow from the base (README: Partitions from a tenant's size).
+	PartitionsBySize []SizeStep `json:"partitions_by_size,omitempty"`
+	TenantSizesFile  string     `json:"tenant_sizes_file,omitempty"`
 
 	rule   *ldapwire.TenantRule
 	logger *zap.Logger
@@ -89,6 +97,12 @@ type TenantRoute struct {
 	// released is set by Cleanup; state stays set for connections still
 	// relaying, which keep counting in it.
 	released atomic.Bool
+}
+
+// SizeStep gives Partitions to tenants of at least MinSize.
+type SizeStep struct {
+	MinSize    int64 `json:"min_size"`
+	Partitions int   `json:"partitions"`
 }
 
 // AutoPartitions grows a tenant's partitions while its connections per

@@ -341,7 +341,8 @@ func TestGrownPartitionsPublished(t *testing.T) {
 		reg.join(names[a], a, 10)
 	}
 	front := e2e.Addr(t)
-	c := e2e.StartCaddy(t, "caddyfile", fmt.Sprintf(`{
+	config := func(sizes string) string {
+		return fmt.Sprintf(`{
 	layer4 {
 		%s {
 			@bind ldap {
@@ -359,12 +360,15 @@ func TestGrownPartitionsPublished(t *testing.T) {
 					etcd %s {
 						prefix %s
 						assignment_prefix %s
+						%s
 					}
 				}
 			}
 		}
 	}
-}`, front, etcdURL, nodesPrefix, assignPrefix))
+}`, front, etcdURL, nodesPrefix, assignPrefix, sizes)
+	}
+	c := e2e.StartCaddy(t, "caddyfile", config(""))
 	c.WaitTCP(t, front)
 	waitMembers(t, c, addrs)
 	rank := placement.Rank("acme", addrs)
@@ -391,6 +395,7 @@ func TestGrownPartitionsPublished(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	stillThere(t, "after the shrink", held[:1])
+	etcdSizes(t, c, reg, front, addrs, config) // shares this set-up
 }
 
 func addrOfName(names map[string]string, name string) string {

@@ -28,6 +28,7 @@ func (t *TenantRoute) Provision(ctx caddy.Context) error {
 		t.provisionTimeouts,
 		t.AutoPartitions.provision,
 		t.provisionLimits,
+		t.provisionSizes,
 	} {
 		if err := step(); err != nil {
 			return err
@@ -64,6 +65,13 @@ func (t *TenantRoute) provisionMembership() error {
 		(strings.HasPrefix(e.AssignmentPrefix, e.Prefix) || strings.HasPrefix(e.Prefix, e.AssignmentPrefix)) {
 		// Assignments under the members' prefix would read as members.
 		return fmt.Errorf("tenant_route: etcd assignment_prefix %q overlaps prefix %q", e.AssignmentPrefix, e.Prefix)
+	}
+	if e := t.Etcd; e != nil && e.SizesPrefix != "" {
+		for name, other := range map[string]string{"prefix": e.Prefix, "assignment_prefix": e.AssignmentPrefix} {
+			if other != "" && (strings.HasPrefix(e.SizesPrefix, other) || strings.HasPrefix(other, e.SizesPrefix)) {
+				return fmt.Errorf("tenant_route: etcd sizes_prefix %q overlaps %s %q", e.SizesPrefix, name, other)
+			}
+		}
 	}
 	return nil
 }

@@ -38,6 +38,7 @@ type state struct {
 	// change publishes again; bounded, as names come from clients.
 	seen    *placement.Recent
 	watcher atomic.Pointer[etcdWatcher] // nil with static membership
+	sizes   atomic.Pointer[sizesFeed]   // nil without a source of tenant sizes
 	// failed counts failed binds per tenant (the most recent
 	// maxFailedTenants tenants: names come from clients).
 	failed   *placement.Tally
@@ -90,6 +91,9 @@ func (s *state) Destruct() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	close(s.stopTick)
+	if w := s.sizes.Swap(nil); w != nil {
+		w.stop()
+	}
 	if w := s.watcher.Swap(nil); w != nil {
 		w.stop()
 	}
@@ -171,6 +175,9 @@ func (s *state) apply(t *TenantRoute) error {
 	if err := s.placer.SetLimits(auto, t.MaxPerNode); err != nil {
 		return fmt.Errorf("tenant_route: %v", err)
 	}
+	if err := s.applySizes(t); err != nil {
+		return err
+	}
 	key := etcdKey(t.Etcd)
 	if key != "" && key == s.etcdKey {
 		w := s.watcher.Load()
@@ -196,6 +203,49 @@ func (s *state) apply(t *TenantRoute) error {
 	return nil
 }
 
+// applySizes applies t's size table to the sizes held, and keeps the feed
+// of an unchanged source or starts t's (a file is read at once; etcd
+// sizes replace the ones held at its first listing); s.mu is held.
+func (s *state) applySizes(t *TenantRoute) error {
+	s.publishSizes(s.placer.SetSizeTable(t.sizeTable()))
+	old := s.sizes.Load()
+	var feed *sizesFeed
+	var err error
+	switch {
+	case t.TenantSizesFile != "":
+		if old != nil && old.key == "file:"+t.TenantSizesFile {
+			old.setLogger(t.logger)
+			return nil
+		}
+		feed, err = startSizesFile(t.TenantSizesFile, s.placer, t.logger, s.publishSizes)
+	case t.Etcd != nil && t.Etcd.SizesPrefix != "":
+		b, _ := json.Marshal([]any{t.Etcd.Endpoints, t.Etcd.SizesPrefix})
+		if old != nil && old.key == "etcd:"+string(b) {
+			old.setLogger(t.logger)
+			return nil
+		}
+		feed, err = startSizesEtcd(t.Etcd, s.placer, t.logger, s.publishSizes)
+	default:
+		s.publishSizes(s.placer.ReplaceSizes(nil))
+	}
+	if err != nil {
+		return err
+	}
+	if old != nil {
+		old.stop()
+	}
+	s.sizes.Store(feed)
+	return nil
+}
+
+// publishSizes publishes the assignments of tenants whose base count a
+// size changed.
+func (s *state) publishSizes(changed []string) {
+	if w := s.watcher.Load(); w != nil && len(changed) > 0 {
+		w.republish()
+	}
+}
+
 // etcdKey is what a new etcd watch is needed for: the endpoints and prefix.
 func etcdKey(e *EtcdMembership) string {
 	if e == nil {
@@ -207,6 +257,8 @@ func etcdKey(e *EtcdMembership) string {
 
 func sameStateSettings(a, b *TenantRoute) bool {
 	return a.Partitions == b.Partitions && maps.Equal(a.TenantPartitions, b.TenantPartitions) &&
+		slices.Equal(a.PartitionsBySize, b.PartitionsBySize) && a.TenantSizesFile == b.TenantSizesFile &&
+		(a.Etcd == nil) == (b.Etcd == nil) && (a.Etcd == nil || a.Etcd.SizesPrefix == b.Etcd.SizesPrefix) &&
 		a.MaxPerNode == b.MaxPerNode && (a.AutoPartitions == nil) == (b.AutoPartitions == nil) &&
 		(a.AutoPartitions == nil || *a.AutoPartitions == *b.AutoPartitions) &&
 		slices.Equal(sortedSet(a.Nodes), sortedSet(b.Nodes)) && etcdKey(a.Etcd) == etcdKey(b.Etcd)

@@ -71,11 +71,15 @@ func Rank(tenant string, nodes []string) []string {
 type Placer struct {
 	mu       sync.RWMutex
 	defaultK int
-	nodes    []string             // sorted
-	configK  map[string]int       // per-tenant counts from the config
-	runtimeK map[string]int       // per-tenant counts set at run time; win over configK
-	down     map[string]time.Time // node → end of its cool-off
-	conns    map[string]*atomic.Int64
+	nodes    []string       // sorted
+	configK  map[string]int // per-tenant counts from the config
+	runtimeK map[string]int // per-tenant counts set at run time; win over configK
+	// sizes are tenants' sizes, mapped to counts by sizeTable (size.go);
+	// configK and runtimeK win over them.
+	sizeTable SizeTable
+	sizes     map[string]int64
+	down      map[string]time.Time // node → end of its cool-off
+	conns     map[string]*atomic.Int64
 
 	// Load-driven partitions and node ceilings (auto.go). am guards loads
 	// and serialises Acquire, so growth decisions see every arrival.
@@ -203,6 +207,9 @@ func (p *Placer) partitions(tenant string) int {
 	if k, ok := p.configK[tenant]; ok {
 		return k
 	}
+	if k, ok := p.sizeK(tenant); ok {
+		return k
+	}
 	return p.defaultK
 }
 
@@ -324,6 +331,7 @@ const (
 	SourceDefault = "default" // the handler's partitions
 	SourceConfig  = "config"  // the tenant's own count in the config
 	SourceRuntime = "runtime" // set at run time, over the config
+	SourceSize    = "size"    // from the tenant's size (partitions_by_size)
 	SourceAuto    = "auto"    // grown by auto_partitions above the others
 )
 
@@ -339,7 +347,7 @@ type NodeState struct {
 // without reserving anything.
 type Explanation struct {
 	Partitions int    // k
-	Source     string // where k comes from: SourceDefault, SourceConfig, SourceRuntime, SourceAuto
+	Source     string // where k comes from: SourceDefault, SourceSize, SourceConfig, SourceRuntime, SourceAuto
 	Members    int    // live nodes
 	Nodes      []NodeState
 	Next       string // the node a new connection would take now; "" with none usable
@@ -358,6 +366,8 @@ func (p *Placer) Explain(tenant string, now time.Time) Explanation {
 		e.Source = SourceRuntime
 	} else if _, ok := p.configK[tenant]; ok {
 		e.Source = SourceConfig
+	} else if _, ok := p.sizeK(tenant); ok {
+		e.Source = SourceSize
 	}
 	p.am.Lock()
 	if l := p.loads[tenant]; l != nil && l.k > e.Partitions {
