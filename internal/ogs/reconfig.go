@@ -102,6 +102,9 @@ func (s *Selector) Reconfigure(cfg Config) (Change, error) {
 	}
 	reorder := !sameGateways(old.Gateways, cfg.Gateways) || old.OmitUnmeasured != cfg.OmitUnmeasured
 	for _, e := range s.entries {
+		if ch.Invalidates() { // the hold rests on measurements no longer comparable
+			e.hold = holdState{}
+		}
 		if e.res == nil {
 			continue
 		}

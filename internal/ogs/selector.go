@@ -56,6 +56,9 @@ type Config struct {
 	// Recheck is how often each cached first choice is probed once in the
 	// background (see recheck.go); negative: never.
 	Recheck time.Duration
+	// Hold is how long a location's first choice stays first (hold.go);
+	// negative: no hold.
+	Hold time.Duration
 	// OnRecheck, if set, is called after each re-check probe.
 	OnRecheck func(Recheck)
 	// OnRun, if set, is called after every probe run with its results.
@@ -157,6 +160,7 @@ func (c *Config) FillDefaults() {
 	orDefault(&c.Retry, DefaultRetry)
 	orDefault(&c.MaxLocations, DefaultMaxLocations)
 	orDefault(&c.Recheck, DefaultRecheck)
+	orDefault(&c.Hold, DefaultHold)
 	orDefault(&c.StoreTimeout, DefaultStoreTimeout)
 	orDefault(&c.StorePoll, DefaultStorePoll)
 	orDefault(&c.StoreRetry, DefaultStoreRetry)
@@ -218,6 +222,9 @@ type Selection struct {
 	RetryAt time.Time // after a run in which no gateway answered: the next run's earliest start
 	// Reporters, with Source Reported, is the distinct reporters counted.
 	Reporters int
+	// HoldUntil is when the hold on the first choice ends (hold.go); zero:
+	// no hold.
+	HoldUntil time.Time
 }
 
 // Result is one location's selection. It is never modified once made, so
@@ -229,6 +236,10 @@ type Result struct {
 	Reasons  []string        // per gateway, why its last failed probe failed ("": none failed); may be nil
 	Dead     []string        // per gateway, the re-check's failure reason ("": not found dead); may be nil
 	At       time.Time       // when the probe run finished
+	// Held and HoldUntil are the location's hold when this result was made
+	// (hold.go), kept with it in the store and the cache file.
+	Held      string
+	HoldUntil time.Time
 }
 
 type entry struct {
@@ -246,6 +257,7 @@ type entry struct {
 	fromReplica bool    // res was read from the store, not probed here
 	pending     bool    // res was probed here and is not the stored result yet (see reconcile)
 	token       string  // with pending: the lock token res is published under (claim.unconfirmed)
+	hold        holdState
 }
 
 // progress is what a probe run has measured so far, so that a query whose
@@ -353,15 +365,6 @@ func (s *Selector) Select(ctx context.Context, location string) Selection {
 func (s *Selector) SelectReported(ctx context.Context, location, reportKey string) Selection {
 	now := s.now()
 	s.mu.Lock()
-	if reportKey != "" {
-		if res, n, ok := s.reports.Order(reportKey, now); ok {
-			if len(s.dead) > 0 {
-				res = s.demote(res)
-			}
-			s.mu.Unlock()
-			return Selection{Result: res, Source: Reported, Reporters: n}
-		}
-	}
 	e := s.entries[location]
 	if e == nil {
 		e = &entry{}
@@ -369,10 +372,20 @@ func (s *Selector) SelectReported(ctx context.Context, location, reportKey strin
 		s.entries[location] = e
 	}
 	e.lastUsed = now
+	if reportKey != "" {
+		if res, n, ok := s.reports.Order(reportKey, now); ok {
+			if len(s.dead) > 0 {
+				res = s.demote(res)
+			}
+			res, until := s.hold(e, res, now, true)
+			s.mu.Unlock()
+			return Selection{Result: res, Source: Reported, Reporters: n, HoldUntil: until}
+		}
+	}
 	if s.fresh(e, now) {
-		res := s.answered(e)
+		res, until := s.hold(e, s.answered(e), now, true)
 		s.mu.Unlock()
-		return Selection{Result: res, Source: Cached}
+		return Selection{Result: res, Source: Cached, HoldUntil: until}
 	}
 	flight := e.flight
 	why := WhyDeadline
@@ -399,7 +412,11 @@ func (s *Selector) SelectReported(ctx context.Context, location, reportKey strin
 	why = awaitRun(ctx, flight, why, wait)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.afterWait(e, why)
+	sel := s.afterWait(e, why)
+	if sel.Source != Configured {
+		sel.Result, sel.HoldUntil = s.hold(e, sel.Result, s.now(), sel.Source.Fresh())
+	}
+	return sel
 }
 
 // awaitRun waits for the run in flight to end, for at most wait or until
@@ -521,9 +538,15 @@ func (s *Selector) run(location string, e *entry, done chan struct{}, cfg Config
 	if any {
 		probed = &Result{Gateways: cfg.Gateways, Order: Order(cfg.Gateways, best, cfg.OmitUnmeasured), RTTs: best, Reasons: reasons, At: s.now()}
 	}
+	s.mu.Lock()
+	s.carryHold(e, probed, s.now())
+	s.mu.Unlock()
 	out := s.publish(location, probed, cfg, c, false)
 	s.mu.Lock()
 	res := out.res
+	if out.fromReplica && res != nil {
+		s.adoptHold(e, res, s.now())
+	}
 	if res != nil && (!sameGateways(cfg.Gateways, s.cfg.Gateways) || cfg.OmitUnmeasured != s.cfg.OmitUnmeasured) {
 		res = s.remap(res)
 	}
@@ -646,7 +669,7 @@ func (s *Selector) Forget() {
 		if e.flight == nil {
 			delete(s.entries, loc)
 		} else {
-			e.res = nil
+			e.res, e.hold = nil, holdState{}
 		}
 	}
 	s.mu.Unlock()
