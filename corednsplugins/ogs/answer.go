@@ -186,6 +186,9 @@ func (o *OGS) results(qname, loc string, sel ogs.Selection) dns.RR {
 	} else if len(sel.Order) > 0 {
 		txt = append(txt, fmt.Sprintf("Selected '%s' as the optimal server.", gws[sel.Order[0]].Name))
 	}
+	if !sel.HoldUntil.IsZero() && len(sel.Order) > 0 {
+		txt = append(txt, fmt.Sprintf("First choice '%s' held until %s.", gws[sel.Order[0]].Name, sel.HoldUntil.UTC().Format(time.RFC3339)))
+	}
 	return &dns.TXT{Hdr: dns.RR_Header{Name: qname, Rrtype: dns.TypeTXT, Class: dns.ClassINET, Ttl: 0}, Txt: txt}
 }
 

@@ -53,6 +53,7 @@ var options = map[string]option{
 	"cache_file":       {"cache_file PATH", 1, 1, false, func(l *optionLine) error { l.cfg.CacheFile = l.args[0]; return nil }},
 	"state":            {"state NAME", 1, 1, false, func(l *optionLine) error { l.o.state = l.args[0]; return nil }},
 	"recheck":          {"recheck DURATION|off", 1, 1, false, parseRecheck},
+	"hold":             {"hold DURATION|0", 1, 1, false, parseHold},
 	"soa":              {"soa MNAME RNAME [MINIMUM]", 2, 3, false, parseSOA},
 	"ns":               {"ns NAME [ADDRESS...]", 1, many, true, parseNS},
 	"max_locations":    {"max_locations COUNT", 1, 1, false, countOption(1, math.MaxInt, func(b *block) *int { return &b.cfg.MaxLocations })},
@@ -214,6 +215,16 @@ func parseRecheck(l *optionLine) (err error) {
 		return nil
 	}
 	l.cfg.Recheck, err = l.duration(l.args[0])
+	return err
+}
+
+// parseHold reads the hold of a location's first choice; 0 turns it off.
+func parseHold(l *optionLine) (err error) {
+	if l.args[0] == "0" {
+		l.cfg.Hold = -1
+		return nil
+	}
+	l.cfg.Hold, err = l.duration(l.args[0])
 	return err
 }
 
