@@ -127,6 +127,7 @@ func TestSetupParse(t *testing.T) {
 		{gw + "answer_deadline soon\n}", true, "answer_deadline soon: want a positive duration"},
 		{gw + "retry 1.5\n}", true, "retry 1.5: want a positive duration"},
 		{gw + "recheck soon\n}", true, "recheck soon: want a positive duration"},
+		{gw + "hold -1h\n}", true, "hold -1h: want a positive duration"},
 
 		// words
 		{gw + "unmeasured sometimes\n}", true, "unmeasured sometimes: want last or omit"},
@@ -213,6 +214,7 @@ func TestSetupOnce(t *testing.T) {
 		"cache_file":       {"cache_file /tmp/a.json", "cache_file /tmp/b.json"},
 		"state":            {"state a", "state b"},
 		"recheck":          {"recheck off", "recheck 1m"},
+		"hold":             {"hold 0", "hold 4h"},
 		"soa":              {"soa a.test b.test", "soa c.test d.test 60"},
 		"ns":               {"ns ns1.vpn.example.test", "ns ns2.vpn.example.test 192.0.2.53"},
 		"max_locations":    {"max_locations 10", "max_locations 20"},
