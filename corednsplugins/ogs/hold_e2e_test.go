@@ -14,6 +14,21 @@ import (
 	"github.com/edgesteer/edgesteer/internal/e2e"
 )
 
+// startWithAdmin starts bin/coredns on corefile and waits for its admin
+// listener.
+func startWithAdmin(t *testing.T, corefile, adminAddr string) *reloadable {
+	t.Helper()
+	r := startReloadable(t, corefile)
+	r.waitFor(t, "the admin listener", func() bool {
+		c, err := net.Dial("tcp", adminAddr)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
+	return r
+}
+
 // postFrom sends one client report from source address src.
 func postFrom(t *testing.T, url, src string, rtts map[string]int) {
 	t.Helper()
@@ -53,14 +68,7 @@ func TestHoldKeepsFirstChoiceAcrossReports(t *testing.T) {
 		return corefile(addrs, filepath.Join(dir, "ogs.json"), metricsAddr,
 			"admin "+adminAddr+"\n\t\treport_tokens "+tokens+"\n\t\treport_rate 50 50\n\t\trecheck 1s"+extra)
 	}
-	r := startReloadable(t, cf(""))
-	r.waitFor(t, "the admin listener", func() bool {
-		c, err := net.Dial("tcp", adminAddr)
-		if err == nil {
-			c.Close()
-		}
-		return err == nil
-	})
+	r := startWithAdmin(t, cf(""), adminAddr)
 	url := "http://" + adminAddr + "/ogs/reports"
 	report := func(rtts map[string]int) {
 		for _, src := range []string{"127.0.0.2", "127.0.0.3", "127.0.0.4"} {
