@@ -46,6 +46,7 @@ func TestResultsTXT(t *testing.T) {
 	want := []string{
 		"OGS Selection Results",
 		"location src:10.240.0.0/24",
+		"Last server: 'gw1'.",
 		"Results obtained from OGS cache. No ping tests were performed.",
 		"gw1 192.0.2.1:1 RTT(ms) 12.3",
 		"gw2 192.0.2.2:1 RTT(ms) 12.8",

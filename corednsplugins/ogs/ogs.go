@@ -123,6 +123,9 @@ func (o *OGS) selectFor(ctx context.Context, loc, reportKey string) ogs.Selectio
 	case ogs.Cached:
 		cacheHits.WithLabelValues(server).Inc()
 		storeHits.WithLabelValues("local").Inc()
+		if sel.FirstHit { // once per result, not per query
+			log.Infof("OGS was already performed, previous selection will be used (location %s, '%s' first).", loc, sel.Gateways[sel.Order[0]].Name)
+		}
 	case ogs.FromReplica:
 		cacheHits.WithLabelValues(server).Inc()
 		storeHits.WithLabelValues("redis").Inc()

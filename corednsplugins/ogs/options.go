@@ -34,7 +34,7 @@ const maxTTL = math.MaxInt32
 
 // options are the options of an ogs block. The README says the same.
 var options = map[string]option{
-	"gateway":            {"gateway NAME ADDRESS:PORT [backup NAME...]", 2, many, true, parseGateway},
+	"gateway":            {"gateway NAME ADDRESS:PORT [backup NAME|NAME=ADDRESS:PORT...]", 2, many, true, parseGateway},
 	"probe":              {"probe tcp|tls|http|https [PATH]", 1, 2, false, parseProbe},
 	"probe_verify_tls":   {"probe_verify_tls", 0, 0, false, func(l *optionLine) error { l.verify = true; return nil }},
 	"probe_check_status": {"probe_check_status", 0, 0, false, func(l *optionLine) error { l.checkStatus = true; return nil }},
@@ -148,25 +148,43 @@ func parseGateway(l *optionLine) error {
 	if len(args) > 2 && (args[2] != "backup" || len(args) == 3) {
 		return l.bad("want %s", l.syntax)
 	}
-	host, port, err := net.SplitHostPort(args[1])
+	g, err := l.target(args[0], args[1])
 	if err != nil {
-		return l.bad("%v", err)
+		return err
 	}
-	ip := net.ParseIP(host)
-	if ip == nil {
-		return l.bad("the address must be an IP: answers carry it")
-	}
-	if _, err := cfvalue.Int(port, 1, 65535); err != nil {
-		return l.bad("bad port %q: %v", port, err)
-	}
-	g := ogs.Gateway{Name: args[0], Addr: args[1], IP: ip}
-	l.o.hasV4 = l.o.hasV4 || ip.To4() != nil
-	l.o.hasV6 = l.o.hasV6 || ip.To4() == nil
-	if len(args) > 3 {
-		g.Backups = args[3:]
+	// A backup is a gateway's NAME, or NAME=ADDRESS:PORT: a backup server
+	// that is not probed (ogs.Gateway.Unprobed).
+	for _, b := range args[min(3, len(args)):] {
+		name, addr, unprobed := strings.Cut(b, "=")
+		if unprobed {
+			u, err := l.target(name, addr)
+			if err != nil {
+				return err
+			}
+			g.Unprobed = append(g.Unprobed, u)
+		}
+		g.Backups = append(g.Backups, name)
 	}
 	l.cfg.Gateways = append(l.cfg.Gateways, g)
 	return nil
+}
+
+// target reads a gateway's or a backup server's NAME and IP:PORT.
+func (l *optionLine) target(name, addr string) (ogs.Gateway, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return ogs.Gateway{}, l.bad("%v", err)
+	}
+	ip := net.ParseIP(host)
+	if ip == nil {
+		return ogs.Gateway{}, l.bad("the address %s must be an IP: answers carry it", addr)
+	}
+	if _, err := cfvalue.Int(port, 1, 65535); err != nil {
+		return ogs.Gateway{}, l.bad("bad port %q: %v", port, err)
+	}
+	l.o.hasV4 = l.o.hasV4 || ip.To4() != nil
+	l.o.hasV6 = l.o.hasV6 || ip.To4() == nil
+	return ogs.Gateway{Name: name, Addr: addr, IP: ip}, nil
 }
 
 func parseProbe(l *optionLine) error {

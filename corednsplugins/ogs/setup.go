@@ -297,6 +297,9 @@ func (b *block) store() {
 func (b *block) finish(c *caddy.Controller) (*OGS, error) {
 	o, cfg := b.o, b.cfg
 	cfg.OnRun = o.logRun
+	cfg.OnProbeStart = func(loc string, g ogs.Gateway) {
+		log.Infof("OGS starting thread named %s (%s) for location %s", g.Name, g.Addr, loc)
+	}
 	cfg.OnRecheck = o.logRecheck
 	cfg.OnError = func(err error) { log.Error(err) }
 	if err := cfg.Validate(); err != nil {

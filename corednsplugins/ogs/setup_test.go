@@ -155,7 +155,7 @@ func TestSetupParse(t *testing.T) {
 		{gw + "soa a.test.\n}", true, "soa a.test.: want soa MNAME RNAME [MINIMUM]"},
 		{gw + "soa a b 1 2\n}", true, "soa a b 1 2: want soa MNAME RNAME [MINIMUM]"},
 		{gw + "ns\n}", true, "ogs: ns: want ns NAME [ADDRESS...]"},
-		{"ogs vpn.example.test {\n gateway a\n}", true, "gateway a: want gateway NAME ADDRESS:PORT [backup NAME...]"},
+		{"ogs vpn.example.test {\n gateway a\n}", true, "gateway a: want gateway NAME ADDRESS:PORT [backup NAME|NAME=ADDRESS:PORT...]"},
 		{"ogs vpn.example.test {\n gateway a 192.0.2.1:1 standby c\n}", true, "gateway a 192.0.2.1:1 standby c: want gateway"},
 		{"ogs vpn.example.test {\n gateway a 192.0.2.1:1 backup\n}", true, "gateway a 192.0.2.1:1 backup: want gateway"},
 		{gw + "probes 3 {\n }\n}", true, "Testfile:3 - Error during parsing: ogs: probes 3: takes no block"},
@@ -171,6 +171,10 @@ func TestSetupParse(t *testing.T) {
 		{gw + "gateway a 192.0.2.2:1\n}", true, "duplicate name"},
 		{gw + "gateway b 192.0.2.1:1\n}", true, "duplicate address"},
 		{"ogs vpn.example.test {\n gateway a 192.0.2.1:1 backup c\n}", true, `backup "c"`},
+		{"ogs vpn.example.test {\n gateway a 192.0.2.1:1 backup c=192.0.2.9:443 d=[2001:db8::9]:443\n}", false, ""},
+		{"ogs vpn.example.test {\n gateway a 192.0.2.1:1 backup c=bk.example.test:443\n}", true, "the address bk.example.test:443 must be an IP"},
+		{"ogs vpn.example.test {\n gateway a 192.0.2.1:1 backup c=192.0.2.9\n}", true, "missing port"},
+		{"ogs vpn.example.test {\n gateway a 192.0.2.1:1 backup b=192.0.2.9:1\n gateway b 192.0.2.2:1\n}", true, "backup b=192.0.2.9:1: the name of a gateway"},
 		{gw + "}\nogs {\n gateway b 192.0.2.2:1\n}", true, "only one ogs block per server block"},
 	}
 	for i, test := range tests {

@@ -59,22 +59,22 @@ func TestHoldKeepsFirstChoice(t *testing.T) {
 		if !until.Equal(start.Add(DefaultHold)) {
 			t.Fatalf("the hold moved: %v", until)
 		}
-		// The re-check finds gw3 dead: released, gw2 first and held anew.
+		// The re-check finds gw3 dead: released, gw2 first, no hold.
 		delete(p.rtts, "c:1")
 		s.RecheckNow()
-		if got, until = sel(); got[0] != "gw2" || !until.Equal(now.Add(DefaultHold)) {
+		if got, until = sel(); got[0] != "gw2" || !until.IsZero() {
 			t.Fatalf("held first dead: %v until %v", got, until)
 		}
-		// gw3 back and reported closest: gw2 stays first until its hold ends.
+		// gw3 back within the hold: first again, as before it failed.
 		p.rtts["c:1"] = 5 * ms
-		report("gw1", 2*ms, "gw3", 1*ms, "gw2", 3*ms)
 		s.RecheckNow()
-		if got, _ = sel(); got[0] != "gw2" {
-			t.Fatalf("gw3 back: %v", got)
+		if got, until = sel(); got[0] != "gw3" || !until.Equal(start.Add(DefaultHold)) {
+			t.Fatalf("gw3 back: %v until %v", got, until)
 		}
-		now = now.Add(DefaultHold)
-		report("gw1", 2*ms, "gw3", 1*ms, "gw2", 3*ms)
-		if got, until = sel(); got[0] != "gw3" || !until.Equal(now.Add(DefaultHold)) {
+		// The hold over: the reports' first, held anew.
+		now = start.Add(DefaultHold)
+		report("gw1", 2*ms, "gw3", 5*ms, "gw2", 1*ms)
+		if got, until = sel(); got[0] != "gw2" || !until.Equal(now.Add(DefaultHold)) {
 			t.Fatalf("hold over: %v until %v", got, until)
 		}
 		s.Close()
@@ -149,7 +149,7 @@ func TestHoldCarriedWithResult(t *testing.T) {
 		e := &entry{res: dec, epoch: s3.epoch}
 		s3.mu.Lock()
 		s3.adoptHold(e, dec, now)
-		got, _ := s3.hold(e, dec, now, true)
+		got, _ := s3.hold(e, dec, now, true, false)
 		s3.mu.Unlock()
 		if n := got.Gateways[got.Order[0]].Name; n != c.want {
 			t.Fatalf("stored hold %s until %v: first %s, want %s", c.held, c.until, n, c.want)

@@ -16,7 +16,7 @@ func TestRecheckDemotesDeadFirstChoice(t *testing.T) {
 		p := exampleProber()
 		gws := exampleGateways()
 		gws[1].Backups = []string{"gw4"}                                                 // gw2 (132 ms) first, then its backup gw4
-		s := newSel(t, Config{Gateways: gws, Prober: p, OmitUnmeasured: omit, Hold: -1}) // the hold: hold_test.go
+		s := newSel(t, Config{Gateways: gws, Prober: p, OmitUnmeasured: omit})
 		for i := range 10 {
 			s.Select(context.Background(), fmt.Sprint("loc", i))
 		}

@@ -173,7 +173,8 @@ func sameGateways(a, b []Gateway) bool {
 		return true
 	}
 	for i := range a {
-		if a[i].Name != b[i].Name || a[i].Addr != b[i].Addr || !slices.Equal(a[i].Backups, b[i].Backups) {
+		if a[i].Name != b[i].Name || a[i].Addr != b[i].Addr || !slices.Equal(a[i].Backups, b[i].Backups) ||
+			!slices.EqualFunc(a[i].Unprobed, b[i].Unprobed, func(x, y Gateway) bool { return x.Name == y.Name && x.Addr == y.Addr }) {
 			return false
 		}
 	}

@@ -63,6 +63,8 @@ type Config struct {
 	OnRecheck func(Recheck)
 	// OnRun, if set, is called after every probe run with its results.
 	OnRun func(Run)
+	// OnProbeStart, if set, is called as a run starts probing a gateway.
+	OnProbeStart func(location string, g Gateway)
 	// OnError, if set, gets background errors (saving the cache file).
 	OnError func(error)
 
@@ -96,6 +98,7 @@ type Run struct {
 	FromReplica bool              // Result is another replica's, stored first (this run lost the race)
 	Previous    *Result           // without Result: the location's earlier result, if any
 	RetryAt     time.Time         // without Result: no new run before this
+	LastServer  string            // the first choice of the location's latest answer ("": none)
 }
 
 // Validate checks the configuration, naming the bad option.
@@ -115,8 +118,15 @@ func (c *Config) Validate() error {
 		seen[g.Name], addrs[g.Addr] = true, true
 	}
 	for _, g := range c.Gateways {
+		unprobed := map[string]bool{}
+		for _, u := range g.Unprobed {
+			if seen[u.Name] || unprobed[u.Name] {
+				return fmt.Errorf("gateway %s: backup %s=%s: the name of a gateway or of another backup", g.Name, u.Name, u.Addr)
+			}
+			unprobed[u.Name] = true
+		}
 		for _, b := range g.Backups {
-			if !seen[b] {
+			if !seen[b] && !unprobed[b] {
 				return fmt.Errorf("gateway %s: backup %q is not a configured gateway", g.Name, b)
 			}
 		}
@@ -225,6 +235,12 @@ type Selection struct {
 	// HoldUntil is when the hold on the first choice ends (hold.go); zero:
 	// no hold.
 	HoldUntil time.Time
+	// LastServer is the first choice of the location's previous answer
+	// ("": none), AnyConnect's "Last server".
+	LastServer string
+	// FirstHit, with Source Cached, says this is the result's first cache
+	// hit (so a log line per hit is bounded by results, not queries).
+	FirstHit bool
 }
 
 // Result is one location's selection. It is never modified once made, so
@@ -258,6 +274,8 @@ type entry struct {
 	pending     bool    // res was probed here and is not the stored result yet (see reconcile)
 	token       string  // with pending: the lock token res is published under (claim.unconfirmed)
 	hold        holdState
+	last        string  // the first choice of the latest answer (Selection.LastServer)
+	hitOf       *Result // the result a cache hit was last reported for (Selection.FirstHit)
 }
 
 // progress is what a probe run has measured so far, so that a query whose
@@ -377,15 +395,17 @@ func (s *Selector) SelectReported(ctx context.Context, location, reportKey strin
 			if len(s.dead) > 0 {
 				res = s.demote(res)
 			}
-			res, until := s.hold(e, res, now, true)
+			sel := s.conclude(e, Selection{Result: res, Source: Reported, Reporters: n}, now)
 			s.mu.Unlock()
-			return Selection{Result: res, Source: Reported, Reporters: n, HoldUntil: until}
+			return sel
 		}
 	}
 	if s.fresh(e, now) {
-		res, until := s.hold(e, s.answered(e), now, true)
+		sel := Selection{Result: s.answered(e), Source: Cached, FirstHit: e.hitOf != e.res}
+		e.hitOf = e.res
+		sel = s.conclude(e, sel, now)
 		s.mu.Unlock()
-		return Selection{Result: res, Source: Cached, HoldUntil: until}
+		return sel
 	}
 	flight := e.flight
 	why := WhyDeadline
@@ -413,10 +433,7 @@ func (s *Selector) SelectReported(ctx context.Context, location, reportKey strin
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sel := s.afterWait(e, why)
-	if sel.Source != Configured {
-		sel.Result, sel.HoldUntil = s.hold(e, sel.Result, s.now(), sel.Source.Fresh())
-	}
-	return sel
+	return s.conclude(e, sel, s.now())
 }
 
 // awaitRun waits for the run in flight to end, for at most wait or until
@@ -526,7 +543,7 @@ func (s *Selector) run(location string, e *entry, done chan struct{}, cfg Config
 	s.mu.Lock()
 	e.progress = prog
 	s.mu.Unlock()
-	all, why, errs := s.probeAll(ctx, cfg, prog)
+	all, why, errs := s.probeAll(ctx, location, cfg, prog)
 	best := prog.best // no writer is left
 	reasons := make([]string, n)
 	any := false
@@ -560,7 +577,7 @@ func (s *Selector) run(location string, e *entry, done chan struct{}, cfg Config
 	e.flight, e.progress = nil, nil
 	s.runs++
 	s.lastRun = s.now()
-	run := Run{Location: location, Gateways: cfg.Gateways, RTTs: all, Reasons: why, Errors: errs, Result: res, FromReplica: out.fromReplica, RetryAt: e.retryAt}
+	run := Run{Location: location, Gateways: cfg.Gateways, RTTs: all, Reasons: why, Errors: errs, Result: res, FromReplica: out.fromReplica, RetryAt: e.retryAt, LastServer: e.last}
 	if res == nil {
 		run.Previous = e.res
 	}
@@ -578,13 +595,16 @@ func (s *Selector) run(location string, e *entry, done chan struct{}, cfg Config
 // probeAll runs every probe of cfg, updating prog as they answer, and
 // returns every probe's RTT (0: failed) and failure reason, per gateway,
 // and each gateway's last failed probe's error, in probe order.
-func (s *Selector) probeAll(ctx context.Context, cfg Config, prog *progress) (all [][]time.Duration, why [][]string, errs []error) {
+func (s *Selector) probeAll(ctx context.Context, location string, cfg Config, prog *progress) (all [][]time.Duration, why [][]string, errs []error) {
 	n := len(cfg.Gateways)
 	all = make([][]time.Duration, n)
 	why = make([][]string, n)
 	errsAt := make([][]error, n)
 	var wg sync.WaitGroup
 	for i, g := range cfg.Gateways {
+		if cfg.OnProbeStart != nil {
+			cfg.OnProbeStart(location, g)
+		}
 		all[i] = make([]time.Duration, cfg.Probes)
 		why[i] = make([]string, cfg.Probes)
 		errsAt[i] = make([]error, cfg.Probes)

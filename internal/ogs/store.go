@@ -44,7 +44,7 @@ func (s *Selector) Save(path string) error {
 			continue
 		}
 		fe := fileEntry{At: e.res.At, RTTs: map[string]float64{}}
-		if e.hold.live(s.now()) {
+		if e.hold.live(s.now()) && !e.hold.reported {
 			fe.Held, fe.HoldUntil = e.hold.gw, e.hold.until
 		}
 		for i, rtt := range e.res.RTTs {
