@@ -186,7 +186,7 @@ func (o *OGS) results(qname, loc string, sel ogs.Selection) dns.RR {
 			txt = append(txt, fmt.Sprintf("%s %s backup of %s, not probed", u.Name, u.Addr, first.Name))
 		}
 	}
-		if sel.Source == ogs.Configured {
+	if sel.Source == ogs.Configured {
 		txt = append(txt, "No optimal server: configured order.")
 	} else if len(sel.Order) > 0 {
 		txt = append(txt, fmt.Sprintf("Selected '%s' as the optimal server.", gws[sel.Order[0]].Name))

@@ -15,7 +15,7 @@ func TestRecheckDemotesDeadFirstChoice(t *testing.T) {
 	for _, omit := range []bool{false, true} {
 		p := exampleProber()
 		gws := exampleGateways()
-		gws[1].Backups = []string{"gw4"}                                                 // gw2 (132 ms) first, then its backup gw4
+		gws[1].Backups = []string{"gw4"} // gw2 (132 ms) first, then its backup gw4
 		s := newSel(t, Config{Gateways: gws, Prober: p, OmitUnmeasured: omit})
 		for i := range 10 {
 			s.Select(context.Background(), fmt.Sprint("loc", i))
