@@ -55,7 +55,8 @@ func postFrom(t *testing.T, url, src string, rtts map[string]int) {
 // reports keeps its first choice (gw3) when the reports make gw1 closer,
 // the rest of the order following them, and the TXT says until when; the
 // first choice is released when the re-check finds it dead (its process
-// stopped). After a reload with `hold 0`, a closer gateway is first at once.
+// stopped). A reload keeps the hold; after a reload with `hold 0`, a closer
+// gateway is first at once.
 func TestHoldKeepsFirstChoiceAcrossReports(t *testing.T) {
 	addrs, procs := gateways(t, 30*ms, 120*ms, 200*ms, 250*ms)
 	dir := t.TempDir()
@@ -89,6 +90,11 @@ func TestHoldKeepsFirstChoiceAcrossReports(t *testing.T) {
 	}
 	if s := txt(); !strings.Contains(s, "First choice 'gw3.example.test' held until") {
 		t.Fatalf("TXT does not say the hold: %s", s)
+	}
+	// A reload keeps the hold.
+	r.reload(t, "", true)
+	if got := order(); !strings.HasPrefix(got, "127.0.0.13\n") {
+		t.Fatalf("after a reload: %q, want gw3 still held first", got)
 	}
 	// gw3 fails the re-check: released, gw1 first.
 	procs[2].Kill()
