@@ -157,3 +157,32 @@ func TestHoldCarriedWithResult(t *testing.T) {
 	}
 	s3.Close()
 }
+
+// Replicas share the hold through the store: a's new result (its old one
+// expired within the hold) carries the hold, and b, reading it, answers
+// the held first choice until the same time, not the closer gateway.
+func TestHoldSharedThroughStore(t *testing.T) {
+	store, ev := newFakeStore(), &events{}
+	pa, pb := exampleProber(), exampleProber()
+	ttl := func(c *Config) { c.CacheTTL = time.Hour }
+	a, b := replica(t, store, pa, ev, ttl), replica(t, store, pb, ev, ttl)
+	start := time.Unix(1_000_000, 0)
+	now := start
+	a.now = func() time.Time { return now }
+	b.now = func() time.Time { return now }
+	if sel := a.Select(context.Background(), "loc"); sel.Gateways[sel.Order[0]].Name != "gw2" {
+		t.Fatalf("a's first run: %v", names(exampleGateways(), sel.Order))
+	}
+	now = start.Add(2 * time.Hour) // a's result expired, the hold goes on
+	pa.rtts["a:1"], pb.rtts["a:1"] = ms, ms
+	if sel := a.Select(context.Background(), "loc"); sel.Source != Probed || sel.Gateways[sel.Order[0]].Name != "gw2" {
+		t.Fatalf("a's second run: %v %v", sel.Source, names(exampleGateways(), sel.Order))
+	}
+	sel := b.Select(context.Background(), "loc")
+	if got := names(exampleGateways(), sel.Order); sel.Source != FromReplica || got[0] != "gw2" || got[1] != "gw1" || !sel.HoldUntil.Equal(start.Add(DefaultHold)) {
+		t.Fatalf("b: %v %v until %v, want the stored result with gw2 held until %v", sel.Source, got, sel.HoldUntil, start.Add(DefaultHold))
+	}
+	if pb.calls.Load() != 0 {
+		t.Fatalf("b probed %d times", pb.calls.Load())
+	}
+}
