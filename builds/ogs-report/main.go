@@ -63,6 +63,7 @@ type flags struct {
 	probe     string
 	path      string
 	verify    bool
+	status    bool
 	probes    int
 	timeout   time.Duration
 	source    string
@@ -81,6 +82,7 @@ func parseFlags(args []string) (*flags, error) {
 	fs.StringVar(&f.probe, "probe", "https", "probe kind, as the ogs block's `probe`: tcp, tls, http or https")
 	fs.StringVar(&f.path, "path", "/", "path of http and https probes")
 	fs.BoolVar(&f.verify, "verify", false, "verify gateways' TLS certificates (as probe_verify_tls)")
+	fs.BoolVar(&f.status, "check-status", false, "fail an HTTP answer with status 500 or above (as probe_check_status)")
 	fs.IntVar(&f.probes, "probes", ogs.DefaultProbes, "probes per gateway; the lowest RTT counts")
 	fs.DurationVar(&f.timeout, "timeout", 0, "one probe's timeout (default: the plugin's for the kind)")
 	fs.StringVar(&f.source, "source", "", "local IP address to send the report from")
@@ -117,7 +119,7 @@ func run(args []string) int {
 			return usage("%v", err)
 		}
 	}
-	prober, def, err := ogs.NewProber(f.probe, f.path, f.verify)
+	prober, def, err := ogs.NewProber(f.probe, f.path, f.verify, f.status)
 	if err != nil {
 		return usage("-%v", err)
 	}

@@ -17,13 +17,12 @@ import (
 // one IP (different ports) give one A or AAAA record, at the first one's
 // place; SRV keeps both (the port differs). records bounds the records.
 func (o *OGS) answer(qname string, qtype uint16, res *ogs.Result, ttl uint32) []dns.RR {
-	gws := res.Gateways
 	var out []dns.RR
-	for pos, i := range res.Order {
+	for pos, g := range ogs.Targets(res) {
 		if o.records > 0 && len(out) >= o.records {
 			break
 		}
-		ip := gws[i].IP
+		ip := g.IP
 		hdr := dns.RR_Header{Name: qname, Class: dns.ClassINET, Ttl: ttl, Rrtype: qtype}
 		switch {
 		case qtype == dns.TypeA && ip.To4() != nil && !answered(out, ip):
@@ -31,9 +30,9 @@ func (o *OGS) answer(qname string, qtype uint16, res *ogs.Result, ttl uint32) []
 		case qtype == dns.TypeAAAA && ip.To4() == nil && !answered(out, ip):
 			out = append(out, &dns.AAAA{Hdr: hdr, AAAA: ip})
 		case qtype == dns.TypeSRV:
-			_, port, _ := net.SplitHostPort(gws[i].Addr)
+			_, port, _ := net.SplitHostPort(g.Addr)
 			p, _ := strconv.Atoi(port)
-			out = append(out, &dns.SRV{Hdr: hdr, Priority: uint16(pos), Weight: 0, Port: uint16(p), Target: dns.Fqdn(gws[i].Name)})
+			out = append(out, &dns.SRV{Hdr: hdr, Priority: uint16(pos), Weight: 0, Port: uint16(p), Target: dns.Fqdn(g.Name)})
 		}
 	}
 	return out
@@ -149,7 +148,7 @@ func (o *OGS) glue(zone string, state request.Request, only string, types ...uin
 // the layout is in the README (Diagnostics).
 func (o *OGS) results(qname, loc string, sel ogs.Selection) dns.RR {
 	gws := sel.Gateways
-	txt := []string{"OGS Selection Results", "location " + loc, happened(sel, o.cfg.Wait())}
+	txt := []string{"OGS Selection Results", "location " + loc, lastServer(sel.LastServer), happened(sel, o.cfg.Wait())}
 	reasons := sel.Reasons
 	if sel.Failed != nil {
 		reasons = sel.Failed.Reasons
@@ -181,12 +180,30 @@ func (o *OGS) results(qname, loc string, sel ogs.Selection) dns.RR {
 			txt = append(txt, line(i, true))
 		}
 	}
+	if len(sel.Order) > 0 {
+		first := gws[sel.Order[0]]
+		for _, u := range first.Unprobed {
+			txt = append(txt, fmt.Sprintf("%s %s backup of %s, not probed", u.Name, u.Addr, first.Name))
+		}
+	}
 	if sel.Source == ogs.Configured {
 		txt = append(txt, "No optimal server: configured order.")
 	} else if len(sel.Order) > 0 {
 		txt = append(txt, fmt.Sprintf("Selected '%s' as the optimal server.", gws[sel.Order[0]].Name))
 	}
+	if !sel.HoldUntil.IsZero() && len(sel.Order) > 0 {
+		txt = append(txt, fmt.Sprintf("First choice '%s' held until %s.", gws[sel.Order[0]].Name, sel.HoldUntil.UTC().Format(time.RFC3339)))
+	}
 	return &dns.TXT{Hdr: dns.RR_Header{Name: qname, Rrtype: dns.TypeTXT, Class: dns.ClassINET, Ttl: 0}, Txt: txt}
+}
+
+// lastServer is the seed's "Last server" line: the location's previous
+// answer's first choice.
+func lastServer(name string) string {
+	if name == "" {
+		return "Last server: none."
+	}
+	return "Last server: '" + name + "'."
 }
 
 // happened says in one line where the selection came from.
@@ -252,7 +269,7 @@ func (o *OGS) logRun(run ogs.Run) {
 	runs.Inc()
 	switch {
 	case run.Result != nil:
-		log.Infof("Selected '%s' as the optimal server for location %s.", run.Result.Gateways[run.Result.Order[0]].Name, run.Location)
+		log.Infof("Selected '%s' as the optimal server for location %s. %s", run.Result.Gateways[run.Result.Order[0]].Name, run.Location, lastServer(run.LastServer))
 	case run.Previous != nil:
 		log.Warningf("no gateway answered for location %s: answering with its previous selection (from %s, '%s' first); no new probe run before %s",
 			run.Location, run.Previous.At.UTC().Format(time.RFC3339), run.Previous.Gateways[run.Previous.Order[0]].Name, run.RetryAt.UTC().Format(time.RFC3339))

@@ -86,7 +86,7 @@ func (o *OGS) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (i
 	case qname == zone && o.selects(qtype):
 		loc, ecs := o.location(state)
 		sel := o.selectFor(ctx, loc, o.reportKey(state, ecs))
-		m.Answer = o.answer(qname, qtype, sel.Result, o.ttlOf(sel.Source))
+		m.Answer = o.answer(qname, qtype, sel.Result, o.ttlOf(sel))
 		scoped = true
 	case qname == zone && qtype == dns.TypeSOA:
 		m.Answer = []dns.RR{o.soaRecord(zone)}
@@ -123,6 +123,9 @@ func (o *OGS) selectFor(ctx context.Context, loc, reportKey string) ogs.Selectio
 	case ogs.Cached:
 		cacheHits.WithLabelValues(server).Inc()
 		storeHits.WithLabelValues("local").Inc()
+		if sel.FirstHit { // once per result, not per query
+			log.Infof("OGS was already performed, previous selection will be used (location %s, '%s' first).", loc, sel.Gateways[sel.Order[0]].Name)
+		}
 	case ogs.FromReplica:
 		cacheHits.WithLabelValues(server).Inc()
 		storeHits.WithLabelValues("redis").Inc()
@@ -135,14 +138,21 @@ func (o *OGS) selectFor(ctx context.Context, loc, reportKey string) ogs.Selectio
 	return sel
 }
 
-// ttlOf is the TTL of answers from source: a stand-in for a result still
+// ttlOf is the TTL of answers of sel: a stand-in for a result still
 // being measured (or that could not be) is kept short, so that resolvers
-// ask again soon and get the measured order.
-func (o *OGS) ttlOf(source ogs.Source) uint32 {
-	if source.Fresh() {
-		return o.ttl
+// ask again soon and get the measured order; and no answer outlives the
+// hold on its first choice (rounded up to a second), so resolvers drop the
+// held order when the hold ends.
+func (o *OGS) ttlOf(sel ogs.Selection) uint32 {
+	ttl := o.ttl
+	if !sel.Source.Fresh() {
+		ttl = min(o.fallbackTTL, o.ttl)
 	}
-	return min(o.fallbackTTL, o.ttl)
+	if !sel.HoldUntil.IsZero() {
+		left := (time.Until(sel.HoldUntil) + time.Second - 1) / time.Second
+		ttl = uint32(max(1, min(int64(ttl), int64(left))))
+	}
+	return ttl
 }
 
 // selects reports whether a query of qtype at a served name is answered

@@ -34,32 +34,34 @@ const maxTTL = math.MaxInt32
 
 // options are the options of an ogs block. The README says the same.
 var options = map[string]option{
-	"gateway":          {"gateway NAME ADDRESS:PORT [backup NAME...]", 2, many, true, parseGateway},
-	"probe":            {"probe tcp|tls|http|https [PATH]", 1, 2, false, parseProbe},
-	"probe_verify_tls": {"probe_verify_tls", 0, 0, false, func(l *optionLine) error { l.verify = true; return nil }},
-	"probes":           {"probes COUNT", 1, 1, false, countOption(1, math.MaxInt, func(b *block) *int { return &b.cfg.Probes })},
-	"deadline":         {"deadline DURATION", 1, 1, false, durationOption(func(b *block) *time.Duration { return &b.cfg.Deadline })},
-	"probe_timeout":    {"probe_timeout DURATION", 1, 1, false, durationOption(func(b *block) *time.Duration { return &b.cfg.ProbeTimeout })},
-	"answer_deadline":  {"answer_deadline DURATION", 1, 1, false, durationOption(func(b *block) *time.Duration { return &b.cfg.AnswerDeadline })},
-	"cache_ttl":        {"cache_ttl DURATION", 1, 1, false, durationOption(func(b *block) *time.Duration { return &b.cfg.CacheTTL })},
-	"retry":            {"retry DURATION", 1, 1, false, durationOption(func(b *block) *time.Duration { return &b.cfg.Retry })},
-	"ttl":              {"ttl SECONDS", 1, 1, false, ttlOption(1, func(o *OGS) *uint32 { return &o.ttl })},
-	"fallback_ttl":     {"fallback_ttl SECONDS", 1, 1, false, ttlOption(0, func(o *OGS) *uint32 { return &o.fallbackTTL })},
-	"records":          {"records COUNT", 1, 1, false, countOption(1, math.MaxInt, func(b *block) *int { return &b.o.records })},
-	"unmeasured":       {"unmeasured last|omit", 1, 1, false, parseUnmeasured},
-	"prefix":           {"prefix V4LEN V6LEN", 2, 2, false, parsePrefix},
-	"location":         {"location resolv_conf [PATH]", 1, 2, false, parseLocation},
-	"srv":              {"srv", 0, 0, false, func(l *optionLine) error { l.o.srv = true; return nil }},
-	"cache_file":       {"cache_file PATH", 1, 1, false, func(l *optionLine) error { l.cfg.CacheFile = l.args[0]; return nil }},
-	"state":            {"state NAME", 1, 1, false, func(l *optionLine) error { l.o.state = l.args[0]; return nil }},
-	"recheck":          {"recheck DURATION|off", 1, 1, false, parseRecheck},
-	"soa":              {"soa MNAME RNAME [MINIMUM]", 2, 3, false, parseSOA},
-	"ns":               {"ns NAME [ADDRESS...]", 1, many, true, parseNS},
-	"max_locations":    {"max_locations COUNT", 1, 1, false, countOption(1, math.MaxInt, func(b *block) *int { return &b.cfg.MaxLocations })},
-	"diagnostic":       {"diagnostic NAME", 1, 1, false, parseDiagnostic},
-	"store":            {"store redis { OPTIONS }", 1, 1, false, parseStore},
-	"admin":            {"admin HOST:PORT", 1, 1, false, parseAdmin},
-	"fallthrough":      {"fallthrough [ZONES...]", 0, many, false, func(l *optionLine) error { l.o.Fall.SetZonesFromArgs(l.args); return nil }},
+	"gateway":            {"gateway NAME ADDRESS:PORT [backup NAME|NAME=ADDRESS:PORT...]", 2, many, true, parseGateway},
+	"probe":              {"probe tcp|tls|http|https [PATH]", 1, 2, false, parseProbe},
+	"probe_verify_tls":   {"probe_verify_tls", 0, 0, false, func(l *optionLine) error { l.verify = true; return nil }},
+	"probe_check_status": {"probe_check_status", 0, 0, false, func(l *optionLine) error { l.checkStatus = true; return nil }},
+	"probes":             {"probes COUNT", 1, 1, false, countOption(1, math.MaxInt, func(b *block) *int { return &b.cfg.Probes })},
+	"deadline":           {"deadline DURATION", 1, 1, false, durationOption(func(b *block) *time.Duration { return &b.cfg.Deadline })},
+	"probe_timeout":      {"probe_timeout DURATION", 1, 1, false, durationOption(func(b *block) *time.Duration { return &b.cfg.ProbeTimeout })},
+	"answer_deadline":    {"answer_deadline DURATION", 1, 1, false, durationOption(func(b *block) *time.Duration { return &b.cfg.AnswerDeadline })},
+	"cache_ttl":          {"cache_ttl DURATION", 1, 1, false, durationOption(func(b *block) *time.Duration { return &b.cfg.CacheTTL })},
+	"retry":              {"retry DURATION", 1, 1, false, durationOption(func(b *block) *time.Duration { return &b.cfg.Retry })},
+	"ttl":                {"ttl SECONDS", 1, 1, false, ttlOption(1, func(o *OGS) *uint32 { return &o.ttl })},
+	"fallback_ttl":       {"fallback_ttl SECONDS", 1, 1, false, ttlOption(0, func(o *OGS) *uint32 { return &o.fallbackTTL })},
+	"records":            {"records COUNT", 1, 1, false, countOption(1, math.MaxInt, func(b *block) *int { return &b.o.records })},
+	"unmeasured":         {"unmeasured last|omit", 1, 1, false, parseUnmeasured},
+	"prefix":             {"prefix V4LEN V6LEN", 2, 2, false, parsePrefix},
+	"location":           {"location resolv_conf [PATH]", 1, 2, false, parseLocation},
+	"srv":                {"srv", 0, 0, false, func(l *optionLine) error { l.o.srv = true; return nil }},
+	"cache_file":         {"cache_file PATH", 1, 1, false, func(l *optionLine) error { l.cfg.CacheFile = l.args[0]; return nil }},
+	"state":              {"state NAME", 1, 1, false, func(l *optionLine) error { l.o.state = l.args[0]; return nil }},
+	"recheck":            {"recheck DURATION|off", 1, 1, false, parseRecheck},
+	"hold":               {"hold DURATION|0", 1, 1, false, parseHold},
+	"soa":                {"soa MNAME RNAME [MINIMUM]", 2, 3, false, parseSOA},
+	"ns":                 {"ns NAME [ADDRESS...]", 1, many, true, parseNS},
+	"max_locations":      {"max_locations COUNT", 1, 1, false, countOption(1, math.MaxInt, func(b *block) *int { return &b.cfg.MaxLocations })},
+	"diagnostic":         {"diagnostic NAME", 1, 1, false, parseDiagnostic},
+	"store":              {"store redis { OPTIONS }", 1, 1, false, parseStore},
+	"admin":              {"admin HOST:PORT", 1, 1, false, parseAdmin},
+	"fallthrough":        {"fallthrough [ZONES...]", 0, many, false, func(l *optionLine) error { l.o.Fall.SetZonesFromArgs(l.args); return nil }},
 
 	"report_tokens":        {"report_tokens FILE", 1, 1, false, parseReportTokens},
 	"report_window":        {"report_window DURATION", 1, 1, false, parseReportWindow},
@@ -146,25 +148,43 @@ func parseGateway(l *optionLine) error {
 	if len(args) > 2 && (args[2] != "backup" || len(args) == 3) {
 		return l.bad("want %s", l.syntax)
 	}
-	host, port, err := net.SplitHostPort(args[1])
+	g, err := l.target(args[0], args[1])
 	if err != nil {
-		return l.bad("%v", err)
+		return err
 	}
-	ip := net.ParseIP(host)
-	if ip == nil {
-		return l.bad("the address must be an IP: answers carry it")
-	}
-	if _, err := cfvalue.Int(port, 1, 65535); err != nil {
-		return l.bad("bad port %q: %v", port, err)
-	}
-	g := ogs.Gateway{Name: args[0], Addr: args[1], IP: ip}
-	l.o.hasV4 = l.o.hasV4 || ip.To4() != nil
-	l.o.hasV6 = l.o.hasV6 || ip.To4() == nil
-	if len(args) > 3 {
-		g.Backups = args[3:]
+	// A backup is a gateway's NAME, or NAME=ADDRESS:PORT: a backup server
+	// that is not probed (ogs.Gateway.Unprobed).
+	for _, b := range args[min(3, len(args)):] {
+		name, addr, unprobed := strings.Cut(b, "=")
+		if unprobed {
+			u, err := l.target(name, addr)
+			if err != nil {
+				return err
+			}
+			g.Unprobed = append(g.Unprobed, u)
+		}
+		g.Backups = append(g.Backups, name)
 	}
 	l.cfg.Gateways = append(l.cfg.Gateways, g)
 	return nil
+}
+
+// target reads a gateway's or a backup server's NAME and IP:PORT.
+func (l *optionLine) target(name, addr string) (ogs.Gateway, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return ogs.Gateway{}, l.bad("%v", err)
+	}
+	ip := net.ParseIP(host)
+	if ip == nil {
+		return ogs.Gateway{}, l.bad("the address %s must be an IP: answers carry it", addr)
+	}
+	if _, err := cfvalue.Int(port, 1, 65535); err != nil {
+		return ogs.Gateway{}, l.bad("bad port %q: %v", port, err)
+	}
+	l.o.hasV4 = l.o.hasV4 || ip.To4() != nil
+	l.o.hasV6 = l.o.hasV6 || ip.To4() == nil
+	return ogs.Gateway{Name: name, Addr: addr, IP: ip}, nil
 }
 
 func parseProbe(l *optionLine) error {
@@ -214,6 +234,16 @@ func parseRecheck(l *optionLine) (err error) {
 		return nil
 	}
 	l.cfg.Recheck, err = l.duration(l.args[0])
+	return err
+}
+
+// parseHold reads the hold of a location's first choice; 0 turns it off.
+func parseHold(l *optionLine) (err error) {
+	if l.args[0] == "0" {
+		l.cfg.Hold = -1
+		return nil
+	}
+	l.cfg.Hold, err = l.duration(l.args[0])
 	return err
 }
 

@@ -54,14 +54,7 @@ func TestReportsOrderTheReportersNetwork(t *testing.T) {
 		return corefile(addrs, filepath.Join(dir, "ogs.json"), metricsAddr,
 			"admin "+adminAddr+"\n\t\treport_tokens "+tokens+"\n\t\treport_max_body 1024\n\t\treport_rate 50 50"+extra)
 	}
-	r := startReloadable(t, cf(""))
-	r.waitFor(t, "the admin listener", func() bool {
-		c, err := net.Dial("tcp", adminAddr)
-		if err == nil {
-			c.Close()
-		}
-		return err == nil
-	})
+	r := startWithAdmin(t, cf(""), adminAddr)
 	d := struct{ Addr string }{r.addr}
 	url := "http://" + adminAddr + "/ogs/reports"
 

@@ -147,14 +147,15 @@ func (o *OGS) restartFailed() error {
 // block is an ogs block being read: the plugin it configures, and what its
 // options gather before parse puts them together.
 type block struct {
-	o       *OGS
-	cfg     ogs.Config
-	probe   string // probe kind
-	path    string // the path of http and https probes
-	verify  bool   // probe_verify_tls
-	minimum int64  // SOA MINIMUM; -1: the answers' TTL
-	rc      *reportConfig
-	given   map[string]string // option → "file:line" of its first occurrence
+	o           *OGS
+	cfg         ogs.Config
+	probe       string // probe kind
+	path        string // the path of http and https probes
+	verify      bool   // probe_verify_tls
+	checkStatus bool   // probe_check_status
+	minimum     int64  // SOA MINIMUM; -1: the answers' TTL
+	rc          *reportConfig
+	given       map[string]string // option → "file:line" of its first occurrence
 }
 
 // parse reads an ogs block (syntax in options and the README) strictly:
@@ -249,7 +250,7 @@ func (b *block) reports(c *caddy.Controller) error {
 // prober sets the probe: the same prober as the reporter's
 // (builds/ogs-report).
 func (b *block) prober(c *caddy.Controller) error {
-	prober, probeTimeout, err := ogs.NewProber(b.probe, b.path, b.verify)
+	prober, probeTimeout, err := ogs.NewProber(b.probe, b.path, b.verify, b.checkStatus)
 	if err != nil {
 		return c.Errf("ogs: %v", err)
 	}
@@ -262,6 +263,8 @@ func (b *block) prober(c *caddy.Controller) error {
 	b.cfg.ProbeID = fmt.Sprintf("%s %s verify=%t", b.probe, b.path, b.verify)
 	if b.probe == "tcp" || b.probe == "tls" {
 		b.cfg.ProbeID = fmt.Sprintf("%s verify=%t", b.probe, b.verify)
+	} else if b.checkStatus {
+		b.cfg.ProbeID += " check_status" // measurements of another rule do not compare
 	}
 	return nil
 }
@@ -294,6 +297,9 @@ func (b *block) store() {
 func (b *block) finish(c *caddy.Controller) (*OGS, error) {
 	o, cfg := b.o, b.cfg
 	cfg.OnRun = o.logRun
+	cfg.OnProbeStart = func(loc string, g ogs.Gateway) {
+		log.Infof("OGS starting thread named %s (%s) for location %s", g.Name, g.Addr, loc)
+	}
 	cfg.OnRecheck = o.logRecheck
 	cfg.OnError = func(err error) { log.Error(err) }
 	if err := cfg.Validate(); err != nil {

@@ -70,13 +70,15 @@ func (p TLSProber) Probe(ctx context.Context, addr string) (time.Duration, error
 // trip plus the server's think time. With FreshConnection it opens a new
 // connection for every probe and times the whole exchange, from the SYN to
 // the end of the response body. A response with status 500 or above is a
-// failed probe.
+// failed probe, unless AnyStatus: then any response completes the probe
+// (AnyConnect's OGS counts the answer itself, not a successful one).
 type HTTPProber struct {
 	Client          *http.Client // nil: a client built from TLS and FreshConnection
 	Scheme          string       // "http" (default), "https" or "h2c"
 	Path            string       // default "/"
 	Host            string       // Host header; default addr
 	FreshConnection bool
+	AnyStatus       bool
 }
 
 // NewHTTPProber returns an HTTPProber with its own transport.
@@ -143,7 +145,7 @@ func (p *HTTPProber) Probe(ctx context.Context, addr string) (time.Duration, err
 	if err != nil {
 		return 0, err
 	}
-	if resp.StatusCode >= 500 {
+	if resp.StatusCode >= 500 && !p.AnyStatus {
 		return 0, fmt.Errorf("probe answered %s", resp.Status)
 	}
 	if p.FreshConnection {

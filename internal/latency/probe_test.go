@@ -50,6 +50,11 @@ func TestHTTPProberMeasuresDelayAndStatus(t *testing.T) {
 	if _, err := NewHTTPProber("http", "/down", "", nil, false).Probe(context.Background(), addr); err == nil {
 		t.Fatal("a 503 counted as a successful probe")
 	}
+	any := NewHTTPProber("http", "/down", "", nil, true)
+	any.AnyStatus = true
+	if _, err := any.Probe(context.Background(), addr); err != nil {
+		t.Fatalf("AnyStatus: a 503 failed the probe: %v", err)
+	}
 }
 
 // An h2c-only server (HTTP/2 without TLS, like grpc-go's) answers the h2c

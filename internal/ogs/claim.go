@@ -205,6 +205,7 @@ func (s *Selector) adopt(e *entry, done chan struct{}, res *Result, epoch uint64
 	}
 	e.res, e.epoch, e.failed, e.fromReplica, e.pending = res, epoch, nil, true, false
 	e.flight, e.progress = nil, nil
+	s.adoptHold(e, res, s.now())
 	s.mu.Unlock()
 	close(done)
 	s.requestSave()
@@ -377,6 +378,7 @@ func (s *Selector) reconcile() {
 			it.e.pending = out.pending
 			if out.fromReplica {
 				it.e.res, it.e.fromReplica = out.res, true
+				s.adoptHold(it.e, out.res, now)
 			}
 		}
 		s.mu.Unlock()

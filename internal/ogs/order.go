@@ -17,8 +17,38 @@ import (
 type Gateway struct {
 	Name    string   // e.g. "gw1.example.test"
 	Addr    string   // host:port probed, e.g. "192.0.2.10:443"
-	Backups []string // names of other gateways, tried after this one
+	Backups []string // names of other gateways, or of Unprobed, tried after this one
 	IP      net.IP   // the address answers carry (Addr's host); optional
+	// Unprobed are backups that are not gateways (AnyConnect probes only
+	// the primary servers; a backup server is a name): never probed,
+	// answered only after this gateway when it is first (see Targets).
+	Unprobed []Gateway
+}
+
+// Targets is res's order as answers give it: the gateways of res.Order,
+// with the first one's unprobed backups inserted after it where its backup
+// list names them, so that its backups come exactly as listed (a probed
+// backup that did not answer is not among them: it comes later, by Order).
+func Targets(res *Result) []Gateway {
+	if len(res.Order) == 0 {
+		return nil
+	}
+	first := res.Gateways[res.Order[0]]
+	out := make([]Gateway, 0, len(res.Order)+len(first.Unprobed))
+	out = append(out, first)
+	k := 1
+	for _, b := range first.Backups {
+		if u := slices.IndexFunc(first.Unprobed, func(g Gateway) bool { return g.Name == b }); u >= 0 {
+			out = append(out, first.Unprobed[u])
+		} else if k < len(res.Order) && res.Gateways[res.Order[k]].Name == b {
+			out = append(out, res.Gateways[res.Order[k]])
+			k++
+		}
+	}
+	for _, i := range res.Order[k:] {
+		out = append(out, res.Gateways[i])
+	}
+	return out
 }
 
 // Order returns gateway indices in selection order for the RTTs measured

@@ -72,3 +72,27 @@ func TestOrderOneRule(t *testing.T) {
 		}
 	}
 }
+
+// Unprobed backups come after their gateway, when it is first, exactly where
+// its backup list names them; a probed backup that did not answer comes
+// later, by the rule; another first choice's list does not bring them.
+func TestTargetsPlaceUnprobedBackups(t *testing.T) {
+	bk := Gateway{Name: "bk1", Addr: "192.0.2.9:443"}
+	gws := []Gateway{{Name: "gw1"}, {Name: "gw2", Backups: []string{"gw4", "bk1", "gw3"}, Unprobed: []Gateway{bk}}, {Name: "gw3"}, {Name: "gw4"}}
+	targets := func(rtts ...time.Duration) []string {
+		var out []string
+		for _, g := range Targets(&Result{Gateways: gws, Order: Order(gws, rtts, false), RTTs: rtts}) {
+			out = append(out, g.Name)
+		}
+		return out
+	}
+	if got := targets(302*ms, 132*ms, 0, 877*ms); !slices.Equal(got, []string{"gw2", "gw4", "bk1", "gw1", "gw3"}) {
+		t.Fatalf("gw2 first, gw3 unanswered: %v", got)
+	}
+	if got := targets(302*ms, 132*ms, 506*ms, 877*ms); !slices.Equal(got, []string{"gw2", "gw4", "bk1", "gw3", "gw1"}) {
+		t.Fatalf("gw2 first, all answered: %v", got)
+	}
+	if got := targets(100*ms, 132*ms, 506*ms, 877*ms); !slices.Equal(got, []string{"gw1", "gw2", "gw3", "gw4"}) {
+		t.Fatalf("gw1 first: %v", got)
+	}
+}

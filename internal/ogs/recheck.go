@@ -63,6 +63,9 @@ func (s *Selector) recheckOnce(cfg Config) {
 	s.mu.Lock()
 	firsts := map[string]bool{}
 	for _, e := range s.entries {
+		if e.hold.live(now) { // held first: a failed re-check releases it
+			firsts[e.hold.gw] = true
+		}
 		if !s.fresh(e, now) || len(e.res.Order) == 0 {
 			continue
 		}

@@ -102,6 +102,9 @@ func (s *Selector) Reconfigure(cfg Config) (Change, error) {
 	}
 	reorder := !sameGateways(old.Gateways, cfg.Gateways) || old.OmitUnmeasured != cfg.OmitUnmeasured
 	for _, e := range s.entries {
+		if ch.Invalidates() { // the hold rests on measurements no longer comparable
+			e.hold = holdState{}
+		}
 		if e.res == nil {
 			continue
 		}
@@ -170,7 +173,8 @@ func sameGateways(a, b []Gateway) bool {
 		return true
 	}
 	for i := range a {
-		if a[i].Name != b[i].Name || a[i].Addr != b[i].Addr || !slices.Equal(a[i].Backups, b[i].Backups) {
+		if a[i].Name != b[i].Name || a[i].Addr != b[i].Addr || !slices.Equal(a[i].Backups, b[i].Backups) ||
+			!slices.EqualFunc(a[i].Unprobed, b[i].Unprobed, func(x, y Gateway) bool { return x.Name == y.Name && x.Addr == y.Addr }) {
 			return false
 		}
 	}

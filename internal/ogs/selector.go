@@ -56,10 +56,15 @@ type Config struct {
 	// Recheck is how often each cached first choice is probed once in the
 	// background (see recheck.go); negative: never.
 	Recheck time.Duration
+	// Hold is how long a location's first choice stays first (hold.go);
+	// negative: no hold.
+	Hold time.Duration
 	// OnRecheck, if set, is called after each re-check probe.
 	OnRecheck func(Recheck)
 	// OnRun, if set, is called after every probe run with its results.
 	OnRun func(Run)
+	// OnProbeStart, if set, is called as a run starts probing a gateway.
+	OnProbeStart func(location string, g Gateway)
 	// OnError, if set, gets background errors (saving the cache file).
 	OnError func(error)
 
@@ -93,6 +98,7 @@ type Run struct {
 	FromReplica bool              // Result is another replica's, stored first (this run lost the race)
 	Previous    *Result           // without Result: the location's earlier result, if any
 	RetryAt     time.Time         // without Result: no new run before this
+	LastServer  string            // the first choice of the location's latest answer ("": none)
 }
 
 // Validate checks the configuration, naming the bad option.
@@ -112,8 +118,15 @@ func (c *Config) Validate() error {
 		seen[g.Name], addrs[g.Addr] = true, true
 	}
 	for _, g := range c.Gateways {
+		unprobed := map[string]bool{}
+		for _, u := range g.Unprobed {
+			if seen[u.Name] || unprobed[u.Name] {
+				return fmt.Errorf("gateway %s: backup %s=%s: the name of a gateway or of another backup", g.Name, u.Name, u.Addr)
+			}
+			unprobed[u.Name] = true
+		}
 		for _, b := range g.Backups {
-			if !seen[b] {
+			if !seen[b] && !unprobed[b] {
 				return fmt.Errorf("gateway %s: backup %q is not a configured gateway", g.Name, b)
 			}
 		}
@@ -157,6 +170,7 @@ func (c *Config) FillDefaults() {
 	orDefault(&c.Retry, DefaultRetry)
 	orDefault(&c.MaxLocations, DefaultMaxLocations)
 	orDefault(&c.Recheck, DefaultRecheck)
+	orDefault(&c.Hold, DefaultHold)
 	orDefault(&c.StoreTimeout, DefaultStoreTimeout)
 	orDefault(&c.StorePoll, DefaultStorePoll)
 	orDefault(&c.StoreRetry, DefaultStoreRetry)
@@ -218,6 +232,15 @@ type Selection struct {
 	RetryAt time.Time // after a run in which no gateway answered: the next run's earliest start
 	// Reporters, with Source Reported, is the distinct reporters counted.
 	Reporters int
+	// HoldUntil is when the hold on the first choice ends (hold.go); zero:
+	// no hold.
+	HoldUntil time.Time
+	// LastServer is the first choice of the location's previous answer
+	// ("": none), AnyConnect's "Last server".
+	LastServer string
+	// FirstHit, with Source Cached, says this is the result's first cache
+	// hit (so a log line per hit is bounded by results, not queries).
+	FirstHit bool
 }
 
 // Result is one location's selection. It is never modified once made, so
@@ -229,6 +252,10 @@ type Result struct {
 	Reasons  []string        // per gateway, why its last failed probe failed ("": none failed); may be nil
 	Dead     []string        // per gateway, the re-check's failure reason ("": not found dead); may be nil
 	At       time.Time       // when the probe run finished
+	// Held and HoldUntil are the location's hold when this result was made
+	// (hold.go), kept with it in the store and the cache file.
+	Held      string
+	HoldUntil time.Time
 }
 
 type entry struct {
@@ -246,6 +273,9 @@ type entry struct {
 	fromReplica bool    // res was read from the store, not probed here
 	pending     bool    // res was probed here and is not the stored result yet (see reconcile)
 	token       string  // with pending: the lock token res is published under (claim.unconfirmed)
+	hold        holdState
+	last        string  // the first choice of the latest answer (Selection.LastServer)
+	hitOf       *Result // the result a cache hit was last reported for (Selection.FirstHit)
 }
 
 // progress is what a probe run has measured so far, so that a query whose
@@ -353,15 +383,6 @@ func (s *Selector) Select(ctx context.Context, location string) Selection {
 func (s *Selector) SelectReported(ctx context.Context, location, reportKey string) Selection {
 	now := s.now()
 	s.mu.Lock()
-	if reportKey != "" {
-		if res, n, ok := s.reports.Order(reportKey, now); ok {
-			if len(s.dead) > 0 {
-				res = s.demote(res)
-			}
-			s.mu.Unlock()
-			return Selection{Result: res, Source: Reported, Reporters: n}
-		}
-	}
 	e := s.entries[location]
 	if e == nil {
 		e = &entry{}
@@ -369,10 +390,22 @@ func (s *Selector) SelectReported(ctx context.Context, location, reportKey strin
 		s.entries[location] = e
 	}
 	e.lastUsed = now
+	if reportKey != "" {
+		if res, n, ok := s.reports.Order(reportKey, now); ok {
+			if len(s.dead) > 0 {
+				res = s.demote(res)
+			}
+			sel := s.conclude(e, Selection{Result: res, Source: Reported, Reporters: n}, now)
+			s.mu.Unlock()
+			return sel
+		}
+	}
 	if s.fresh(e, now) {
-		res := s.answered(e)
+		sel := Selection{Result: s.answered(e), Source: Cached, FirstHit: e.hitOf != e.res}
+		e.hitOf = e.res
+		sel = s.conclude(e, sel, now)
 		s.mu.Unlock()
-		return Selection{Result: res, Source: Cached}
+		return sel
 	}
 	flight := e.flight
 	why := WhyDeadline
@@ -399,7 +432,8 @@ func (s *Selector) SelectReported(ctx context.Context, location, reportKey strin
 	why = awaitRun(ctx, flight, why, wait)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.afterWait(e, why)
+	sel := s.afterWait(e, why)
+	return s.conclude(e, sel, s.now())
 }
 
 // awaitRun waits for the run in flight to end, for at most wait or until
@@ -509,7 +543,7 @@ func (s *Selector) run(location string, e *entry, done chan struct{}, cfg Config
 	s.mu.Lock()
 	e.progress = prog
 	s.mu.Unlock()
-	all, why, errs := s.probeAll(ctx, cfg, prog)
+	all, why, errs := s.probeAll(ctx, location, cfg, prog)
 	best := prog.best // no writer is left
 	reasons := make([]string, n)
 	any := false
@@ -521,9 +555,15 @@ func (s *Selector) run(location string, e *entry, done chan struct{}, cfg Config
 	if any {
 		probed = &Result{Gateways: cfg.Gateways, Order: Order(cfg.Gateways, best, cfg.OmitUnmeasured), RTTs: best, Reasons: reasons, At: s.now()}
 	}
+	s.mu.Lock()
+	s.carryHold(e, probed, s.now())
+	s.mu.Unlock()
 	out := s.publish(location, probed, cfg, c, false)
 	s.mu.Lock()
 	res := out.res
+	if out.fromReplica && res != nil {
+		s.adoptHold(e, res, s.now())
+	}
 	if res != nil && (!sameGateways(cfg.Gateways, s.cfg.Gateways) || cfg.OmitUnmeasured != s.cfg.OmitUnmeasured) {
 		res = s.remap(res)
 	}
@@ -537,7 +577,7 @@ func (s *Selector) run(location string, e *entry, done chan struct{}, cfg Config
 	e.flight, e.progress = nil, nil
 	s.runs++
 	s.lastRun = s.now()
-	run := Run{Location: location, Gateways: cfg.Gateways, RTTs: all, Reasons: why, Errors: errs, Result: res, FromReplica: out.fromReplica, RetryAt: e.retryAt}
+	run := Run{Location: location, Gateways: cfg.Gateways, RTTs: all, Reasons: why, Errors: errs, Result: res, FromReplica: out.fromReplica, RetryAt: e.retryAt, LastServer: e.last}
 	if res == nil {
 		run.Previous = e.res
 	}
@@ -555,13 +595,16 @@ func (s *Selector) run(location string, e *entry, done chan struct{}, cfg Config
 // probeAll runs every probe of cfg, updating prog as they answer, and
 // returns every probe's RTT (0: failed) and failure reason, per gateway,
 // and each gateway's last failed probe's error, in probe order.
-func (s *Selector) probeAll(ctx context.Context, cfg Config, prog *progress) (all [][]time.Duration, why [][]string, errs []error) {
+func (s *Selector) probeAll(ctx context.Context, location string, cfg Config, prog *progress) (all [][]time.Duration, why [][]string, errs []error) {
 	n := len(cfg.Gateways)
 	all = make([][]time.Duration, n)
 	why = make([][]string, n)
 	errsAt := make([][]error, n)
 	var wg sync.WaitGroup
 	for i, g := range cfg.Gateways {
+		if cfg.OnProbeStart != nil {
+			cfg.OnProbeStart(location, g)
+		}
 		all[i] = make([]time.Duration, cfg.Probes)
 		why[i] = make([]string, cfg.Probes)
 		errsAt[i] = make([]error, cfg.Probes)
@@ -646,7 +689,7 @@ func (s *Selector) Forget() {
 		if e.flight == nil {
 			delete(s.entries, loc)
 		} else {
-			e.res = nil
+			e.res, e.hold = nil, holdState{}
 		}
 	}
 	s.mu.Unlock()

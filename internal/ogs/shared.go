@@ -159,6 +159,9 @@ type storedEntry struct {
 	At       time.Time          `json:"at"`
 	Order    []string           `json:"order"`
 	RTTs     map[string]float64 `json:"rtts_ms"` // measured gateways only
+	// Held and HoldUntil: the location's hold (hold.go), validated on use.
+	Held      string    `json:"held,omitempty"`
+	HoldUntil time.Time `json:"hold_until,omitzero"`
 }
 
 const storedVersion = 1
@@ -168,7 +171,7 @@ const maxStoredRTT = float64(time.Hour / time.Millisecond)
 
 // encodeStored is res as stored, under cfg's probe.
 func encodeStored(res *Result, cfg *Config) ([]byte, error) {
-	v := storedEntry{Version: storedVersion, Probe: cfg.ProbeID, Gateways: map[string]string{}, At: res.At.UTC(), RTTs: map[string]float64{}}
+	v := storedEntry{Version: storedVersion, Probe: cfg.ProbeID, Gateways: map[string]string{}, At: res.At.UTC(), RTTs: map[string]float64{}, Held: res.Held, HoldUntil: res.HoldUntil.UTC()}
 	for _, g := range res.Gateways {
 		v.Gateways[g.Name] = g.Addr
 	}
@@ -233,5 +236,5 @@ func decodeStored(data []byte, cfg *Config, now time.Time) (*Result, error) {
 		}
 		rtts[i] = time.Duration(v.RTTs[g.Name] * float64(time.Millisecond))
 	}
-	return &Result{Gateways: cfg.Gateways, Order: Order(cfg.Gateways, rtts, cfg.OmitUnmeasured), RTTs: rtts, At: v.At}, nil
+	return &Result{Gateways: cfg.Gateways, Order: Order(cfg.Gateways, rtts, cfg.OmitUnmeasured), RTTs: rtts, At: v.At, Held: v.Held, HoldUntil: v.HoldUntil}, nil
 }

@@ -25,6 +25,9 @@ type fileData struct {
 type fileEntry struct {
 	At   time.Time          `json:"at"`
 	RTTs map[string]float64 `json:"rtts_ms"` // by gateway name; absent: no result
+	// Held and HoldUntil: the location's live hold (hold.go).
+	Held      string    `json:"held,omitempty"`
+	HoldUntil time.Time `json:"hold_until,omitzero"`
 }
 
 // Save writes every location's current result to path, atomically. Stale
@@ -41,6 +44,9 @@ func (s *Selector) Save(path string) error {
 			continue
 		}
 		fe := fileEntry{At: e.res.At, RTTs: map[string]float64{}}
+		if e.hold.live(s.now()) && !e.hold.reported {
+			fe.Held, fe.HoldUntil = e.hold.gw, e.hold.until
+		}
 		for i, rtt := range e.res.RTTs {
 			if rtt > 0 {
 				fe.RTTs[e.res.Gateways[i].Name] = float64(rtt) / float64(time.Millisecond)
@@ -118,7 +124,7 @@ func (s *Selector) Load(path string) (int, error) {
 			continue
 		}
 		res := &Result{Gateways: s.cfg.Gateways, Order: Order(s.cfg.Gateways, rtts, s.cfg.OmitUnmeasured), RTTs: rtts, At: fe.At}
-		s.entries[loc] = &entry{res: res, epoch: epoch, lastUsed: now}
+		s.entries[loc] = &entry{res: res, epoch: epoch, lastUsed: now, hold: s.validHold(fe.Held, fe.HoldUntil, now)}
 		n++
 	}
 	return n, nil

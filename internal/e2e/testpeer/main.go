@@ -35,6 +35,7 @@ func main() {
 	probeDelay := flag.Duration("probe-delay", 0, "delay before answering GET /probe")
 	delay := flag.Duration("delay", 0, "delay before answering any other request")
 	cacheControl := flag.String("cache-control", "", "Cache-Control header on answers")
+	status := flag.Int("status", http.StatusOK, "status of answers to other requests")
 	flag.Parse()
 
 	var mu sync.Mutex
@@ -62,6 +63,7 @@ func main() {
 		if *cacheControl != "" {
 			w.Header().Set("Cache-Control", *cacheControl)
 		}
+		w.WriteHeader(*status)
 		fmt.Fprintf(w, "%s %s %s\n", *name, r.Method, r.URL.Path)
 	})
 	log.Printf("testpeer %s listening on %s (probe delay %v)", *name, *listen, *probeDelay)
