@@ -78,7 +78,7 @@ type lbEvent struct {
 }
 
 // lbLoad sends requests of (user, app) pairs to random bin/caddy replicas:
-// every 50 ms a new user or one of the last 40, and records the publisher
+// every 50 ms a new user (one in four) or one of the last 10, and records the publisher
 // that answered. Answers from a replica up to 2 s after its (re)start are
 // left out: before its probes measured the publishers nothing is pinned
 // (the README's rule 4, cold start).
@@ -108,7 +108,7 @@ func (c *cluster) startLBLoad(rng *rand.Rand, stop <-chan struct{}, wg *sync.Wai
 				users++
 				u = users
 			} else {
-				u = users - rng.IntN(min(users, 40))
+				u = users - rng.IntN(min(users, 10))
 			}
 			r := c.caddies[rng.IntN(3)]
 			wg.Add(1)
