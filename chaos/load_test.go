@@ -18,6 +18,13 @@ import (
 
 const slice = 500 * time.Millisecond
 
+// stallGap: a host stall longer than this bunches the client's arrivals
+// past the shares' bursts (README: a replica's bucket "loses capacity in
+// any longer pause of its arrivals"; the burst is at least 100 ms of the
+// share), so the cluster admits less than R for reasons of the host, not
+// of the rule.
+const stallGap = 100 * time.Millisecond
+
 // rlLoad offers 3R per second of one peer over the three bin/caddy
 // replicas, 60/30/10 (as issue 48 measured), and counts per 0.5 s slice
 // (since t0) the requests sent and those admitted (200), by the time the
@@ -25,6 +32,7 @@ const slice = 500 * time.Millisecond
 type rlLoad struct {
 	t0                time.Time
 	sent, admitted    [400]atomic.Int64
+	stalled           [400]atomic.Bool // the pacer woke more than stallGap late in this slice
 	failed, completed atomic.Int64
 }
 
@@ -37,12 +45,17 @@ func (c *cluster) startRLLoad(stop <-chan struct{}, wg *sync.WaitGroup) *rlLoad 
 		defer wg.Done()
 		tick := time.NewTicker(5 * time.Millisecond)
 		defer tick.Stop()
+		last := time.Now()
 		for n := 0; ; {
 			select {
 			case <-stop:
 				return
 			case <-tick.C:
 			}
+			if now := time.Now(); now.Sub(last) > stallGap {
+				l.stalled[l.slot(now)].Store(true)
+			}
+			last = time.Now()
 			for due := int(3 * R * time.Since(l.t0).Seconds()); n < due; n++ {
 				r := c.caddies[targets[n%len(targets)]]
 				l.sent[l.slot(time.Now())].Add(1)

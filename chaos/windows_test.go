@@ -25,7 +25,9 @@ import (
 //     replica: its room kept one interval after it missed a sync, the
 //     requests queued in its sockets decided against its bucket) and a
 //     killed one until replica_ttl after the kill (its room kept for it): at
-//     least R − R ÷ 3 (with slack, 0.6 R), at most R plus the bursts, 1.1 R.
+//     most R plus the bursts, 1.1 R; at least the others' R − R ÷ 3, less
+//     what a restarted replica's first syncs at the floor share leave
+//     unused (0.62 R measured): 0.55 R.
 func (ch *checker) band(a, b time.Time) (lo, hi float64, why string) {
 	lo, hi, why = 0.95, 1.05, "calm"
 	loosen := func(l, h float64, w string) {
@@ -49,7 +51,7 @@ func (ch *checker) band(a, b time.Time) (lo, hi float64, why string) {
 			}
 		case f.kind == pauseReplica && f.target < 3:
 			if over(f.start, end.Add(time.Second)) {
-				loosen(0.6, 1.1, "paused replica")
+				loosen(0.55, 1.1, "paused replica")
 			}
 		case f.kind == killReplica && f.target < 3:
 			kept := f.start.Add(replicaTTL)
@@ -57,7 +59,7 @@ func (ch *checker) band(a, b time.Time) (lo, hi float64, why string) {
 				kept = end
 			}
 			if over(f.start, kept.Add(time.Second)) {
-				loosen(0.6, 1.1, "killed replica's room kept")
+				loosen(0.55, 1.1, "killed replica's room kept")
 			}
 		}
 	})
@@ -101,6 +103,13 @@ func (ch *checker) checkWindows() {
 			continue
 		}
 		lo, hi, why := ch.band(a, b)
+		for j := k; j < k+4; j++ {
+			if l.stalled[j].Load() {
+				// Only the upper bound holds through a host stall.
+				lo, why = 0, why+"; host stalled over 100 ms: upper bound only"
+				break
+			}
+		}
 		got := float64(admitted) / (2 * R)
 		ch.mu.Lock()
 		key := fmt.Sprintf("%.2f–%.2f", lo, hi)
