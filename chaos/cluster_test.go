@@ -70,6 +70,9 @@ func (r *replica) proc() *e2e.Proc {
 func (r *replica) since() time.Duration { return time.Since(time.Unix(0, r.started.Load())) }
 
 func (r *replica) start(t *testing.T) {
+	// From now: the new process may answer before start returns (its
+	// listener is up before its admin API answers and its probes measure).
+	r.started.Store(time.Now().UnixNano())
 	if strings.HasPrefix(r.name, "caddy") {
 		r.caddy.Store(e2e.StartCaddy(t, "caddyfile", r.config))
 		r.caddy.Load().WaitTCP(t, r.http)
