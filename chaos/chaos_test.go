@@ -28,6 +28,13 @@ import (
 //   - every admin view's store health true to what its store calls did.
 //
 // It prints the seed; CHAOS_SEED=<seed> replays the schedule.
+//
+// Seen failing on: the other replicas not leaving a cut-off replica's
+// fallback share (internal/quota: 1.29–1.30 R in a resetting link's
+// steady windows); a random pick instead of the rendezvous one
+// (internal/pubsel: pairs on two publishers in turn through the Redis
+// faults); ogs' convergence step left out (internal/ogs: locations probed
+// on both replicas during CLIENT PAUSE still apart 4.8 s after it).
 func TestFaultSchedule(t *testing.T) {
 	e2e.SkipShort(t)
 	s := seed(t)
