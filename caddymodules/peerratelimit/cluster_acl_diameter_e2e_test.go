@@ -152,8 +152,12 @@ func TestClusterDiameterACLRefusesPeerKeys(t *testing.T) {
 		if n, _ := c.Metric(t, `caddy_edgesteer_peer_rate_limit_cluster_errors_total{handler="dra",profile="pgw",reason="noperm"}`); n == 0 {
 			t.Errorf("replica %d: cluster_errors_total{reason=noperm} is 0", i)
 		}
-		if n := strings.Count(c.Logs(), "cluster store refused some keys"); n != 1 || !strings.Contains(c.Logs(), "{"+prefix+":pgw2.example}:") {
-			t.Errorf("replica %d logged the refusal %d times (want once, naming pgw2.example's key)", i, n)
+		// Once per episode: a sync that times out on a loaded host ends
+		// the episode, and the next refusal is logged anew.
+		logs := c.Logs()
+		n, timeouts := strings.Count(logs, "cluster store refused some keys"), strings.Count(logs, "cluster store unreachable")
+		if n < 1 || n > 1+timeouts || !strings.Contains(logs, "{"+prefix+":pgw2.example}:") {
+			t.Errorf("replica %d logged the refusal %d times with %d timeouts between (want once per episode, naming pgw2.example's key)", i, n, timeouts)
 		}
 	}
 }
