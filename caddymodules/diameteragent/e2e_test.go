@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/fiorix/go-diameter/v4/diam"
+	"github.com/fiorix/go-diameter/v4/diam/avp"
+	"github.com/fiorix/go-diameter/v4/diam/datatype"
 
 	"github.com/edgesteer/edgesteer/internal/diameter"
 	"github.com/edgesteer/edgesteer/internal/diameteragent"
@@ -221,6 +223,29 @@ func TestAgentThroughCaddy(t *testing.T) {
 		a, err := pgws[0].call(pgws[0].ccr(diameter.AppGx, ccrI, "pgw1;nowhere", "nowhere.example"))
 		if err != nil || a.result != 3003 || a.origin != "dra.example" || !a.eBit {
 			t.Fatalf("%+v %v: want 3003 from dra.example with the E bit", a, err)
+		}
+	})
+
+	t.Run("destination-host honoured, loop 3005", func(t *testing.T) {
+		p := pgws[1]
+		for i, dest := range []string{"pcrf2.example", "pcrf2.example", "pcrf2.example", "pcrf1.example", "pcrf1.example", "ocs2.example", "ocs2.example", "ocs1.example", "ocs1.example"} {
+			app := uint32(diameter.AppGx)
+			if strings.HasPrefix(dest, "ocs") {
+				app = diameter.AppGy
+			}
+			id := fmt.Sprintf("pgw2;dest;%d", i)
+			host := diam.NewAVP(avp.DestinationHost, avp.Mbit, 0, datatype.DiameterIdentity(dest))
+			for _, typ := range []uint32{ccrI, ccrT} {
+				a, err := p.call(p.ccr(app, typ, id, "operator.example", host))
+				if err != nil || a.result != diam.Success || a.origin != dest {
+					t.Fatalf("Destination-Host %s: %+v %v", dest, a, err)
+				}
+			}
+		}
+		rr := diam.NewAVP(avp.RouteRecord, avp.Mbit, 0, datatype.DiameterIdentity("DRA.example"))
+		a, err := p.call(p.ccr(diameter.AppGx, ccrI, "pgw2;loop", "operator.example", rr))
+		if err != nil || a.result != 3005 || a.origin != "dra.example" {
+			t.Fatalf("Route-Record naming the agent: %+v %v, want 3005 from dra.example", a, err)
 		}
 	})
 

@@ -147,8 +147,9 @@ func (p *pgw) call(m *diam.Message) (answer, error) {
 	}
 }
 
-// ccr is a credit-control request of app (Gx or Gy) for realm.
-func (p *pgw) ccr(app, reqType uint32, session, realm string) *diam.Message {
+// ccr is a credit-control request of app (Gx or Gy) for realm, with
+// extra AVPs (Destination-Host, Route-Record) at the end.
+func (p *pgw) ccr(app, reqType uint32, session, realm string, extra ...*diam.AVP) *diam.Message {
 	m := diam.NewMessage(diameter.CmdCreditControl, diam.RequestFlag|diam.ProxiableFlag, app, 0, 0, dict.Default)
 	m.NewAVP(avp.SessionID, avp.Mbit, 0, datatype.UTF8String(session))
 	m.NewAVP(avp.OriginHost, avp.Mbit, 0, datatype.DiameterIdentity(p.host))
@@ -157,6 +158,9 @@ func (p *pgw) ccr(app, reqType uint32, session, realm string) *diam.Message {
 	m.NewAVP(avp.AuthApplicationID, avp.Mbit, 0, datatype.Unsigned32(app))
 	m.NewAVP(avp.CCRequestType, avp.Mbit, 0, datatype.Enumerated(reqType))
 	m.NewAVP(avp.CCRequestNumber, avp.Mbit, 0, datatype.Unsigned32(0))
+	for _, a := range extra {
+		m.AddAVP(a)
+	}
 	return m
 }
 
