@@ -249,6 +249,34 @@ func TestAgentThroughCaddy(t *testing.T) {
 		}
 	})
 
+	t.Run("a RAR from a PCRF reaches the pGW named", func(t *testing.T) {
+		for _, dest := range []*pgw{pgws[1], pgws[0], pgws[0]} {
+			before := [2]int64{pgws[0].rars.Load(), pgws[1].rars.Load()}
+			resp, err := http.Post("http://"+servers["pcrf2.example"].stats+"/_rar?dest="+strings.ToUpper(dest.host)+"&session=rar", "", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var raa struct {
+				ResultCode uint32 `json:"result_code"`
+				OriginHost string `json:"origin_host"`
+			}
+			err = json.NewDecoder(resp.Body).Decode(&raa)
+			resp.Body.Close()
+			if err != nil || raa.ResultCode != diam.Success || raa.OriginHost != dest.host {
+				t.Fatalf("RAR to %s: RAA %+v %v", dest.host, raa, err)
+			}
+			for i, p := range pgws {
+				want := before[i]
+				if p == dest {
+					want++
+				}
+				if got := p.rars.Load(); got != want {
+					t.Errorf("%s received %d RARs, want %d", p.host, got, want)
+				}
+			}
+		}
+	})
+
 	// load runs Gx sessions (CCR-I, CCR-U…, CCR-T) from both pGWs on
 	// workers goroutines each until stop, and counts the answers.
 	type tally struct {

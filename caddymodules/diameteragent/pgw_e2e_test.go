@@ -36,6 +36,7 @@ type pgw struct {
 	mu     sync.Mutex
 	wait   map[uint32]chan answer
 	closed chan struct{} // closed when the connection ends
+	rars   atomic.Int64  // server-initiated requests received (and answered 2001)
 }
 
 func dialPGW(t *testing.T, addr, host string) *pgw {
@@ -75,6 +76,10 @@ func (p *pgw) read() {
 			return
 		}
 		buf = append(buf[:0], msg...)
+		if buf[4]&diam.RequestFlag != 0 {
+			p.answerRequest(buf)
+			continue
+		}
 		hbh := binary.BigEndian.Uint32(buf[12:16])
 		a := parseAnswer(buf)
 		p.mu.Lock()
@@ -85,6 +90,27 @@ func (p *pgw) read() {
 			ch <- a
 		}
 	}
+}
+
+// answerRequest answers a server-initiated request (RAR) with 2001 and
+// the pGW's identity.
+func (p *pgw) answerRequest(msg []byte) {
+	p.rars.Add(1)
+	h, err := diameter.ParseHeader(msg, 1<<20)
+	if err != nil {
+		return
+	}
+	in, err := diameter.Classify(msg, h)
+	if err != nil {
+		return
+	}
+	b, err := diameter.Refusal(in, diam.Success, p.host, "pgw.example", "")
+	if err != nil {
+		return
+	}
+	p.wmu.Lock()
+	p.conn.Write(b)
+	p.wmu.Unlock()
 }
 
 // parseAnswer walks the top-level AVPs of a well-formed message.

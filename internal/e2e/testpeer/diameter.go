@@ -2,7 +2,9 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
+	"fmt"
 	"log"
 	"net"
 	"net/http"
@@ -40,6 +42,14 @@ func serveDiameter(addr, host, realm string, answerDelay time.Duration) {
 		mu.Lock()
 		defer mu.Unlock()
 		json.NewEncoder(w).Encode(stats)
+	})
+	http.HandleFunc("POST /_rar", func(w http.ResponseWriter, r *http.Request) {
+		res, err := sendRAR(host, realm, r.URL.Query().Get("dest"), r.URL.Query().Get("session"))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		json.NewEncoder(w).Encode(res)
 	})
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -81,14 +91,21 @@ func serveDiameterConn(c net.Conn, host, realm string, delay time.Duration, seen
 		defer wmu.Unlock()
 		c.Write(b)
 	}
+	rars.mu.Lock()
+	rars.write = write // server-initiated requests go on the newest connection
+	rars.mu.Unlock()
 	for {
 		msg, h, err := diameter.ReadMessage(r, 1<<20)
 		if err != nil {
 			return
 		}
 		in, err := diameter.Classify(msg, h)
-		if err != nil || !in.Request {
-			continue // a DWA to nothing sent, or an answer: ignored
+		if err != nil {
+			continue
+		}
+		if !in.Request {
+			rars.answered(h.HopByHopID, msg)
+			continue
 		}
 		if !in.Base() || h.CommandCode == diameter.CmdDeviceWatchdog {
 			seen(in)
@@ -132,4 +149,78 @@ func cea(in diameter.Info, host, realm string) []byte {
 		log.Fatal(err)
 	}
 	return b
+}
+
+// rars are the server's own requests (RAR) awaiting their answer.
+var rars rarTable
+
+type rarTable struct {
+	mu    sync.Mutex
+	write func([]byte)
+	next  uint32
+	wait  map[uint32]chan []byte
+}
+
+func (r *rarTable) answered(hbh uint32, msg []byte) {
+	r.mu.Lock()
+	ch := r.wait[hbh]
+	delete(r.wait, hbh)
+	r.mu.Unlock()
+	if ch != nil {
+		ch <- append([]byte(nil), msg...)
+	}
+}
+
+// rarResult is the answer to a RAR, at POST /_rar.
+type rarResult struct {
+	ResultCode uint32 `json:"result_code"`
+	OriginHost string `json:"origin_host"`
+}
+
+// sendRAR sends a Gx Re-Auth-Request to the downstream peer dest through
+// the agent connected last, and waits 5 s at most for its answer.
+func sendRAR(host, realm, dest, session string) (rarResult, error) {
+	rars.mu.Lock()
+	write := rars.write
+	rars.next++
+	hbh := rars.next
+	ch := make(chan []byte, 1)
+	if rars.wait == nil {
+		rars.wait = map[uint32]chan []byte{}
+	}
+	rars.wait[hbh] = ch
+	rars.mu.Unlock()
+	if write == nil {
+		return rarResult{}, fmt.Errorf("no Diameter connection")
+	}
+	m := diam.NewMessage(258, diam.RequestFlag|diam.ProxiableFlag, diameter.AppGx, hbh, hbh, dict.Default)
+	m.NewAVP(avp.SessionID, avp.Mbit, 0, datatype.UTF8String(session))
+	m.NewAVP(avp.OriginHost, avp.Mbit, 0, datatype.DiameterIdentity(host))
+	m.NewAVP(avp.OriginRealm, avp.Mbit, 0, datatype.DiameterIdentity(realm))
+	m.NewAVP(avp.DestinationRealm, avp.Mbit, 0, datatype.DiameterIdentity("pgw.example"))
+	m.NewAVP(avp.DestinationHost, avp.Mbit, 0, datatype.DiameterIdentity(dest))
+	m.NewAVP(avp.AuthApplicationID, avp.Mbit, 0, datatype.Unsigned32(diameter.AppGx))
+	m.NewAVP(avp.ReAuthRequestType, avp.Mbit, 0, datatype.Enumerated(0))
+	b, err := m.Serialize()
+	if err != nil {
+		return rarResult{}, err
+	}
+	write(b)
+	select {
+	case a := <-ch:
+		am, err := diam.ReadMessage(bytes.NewReader(a), dict.Default)
+		if err != nil {
+			return rarResult{}, err
+		}
+		var res rarResult
+		if v, err := am.FindAVP(avp.ResultCode, 0); err == nil {
+			res.ResultCode = uint32(v.Data.(datatype.Unsigned32))
+		}
+		if v, err := am.FindAVP(avp.OriginHost, 0); err == nil {
+			res.OriginHost = string(v.Data.(datatype.DiameterIdentity))
+		}
+		return res, nil
+	case <-time.After(5 * time.Second):
+		return rarResult{}, fmt.Errorf("no RAA in 5s")
+	}
 }
