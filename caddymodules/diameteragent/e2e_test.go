@@ -60,7 +60,9 @@ func (s *server) get(t *testing.T) serverStats {
 
 // agentConfig is the agent in front of two PCRFs (Gx) and two OCSs (Gy),
 // routed by application in realm operator.example; the PCRF group's
-// egress limit is pcrfRate requests per second.
+// egress limit is pcrfRate requests per second. Tw is 6 s, so a hung
+// server is SUSPECT 12 s after its last message; the OCS group's
+// request_timeout (20 s) is above that, so its requests fail over then.
 func agentConfig(listen string, addrs map[string]string, pcrfRate int) string {
 	return fmt.Sprintf(`{
 	layer4 {
@@ -100,6 +102,7 @@ func agentConfig(listen string, addrs map[string]string, pcrfRate int) string {
 					group ocs {
 						peers ocs1.example ocs2.example
 						policy least_outstanding
+						request_timeout 20s
 					}
 					route operator.example pcrf 16777238
 					route operator.example ocs 4
@@ -365,6 +368,44 @@ func TestAgentThroughCaddy(t *testing.T) {
 		}
 		if v, ok := c.Metric(t, `caddy_edgesteer_diameter_agent_group_requests_total{agent="dra",group="pcrf",outcome="refused"}`); !ok || v == 0 {
 			t.Errorf("refused metric %v %v", v, ok)
+		}
+	})
+
+	t.Run("SIGSTOP an OCS under load: SUSPECT, its pending requests fail over", func(t *testing.T) {
+		ocs1 := servers["ocs1.example"]
+		tl, stop := load(4, 20*time.Millisecond, func(p *pgw, id string) ([]answer, error) {
+			return p.session(diameter.AppGy, id, "operator.example", 3, 20*time.Millisecond)
+		})
+		time.Sleep(500 * time.Millisecond)
+		if err := ocs1.Signal(syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		defer ocs1.Signal(syscall.SIGCONT)
+		// SUSPECT comes 2 × Tw after ocs1's last message, DOWN (which
+		// closes the connection and would fail requests over too) Tw
+		// later: the failover must be seen in between.
+		c.WaitFor(t, "ocs1 SUSPECT and requests failed over", 20*time.Second, func() error {
+			v := view(t, c)
+			for _, p := range v.Peers {
+				if p.Host == "ocs1.example" && p.State != "SUSPECT" {
+					return fmt.Errorf("ocs1 %s", p.State)
+				}
+			}
+			if g := group(v, "ocs"); g.FailedOver == 0 {
+				return fmt.Errorf("ocs1 SUSPECT and nothing failed over: %+v", g)
+			}
+			return nil
+		})
+		stop()
+		t.Logf("answers: %d ok, %d other, %d lost", tl.ok.Load(), tl.other.Load(), tl.lost.Load())
+		if tl.lost.Load() != 0 || tl.other.Load() != 0 {
+			t.Errorf("lost %d, other %d (%v): want every Gy request answered 2001", tl.lost.Load(), tl.other.Load(), tl.bad.Load())
+		}
+		if st := servers["ocs2.example"].get(t); len(st.Retransmitted) == 0 {
+			t.Errorf("ocs2 saw no request with the T flag")
+		}
+		if g := group(view(t, c), "ocs"); g.FailedOver == 0 || g.TimedOut != 0 {
+			t.Errorf("ocs group %+v: want some failed over, none timed out", g)
 		}
 	})
 

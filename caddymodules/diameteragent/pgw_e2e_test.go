@@ -145,7 +145,8 @@ func parseAnswer(b []byte) answer {
 
 var errClosed = errors.New("connection closed before the answer")
 
-// call sends m and waits for its answer (10 s at most).
+// call sends m and waits for its answer (30 s at most: longer than any
+// bound of the agent, 2 × Tw included).
 func (p *pgw) call(m *diam.Message) (answer, error) {
 	h := p.hbh.Add(1)
 	m.Header.HopByHopID, m.Header.EndToEndID = h, h
@@ -168,8 +169,8 @@ func (p *pgw) call(m *diam.Message) (answer, error) {
 		return a, nil
 	case <-p.closed:
 		return answer{}, errClosed
-	case <-time.After(10 * time.Second):
-		return answer{}, fmt.Errorf("no answer to %d in 10s", h)
+	case <-time.After(30 * time.Second):
+		return answer{}, fmt.Errorf("no answer to %d in 30s", h)
 	}
 }
 
