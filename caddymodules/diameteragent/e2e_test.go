@@ -60,7 +60,9 @@ func (s *server) get(t *testing.T) serverStats {
 
 // agentConfig is the agent in front of two PCRFs (Gx) and two OCSs (Gy),
 // routed by application in realm operator.example; the PCRF group's
-// egress limit is pcrfRate requests per second. Tw is 6 s, so a hung
+// egress limit is pcrfRate requests per second with a burst of a tenth
+// of a second (so a sender starved of CPU for up to 100 ms loses no
+// admissions on a busy host). Tw is 6 s, so a hung
 // server is SUSPECT 12 s after its last message; the OCS group's
 // request_timeout (20 s) is above that, so its requests fail over then.
 func agentConfig(listen string, addrs map[string]string, pcrfRate int) string {
@@ -95,7 +97,7 @@ func agentConfig(listen string, addrs map[string]string, pcrfRate int) string {
 						peers pcrf1.example pcrf2.example
 						request_timeout 5s
 						egress {
-							rate %d
+							rate %d %d
 							error_message "PCRF group over its rate"
 						}
 					}
@@ -113,7 +115,7 @@ func agentConfig(listen string, addrs map[string]string, pcrfRate int) string {
 		}
 	}
 }
-`, listen, addrs["pcrf1.example"], addrs["pcrf2.example"], addrs["ocs1.example"], addrs["ocs2.example"], pcrfRate)
+`, listen, addrs["pcrf1.example"], addrs["pcrf2.example"], addrs["ocs1.example"], addrs["ocs2.example"], pcrfRate, pcrfRate/10)
 }
 
 type agentView struct {
@@ -424,7 +426,17 @@ func TestAgentThroughCaddy(t *testing.T) {
 			}
 			return as, err
 		})
+		// Kill it while sessions are under way and requests pending on it
+		// (it answers after 50 ms).
 		time.Sleep(time.Second)
+		c.WaitFor(t, "requests pending on pcrf1", 10*time.Second, func() error {
+			for _, p := range view(t, c).Peers {
+				if p.Host == "pcrf1.example" && p.Outstanding < 3 {
+					return fmt.Errorf("pcrf1 %s, %d outstanding", p.State, p.Outstanding)
+				}
+			}
+			return nil
+		})
 		pcrf1 := servers["pcrf1.example"]
 		if err := pcrf1.Signal(syscall.SIGKILL); err != nil {
 			t.Fatal(err)
