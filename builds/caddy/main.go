@@ -15,6 +15,7 @@ import (
 
 	_ "github.com/edgesteer/edgesteer/caddymodules/cacheredirect"
 	_ "github.com/edgesteer/edgesteer/caddymodules/dashboard"
+	_ "github.com/edgesteer/edgesteer/caddymodules/diameteragent"
 	_ "github.com/edgesteer/edgesteer/caddymodules/diametermatch"
 	_ "github.com/edgesteer/edgesteer/caddymodules/latencybucket"
 	_ "github.com/edgesteer/edgesteer/caddymodules/ldapmatch"

@@ -88,9 +88,9 @@ type Refusal struct {
 // Route sends requests for Realm ("*": any realm) and one of Applications
 // (none: any application) to Group.
 type Route struct {
-	Realm        string
-	Applications []uint32
-	Group        string
+	Realm        string   `json:"realm"`
+	Applications []uint32 `json:"applications,omitempty"`
+	Group        string   `json:"group"`
 }
 
 // Defaults.

@@ -6,6 +6,10 @@
 // probe exchange, standing in for network distance); every other request is
 // answered after -delay with the peer's name in the body and in X-Peer.
 //
+// With -diameter it is also a Diameter server (a PCRF or an OCS, see
+// diameter.go) named -name in realm -realm, whose counts GET /_diameter
+// shows.
+//
 // As an origin it records what it saw of each request (remote address,
 // Client-IP, X-Forwarded-For; the last 10,000) at GET /_seen, and
 // -cache-control sets that header on answers so a cache may keep them.
@@ -36,12 +40,18 @@ func main() {
 	delay := flag.Duration("delay", 0, "delay before answering any other request")
 	cacheControl := flag.String("cache-control", "", "Cache-Control header on answers")
 	status := flag.Int("status", http.StatusOK, "status of answers to other requests")
+	diameterAddr := flag.String("diameter", "", "also serve Diameter on this address")
+	realm := flag.String("realm", "example", "Diameter realm (with -diameter)")
+	answerDelay := flag.Duration("answer-delay", 0, "delay before answering a Diameter request (with -diameter)")
 	flag.Parse()
+	if *diameterAddr != "" {
+		serveDiameter(*diameterAddr, *name, *realm, *answerDelay)
+	}
 
 	var mu sync.Mutex
 	var requests []seen
 
-	mux := http.NewServeMux()
+	mux := http.DefaultServeMux
 	mux.HandleFunc("/probe", func(w http.ResponseWriter, r *http.Request) {
 		time.Sleep(*probeDelay)
 		fmt.Fprintln(w, "ok")
