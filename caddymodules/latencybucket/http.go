@@ -81,7 +81,7 @@ func (h *HTTPPolicy) provisionSelector(ctx caddy.Context, dials []string) error 
 		Tracker:     h.policy.state.Tracker(),
 		Holder:      h.policy.lease.Holder(),
 		Host:        httpHost{},
-		LeastConn:   h.Within == "least_conn",
+		Within:      h.Config.within(),
 		Sticky:      h.policy.table,
 		StickyStore: h.policy.stickyStore,
 	}

@@ -30,10 +30,10 @@ type Selector[U comparable] struct {
 	Tracker *Tracker
 	// Holder, if set, registers the pool's upstreams with the tracker, so
 	// they are released with it; else they are registered for good.
-	Holder    *Holder
-	Host      Host[U]
-	Within    Within        // the pick inside the lowest bucket; default random
-	Sticky    *sticky.Table // nil: no stickiness
+	Holder *Holder
+	Host   Host[U]
+	Within Within        // the pick inside the lowest bucket; default random
+	Sticky *sticky.Table // nil: no stickiness
 	// StickyStore, with Sticky, is the cluster's second level (State.StickyStore):
 	// read on a local miss, written on a new pick. nil: local only.
 	StickyStore *StickyStore
@@ -73,7 +73,7 @@ type member[U comparable] struct {
 	u      U
 	id     uint32
 	probed bool
-	score  uint64 // hash of the probe address, for pairScore (with a shared level)
+	score  uint64  // hash of the probe address, for pairScore (with a shared level)
 	tg     *target // its target, for p2c's load figures; nil if not probed
 }
 
