@@ -20,7 +20,7 @@ import (
 //		traffic_failure_latency <duration>
 //		bucket_width <duration>
 //		hysteresis <fraction>
-//		within random|least_conn
+//		within random|least_conn|p2c
 //		probe tcp|tls|http|https|h2c [<path>]
 //		probe_host <host>
 //		probe_insecure_skip_verify

@@ -48,7 +48,9 @@ type Config struct {
 	// this fraction past the bucket's bounds. Default 0.1; 0 disables.
 	Hysteresis *float64 `json:"hysteresis,omitempty"`
 	// Within is how a publisher is picked inside the bucket: "random"
-	// (default) or "least_conn" (HTTP only).
+	// (default), "least_conn" (HTTP only), or "p2c": of two random
+	// members, the one of lower latency estimate × (requests in flight + 1)
+	// (HTTP needs the latency_bucket transport, which counts them).
 	Within string `json:"within,omitempty"`
 
 	// Probe is the probe kind: "tcp" (connect time, default), "tls"
@@ -112,7 +114,7 @@ type StickyStore struct {
 // the first); the Caddyfile parser and Validate both check against it.
 var choices = map[string][]string{
 	"latency":              {"probe", "traffic", "both", "on", "off"},
-	"within":               {"random", "least_conn"},
+	"within":               {"random", "least_conn", "p2c"},
 	"probe":                {"tcp", "tls", "http", "https", "h2c"},
 	"sticky":               {"on", "off"},
 	"sticky_user_fallback": {"client_ip", "none"},
@@ -164,7 +166,7 @@ func (c *Config) Validate(layer4 bool) error {
 		return bad("hysteresis", *c.Hysteresis, "must be in [0, 1)")
 	}
 	if c.Within == "least_conn" && layer4 {
-		return bad("within", c.Within, "layer4 upstreams do not expose connection counts; use random")
+		return bad("within", c.Within, "layer4 upstreams do not expose connection counts; use random or p2c")
 	}
 	if (c.ProbePath != "" || c.ProbeHost != "") && c.Probe != "http" && c.Probe != "https" && c.Probe != "h2c" {
 		return bad("probe_path/probe_host", c.ProbePath+c.ProbeHost, "apply to http, https and h2c probes only")
@@ -258,6 +260,17 @@ func (c *Config) settings() pubsel.Settings {
 		s.StickyMaxEntries = defaultStickyMaxEntries
 	}
 	return s
+}
+
+// within is the engine's pick rule inside the lowest bucket.
+func (c *Config) within() pubsel.Within {
+	switch c.Within {
+	case "least_conn":
+		return pubsel.WithinLeastConn
+	case "p2c":
+		return pubsel.WithinP2C
+	}
+	return pubsel.WithinRandom
 }
 
 // source is the latency the buckets are computed from.

@@ -61,6 +61,10 @@ func (h *HTTPPolicy) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("latency_bucket: latency %s: this reverse_proxy's requests are not observed; "+
 			"wrap its transport: transport latency_bucket { transport http { … } }", h.Latency)
 	}
+	if t == nil && h.Config.within() == pubsel.WithinP2C {
+		return fmt.Errorf("latency_bucket: within p2c: this reverse_proxy's requests in flight are not counted; " +
+			"wrap its transport: transport latency_bucket { transport http { … } }")
+	}
 	if err := h.provisionSelector(ctx, dials); err != nil {
 		return err
 	}
