@@ -37,7 +37,8 @@ type Config struct {
 	// drops the buckets: balance over every active publisher, still sticky.
 	Latency string `json:"latency,omitempty"`
 	// TrafficHalfLife is the half-life with which the observed latency
-	// (a peak-EWMA) decays after a slow spell. Default 10s.
+	// (a peak-EWMA) decays after a slow spell. Default 10s. For latency
+	// traffic or both, or within p2c (its latency estimate).
 	TrafficHalfLife caddy.Duration `json:"traffic_half_life,omitempty"`
 	// TrafficFailureLatency is what a failed or timed-out real request
 	// counts as (at least). Default: probe_timeout.
@@ -153,11 +154,14 @@ func (c *Config) Validate(layer4 bool) error {
 	if c.TrafficFailureLatency < 0 {
 		return bad("traffic_failure_latency", time.Duration(c.TrafficFailureLatency), "must be positive")
 	}
-	if c.source() == pubsel.FromProbe && c.TrafficHalfLife != 0 {
-		return bad("traffic_half_life", time.Duration(c.TrafficHalfLife), "applies to latency traffic or both only")
+	// The observed latency is used by latency traffic and both, and by
+	// within p2c's estimate; elsewhere these options would do nothing.
+	usesTraffic := c.source() != pubsel.FromProbe || c.Within == "p2c"
+	if !usesTraffic && c.TrafficHalfLife != 0 {
+		return bad("traffic_half_life", time.Duration(c.TrafficHalfLife), "applies to latency traffic or both, or within p2c, only")
 	}
-	if c.source() == pubsel.FromProbe && c.TrafficFailureLatency != 0 {
-		return bad("traffic_failure_latency", time.Duration(c.TrafficFailureLatency), "applies to latency traffic or both only")
+	if !usesTraffic && c.TrafficFailureLatency != 0 {
+		return bad("traffic_failure_latency", time.Duration(c.TrafficFailureLatency), "applies to latency traffic or both, or within p2c, only")
 	}
 	if c.BucketWidth < 0 {
 		return bad("bucket_width", time.Duration(c.BucketWidth), "must be positive")
