@@ -1,6 +1,9 @@
 package pubsel
 
-import "time"
+import (
+	"math/rand/v2"
+	"time"
+)
 
 // Within is how a pick is made inside the lowest bucket.
 type Within int
@@ -103,11 +106,7 @@ func (s *Selector[U]) pickP2C(g []member[U]) (member[U], bool) {
 	if n < 2 {
 		return s.pickRandom(g)
 	}
-	i := s.intN(n)
-	j := s.intN(n - 1)
-	if j >= i {
-		j++
-	}
+	i, j := s.two(n)
 	a, b := &g[i], &g[j]
 	aok, bok := s.Host.Available(a.u), s.Host.Available(b.u)
 	switch {
@@ -122,4 +121,19 @@ func (s *Selector[U]) pickP2C(g []member[U]) (member[U], bool) {
 		return *b, true
 	}
 	return s.pickRandom(g)
+}
+
+// two draws two distinct indices below n (n ≥ 2) from one random word:
+// a pick costs one call to the generator, as random's does.
+func (s *Selector[U]) two(n int) (i, j int) {
+	if s.IntN != nil {
+		i, j = s.IntN(n), s.IntN(n-1)
+	} else {
+		x := rand.Uint64()
+		i, j = int(uint32(x)%uint32(n)), int(uint32(x>>32)%uint32(n-1))
+	}
+	if j >= i {
+		j++
+	}
+	return i, j
 }
