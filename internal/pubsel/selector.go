@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/edgesteer/edgesteer/internal/latency"
@@ -40,6 +41,10 @@ type Selector[U comparable] struct {
 	// IntN, if set, replaces rand.IntN for the random draws inside a
 	// bucket (tests make them deterministic).
 	IntN func(n int) int
+	// SlowStart, if positive, gives a publisher that (re)enters the lowest
+	// bucket a share of new picks rising linearly from 0 to its full share
+	// over this long (see temper).
+	SlowStart time.Duration
 
 	view atomic.Pointer[view[U]]
 }
@@ -75,15 +80,22 @@ type member[U comparable] struct {
 	probed bool
 	score  uint64  // hash of the probe address, for pairScore (with a shared level)
 	tg     *target // its target, for p2c's load figures; nil if not probed
+	// warmSince: when it (re)entered the lowest bucket, if it is in slow
+	// start (unix ns); 0 if not.
+	warmSince int64
 }
 
-func (s *Selector[U]) currentView(pool []U) *view[U] {
+func (s *Selector[U]) currentView(pool []U, now int64) *view[U] {
 	gen := s.Tracker.Generation()
 	v := s.view.Load()
 	if v != nil && v.gen == gen && v.size == len(pool) && v.first == unsafe.SliceData(pool) {
 		return v
 	}
+	prev := v
 	v = s.build(pool)
+	if s.SlowStart > 0 {
+		s.warmup(v, prev, now)
+	}
 	s.view.Store(v)
 	return v
 }
@@ -201,7 +213,7 @@ func (s *Selector[U]) sel(pool []U, user, app string, now int64, pinned bool) (u
 	if len(pool) == 0 {
 		return u, d, false
 	}
-	v := s.currentView(pool)
+	v := s.currentView(pool, now)
 	var key uint64
 	if pinned {
 		key = s.Sticky.Key(user, app)
@@ -265,6 +277,9 @@ func (s *Selector[U]) sel(pool []U, user, app string, now int64, pinned bool) (u
 		}
 		if !found {
 			continue
+		}
+		if m.warmSince != 0 {
+			m = s.temper(g, m, now)
 		}
 		if m.probed {
 			d.Status = s.Tracker.StatusOf(m.id)
