@@ -77,6 +77,7 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 		{Input: "latency_bucket {\nlatency true\n}", ExpectedErr: `latency_bucket: latency "true": want probe, traffic, both, on or off`},
 		{Input: "latency_bucket {\nwithin fastest\n}", ExpectedErr: `latency_bucket: within "fastest": want random, least_conn or p2c, at Testfile:2`},
 		{Input: "latency_bucket {\nwithin p2c\n}", Expected: `{"within":"p2c"}`},
+		{Input: "latency_bucket {\nslow_start 30s\n}", Expected: `{"slow_start":30000000000}`},
 		{Input: "latency_bucket {\nprobe icmp\n}", ExpectedErr: `latency_bucket: probe "icmp": want tcp, tls, http, https or h2c, at Testfile:2`},
 		{Input: "latency_bucket {\nprobe HTTP /x\n}", ExpectedErr: `latency_bucket: probe "HTTP"`},
 		{Input: "latency_bucket {\nsticky sometimes\n}", ExpectedErr: `latency_bucket: sticky "sometimes": want on or off, at Testfile:2`},

@@ -54,6 +54,11 @@ type Config struct {
 	// (HTTP needs the latency_bucket transport, which counts them).
 	Within string `json:"within,omitempty"`
 
+	// SlowStart, if set, gives a publisher that (re)enters the lowest
+	// bucket a share of new picks rising linearly from 0 to its full share
+	// over this long. Default 0: off.
+	SlowStart caddy.Duration `json:"slow_start,omitempty"`
+
 	// Probe is the probe kind: "tcp" (connect time, default), "tls"
 	// (handshake time), "http" or "https" (request to first response byte),
 	// or "h2c" (the same over HTTP/2 without TLS, for h2c-only upstreams
@@ -162,6 +167,9 @@ func (c *Config) Validate(layer4 bool) error {
 	}
 	if !usesTraffic && c.TrafficFailureLatency != 0 {
 		return bad("traffic_failure_latency", time.Duration(c.TrafficFailureLatency), "applies to latency traffic or both, or within p2c, only")
+	}
+	if c.SlowStart < 0 {
+		return bad("slow_start", time.Duration(c.SlowStart), "must be positive")
 	}
 	if c.BucketWidth < 0 {
 		return bad("bucket_width", time.Duration(c.BucketWidth), "must be positive")

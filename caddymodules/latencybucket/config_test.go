@@ -57,6 +57,7 @@ func TestBadJSONNamesOption(t *testing.T) {
 		`{"sticky_store": {"redis": "a", "timeout": "-1s"}}`: "sticky_store_timeout -1s: must be positive",
 		`{"within": "least_conn", "x": 1}`:                   "", // unknown JSON fields are Caddy's to reject
 		`{"within": "p2c", "traffic_half_life": "1s"}`:       "",
+		`{"slow_start": "-1s"}`:                              "slow_start -1s: must be positive",
 		`{"within": "leastconn"}`:                            `within "leastconn": want random, least_conn or p2c`,
 	} {
 		var c Config

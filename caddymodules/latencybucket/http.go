@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
@@ -86,6 +87,7 @@ func (h *HTTPPolicy) provisionSelector(ctx caddy.Context, dials []string) error 
 		Holder:      h.policy.lease.Holder(),
 		Host:        httpHost{},
 		Within:      h.Config.within(),
+		SlowStart:   time.Duration(h.Config.SlowStart),
 		Sticky:      h.policy.table,
 		StickyStore: h.policy.stickyStore,
 	}

@@ -2,6 +2,7 @@ package latencybucket
 
 import (
 	"net"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
@@ -60,6 +61,7 @@ func (p *L4Policy) Provision(ctx caddy.Context) error {
 		Sticky:      p.policy.table,
 		StickyStore: p.policy.stickyStore,
 		Within:      p.Config.within(),
+		SlowStart:   time.Duration(p.Config.SlowStart),
 	}
 	p.observe = p.Config.source() != pubsel.FromProbe || p.Config.within() == pubsel.WithinP2C
 	return nil
