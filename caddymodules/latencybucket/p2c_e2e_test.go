@@ -126,8 +126,10 @@ func TestP2CFollowsCapacity(t *testing.T) {
 			for _, a := range arrivals {
 				total += a.Load()
 			}
-			if total < rate*int64(measure/time.Second)/2 {
-				t.Fatalf("only %d requests reached the publishers in %v", total, measure)
+			// A busy host may not keep up the rate; a quarter of it still
+			// gives shares to a few percent.
+			if total < rate*int64(measure/time.Second)/4 {
+				t.Fatalf("only %d requests reached the publishers in %v (%d answered, %d failed)", total, measure, answered.Load(), failed.Load())
 			}
 			if failed.Load() > 0 {
 				t.Errorf("%d requests failed (%d answered)", failed.Load(), answered.Load())
