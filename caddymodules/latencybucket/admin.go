@@ -123,6 +123,15 @@ type PublisherView struct {
 	Rounds          uint64    `json:"probe_rounds"`
 	StickyEntries   int       `json:"sticky_entries"`
 	PicksTotal      uint64    `json:"picks_total"`
+	// InFlight is the requests (HTTP, counted by the latency_bucket
+	// transport) or connections (layer 4, from connect to the end of the
+	// upstream side) in flight to it now; EstimateMS the latency a p2c
+	// pick expects of it (observed peak once traffic is counted, else the
+	// probe latency); CostMS = estimate × (in flight + 1), what p2c
+	// compares.
+	InFlight   int64   `json:"in_flight"`
+	EstimateMS float64 `json:"estimate_ms"`
+	CostMS     float64 `json:"cost_ms"`
 }
 
 // latencyWord is the latency option in force, as the admin view names it.
@@ -179,6 +188,9 @@ func policyViews() []PolicyView {
 				LastProbe: st.LastProbe, Rounds: st.Rounds, StickyEntries: counts[st.ID], LastRTTsMS: []float64{},
 				PicksTotal: picks[[2]string{p.key.name, st.Addr}],
 			}
+			var est, cost time.Duration
+			pv.InFlight, est, cost = p.Tracker().Load(st.ID)
+			pv.EstimateMS, pv.CostMS = ms(est), ms(cost)
 			for _, d := range st.LastRTTs {
 				pv.LastRTTsMS = append(pv.LastRTTsMS, ms(d))
 			}

@@ -317,3 +317,52 @@ func BenchmarkTrafficTransport(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkSelectP2C is a new pick (sticky off) with within p2c against
+// Caddy's random (the anchor) and within random, same 4 upstreams, same
+// run. The p2c pool has traffic observed on every upstream and requests in
+// flight on two, so each pick reads two costs that differ.
+func BenchmarkSelectP2C(b *testing.B) {
+	req, _ := http.NewRequest("GET", "http://app.example/", nil)
+	req.RemoteAddr = "192.0.2.1:1234"
+	h, pool := benchPool(b, 4, "off")
+	hp, poolP := benchPoolLatency(b, 4, "off", "probe")
+	hp.selector.Within = pubsel.WithinP2C
+	tr := hp.policy.state.Tracker()
+	for i, u := range poolP {
+		for range 3 {
+			tr.Observe(u.Dial, time.Duration(i+1)*time.Millisecond, false)
+		}
+		if i < 2 {
+			defer tr.Begin(u.Dial).Done()
+		}
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if st := tr.Statuses(); st[0].ObservedSamples > 0 && st[len(st)-1].ObservedSamples > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatal("observed traffic not folded")
+		}
+	}
+	b.Run("anchor_random/upstreams=4", func(b *testing.B) {
+		p := reverseproxy.RandomSelection{}
+		for b.Loop() {
+			p.Select(pool, req, nil)
+		}
+	})
+	b.Run("within_random/upstreams=4", func(b *testing.B) {
+		for b.Loop() {
+			if h.Select(pool, req, nil) == nil {
+				b.Fatal("no upstream")
+			}
+		}
+	})
+	b.Run("within_p2c/upstreams=4", func(b *testing.B) {
+		for b.Loop() {
+			if hp.Select(poolP, req, nil) == nil {
+				b.Fatal("no upstream")
+			}
+		}
+	})
+}

@@ -20,7 +20,8 @@ import (
 //		traffic_failure_latency <duration>
 //		bucket_width <duration>
 //		hysteresis <fraction>
-//		within random|least_conn
+//		within random|least_conn|p2c
+//		slow_start <duration>
 //		probe tcp|tls|http|https|h2c [<path>]
 //		probe_host <host>
 //		probe_insecure_skip_verify
@@ -68,6 +69,8 @@ func (c *Config) UnmarshalCaddyfile(d *caddyfile.Dispenser) (err error) {
 			c.Hysteresis, err = hysteresis(o)
 		case "within":
 			c.Within, err = choice(o)
+		case "slow_start":
+			c.SlowStart, err = o.Duration(time.Nanosecond)
 		case "probe":
 			err = c.unmarshalProbe(o)
 		case "probe_host":

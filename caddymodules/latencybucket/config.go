@@ -37,7 +37,8 @@ type Config struct {
 	// drops the buckets: balance over every active publisher, still sticky.
 	Latency string `json:"latency,omitempty"`
 	// TrafficHalfLife is the half-life with which the observed latency
-	// (a peak-EWMA) decays after a slow spell. Default 10s.
+	// (a peak-EWMA) decays after a slow spell. Default 10s. For latency
+	// traffic or both, or within p2c (its latency estimate).
 	TrafficHalfLife caddy.Duration `json:"traffic_half_life,omitempty"`
 	// TrafficFailureLatency is what a failed or timed-out real request
 	// counts as (at least). Default: probe_timeout.
@@ -48,8 +49,15 @@ type Config struct {
 	// this fraction past the bucket's bounds. Default 0.1; 0 disables.
 	Hysteresis *float64 `json:"hysteresis,omitempty"`
 	// Within is how a publisher is picked inside the bucket: "random"
-	// (default) or "least_conn" (HTTP only).
+	// (default), "least_conn" (HTTP only), or "p2c": of two random
+	// members, the one of lower latency estimate × (requests in flight + 1)
+	// (HTTP needs the latency_bucket transport, which counts them).
 	Within string `json:"within,omitempty"`
+
+	// SlowStart, if set, gives a publisher that (re)enters the lowest
+	// bucket a share of new picks rising linearly from 0 to its full share
+	// over this long. Default 0: off.
+	SlowStart caddy.Duration `json:"slow_start,omitempty"`
 
 	// Probe is the probe kind: "tcp" (connect time, default), "tls"
 	// (handshake time), "http" or "https" (request to first response byte),
@@ -112,7 +120,7 @@ type StickyStore struct {
 // the first); the Caddyfile parser and Validate both check against it.
 var choices = map[string][]string{
 	"latency":              {"probe", "traffic", "both", "on", "off"},
-	"within":               {"random", "least_conn"},
+	"within":               {"random", "least_conn", "p2c"},
 	"probe":                {"tcp", "tls", "http", "https", "h2c"},
 	"sticky":               {"on", "off"},
 	"sticky_user_fallback": {"client_ip", "none"},
@@ -151,11 +159,17 @@ func (c *Config) Validate(layer4 bool) error {
 	if c.TrafficFailureLatency < 0 {
 		return bad("traffic_failure_latency", time.Duration(c.TrafficFailureLatency), "must be positive")
 	}
-	if c.source() == pubsel.FromProbe && c.TrafficHalfLife != 0 {
-		return bad("traffic_half_life", time.Duration(c.TrafficHalfLife), "applies to latency traffic or both only")
+	// The observed latency is used by latency traffic and both, and by
+	// within p2c's estimate; elsewhere these options would do nothing.
+	usesTraffic := c.source() != pubsel.FromProbe || c.Within == "p2c"
+	if !usesTraffic && c.TrafficHalfLife != 0 {
+		return bad("traffic_half_life", time.Duration(c.TrafficHalfLife), "applies to latency traffic or both, or within p2c, only")
 	}
-	if c.source() == pubsel.FromProbe && c.TrafficFailureLatency != 0 {
-		return bad("traffic_failure_latency", time.Duration(c.TrafficFailureLatency), "applies to latency traffic or both only")
+	if !usesTraffic && c.TrafficFailureLatency != 0 {
+		return bad("traffic_failure_latency", time.Duration(c.TrafficFailureLatency), "applies to latency traffic or both, or within p2c, only")
+	}
+	if c.SlowStart < 0 {
+		return bad("slow_start", time.Duration(c.SlowStart), "must be positive")
 	}
 	if c.BucketWidth < 0 {
 		return bad("bucket_width", time.Duration(c.BucketWidth), "must be positive")
@@ -164,7 +178,7 @@ func (c *Config) Validate(layer4 bool) error {
 		return bad("hysteresis", *c.Hysteresis, "must be in [0, 1)")
 	}
 	if c.Within == "least_conn" && layer4 {
-		return bad("within", c.Within, "layer4 upstreams do not expose connection counts; use random")
+		return bad("within", c.Within, "layer4 upstreams do not expose connection counts; use random or p2c")
 	}
 	if (c.ProbePath != "" || c.ProbeHost != "") && c.Probe != "http" && c.Probe != "https" && c.Probe != "h2c" {
 		return bad("probe_path/probe_host", c.ProbePath+c.ProbeHost, "apply to http, https and h2c probes only")
@@ -258,6 +272,17 @@ func (c *Config) settings() pubsel.Settings {
 		s.StickyMaxEntries = defaultStickyMaxEntries
 	}
 	return s
+}
+
+// within is the engine's pick rule inside the lowest bucket.
+func (c *Config) within() pubsel.Within {
+	switch c.Within {
+	case "least_conn":
+		return pubsel.WithinLeastConn
+	case "p2c":
+		return pubsel.WithinP2C
+	}
+	return pubsel.WithinRandom
 }
 
 // source is the latency the buckets are computed from.

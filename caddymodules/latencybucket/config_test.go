@@ -23,9 +23,10 @@ func TestCaddyfileValidate(t *testing.T) {
 	}{
 		{"probe_host example.test", false, "latency_bucket: probe_path/probe_host example.test: apply to http, https and h2c probes only"},
 		{"probe tls\nprobe_host example.test", false, "probe_path/probe_host example.test"},
-		{"within least_conn", true, "latency_bucket: within least_conn: layer4 upstreams do not expose connection counts"},
-		{"traffic_half_life 5s", false, "latency_bucket: traffic_half_life 5s: applies to latency traffic or both only"},
-		{"latency probe\ntraffic_failure_latency 1s", true, "latency_bucket: traffic_failure_latency 1s: applies to latency traffic or both only"},
+		{"within least_conn", true, "latency_bucket: within least_conn: layer4 upstreams do not expose connection counts; use random or p2c"},
+		{"traffic_half_life 5s", false, "latency_bucket: traffic_half_life 5s: applies to latency traffic or both, or within p2c, only"},
+		{"within random\ntraffic_half_life 5s", true, "latency_bucket: traffic_half_life 5s: applies to latency traffic or both, or within p2c, only"},
+		{"latency probe\ntraffic_failure_latency 1s", true, "latency_bucket: traffic_failure_latency 1s: applies to latency traffic or both, or within p2c, only"},
 		{"sticky off\nsticky_store redis a", false, "latency_bucket: sticky_store redis a: needs sticky on"},
 		{"sticky_store redis a\nsticky_store_timeout 6s", true, "latency_bucket: sticky_store_timeout 6s: must be at most 5s"},
 	} {
@@ -55,6 +56,9 @@ func TestBadJSONNamesOption(t *testing.T) {
 		`{"sticky_store": {}}`:                               `sticky_store "": name a store`,
 		`{"sticky_store": {"redis": "a", "timeout": "-1s"}}`: "sticky_store_timeout -1s: must be positive",
 		`{"within": "least_conn", "x": 1}`:                   "", // unknown JSON fields are Caddy's to reject
+		`{"within": "p2c", "traffic_half_life": "1s"}`:       "",
+		`{"slow_start": "-1s"}`:                              "slow_start -1s: must be positive",
+		`{"within": "leastconn"}`:                            `within "leastconn": want random, least_conn or p2c`,
 	} {
 		var c Config
 		if err := json.Unmarshal([]byte(raw), &c); err != nil {

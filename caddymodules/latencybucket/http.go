@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
@@ -61,6 +62,10 @@ func (h *HTTPPolicy) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("latency_bucket: latency %s: this reverse_proxy's requests are not observed; "+
 			"wrap its transport: transport latency_bucket { transport http { … } }", h.Latency)
 	}
+	if t == nil && h.Config.within() == pubsel.WithinP2C {
+		return fmt.Errorf("latency_bucket: within p2c: this reverse_proxy's requests in flight are not counted; " +
+			"wrap its transport: transport latency_bucket { transport http { … } }")
+	}
 	if err := h.provisionSelector(ctx, dials); err != nil {
 		return err
 	}
@@ -81,7 +86,8 @@ func (h *HTTPPolicy) provisionSelector(ctx caddy.Context, dials []string) error 
 		Tracker:     h.policy.state.Tracker(),
 		Holder:      h.policy.lease.Holder(),
 		Host:        httpHost{},
-		LeastConn:   h.Within == "least_conn",
+		Within:      h.Config.within(),
+		SlowStart:   time.Duration(h.Config.SlowStart),
 		Sticky:      h.policy.table,
 		StickyStore: h.policy.stickyStore,
 	}

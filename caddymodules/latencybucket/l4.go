@@ -2,6 +2,7 @@ package latencybucket
 
 import (
 	"net"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
@@ -24,7 +25,7 @@ type L4Policy struct {
 
 	policy   *policy
 	selector *pubsel.Selector[*l4proxy.Upstream]
-	observe  bool // latency traffic or both: time each connect
+	observe  bool // latency traffic or both, or within p2c: time each connect (and count it in flight)
 }
 
 // CaddyModule returns the Caddy module information.
@@ -59,8 +60,10 @@ func (p *L4Policy) Provision(ctx caddy.Context) error {
 		Host:        l4Host{},
 		Sticky:      p.policy.table,
 		StickyStore: p.policy.stickyStore,
+		Within:      p.Config.within(),
+		SlowStart:   time.Duration(p.Config.SlowStart),
 	}
-	p.observe = p.Config.source() != pubsel.FromProbe
+	p.observe = p.Config.source() != pubsel.FromProbe || p.Config.within() == pubsel.WithinP2C
 	return nil
 }
 

@@ -57,3 +57,51 @@ func TestDialTimer(t *testing.T) {
 		t.Fatalf("close before use not recorded: %d samples", n)
 	}
 }
+
+// A proxied layer4 connection counts as in flight to its upstream from its
+// connect (the first use after the pick) until the proxy half-closes the
+// client side (every upstream side ended) or closes it, exactly once; a
+// failed dial never counts.
+func TestDialTimerInFlight(t *testing.T) {
+	tr, err := pubsel.NewTracker(pubsel.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const addr = "192.0.2.1:443"
+	id, _ := tr.Ensure(addr)
+	hang, _ := e2e.HangingListener(t, "127.0.0.1:0")
+	open := func() *layer4.Connection {
+		raw, err := net.Dial("tcp", hang)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { raw.Close() })
+		return layer4.WrapConnection(raw, nil, zap.NewNop())
+	}
+	inFlight := func(want int64, when string) {
+		t.Helper()
+		if n, _, _ := tr.Load(id); n != want {
+			t.Fatalf("%s: %d in flight, want %d", when, n, want)
+		}
+	}
+	a, b := open(), open()
+	armDial(a, tr, addr)
+	armDial(b, tr, addr)
+	inFlight(0, "picked, not connected")
+	a.Write([]byte("x"))
+	b.Write([]byte("x"))
+	inFlight(2, "two connected")
+	a.Conn.(*dialTimer).CloseWrite()
+	inFlight(1, "one half-closed twice")
+	a.Close()
+	inFlight(1, "the half-closed one closed")
+	b.Close()
+	inFlight(0, "both closed")
+	c := open()
+	armDial(c, tr, addr)
+	armDial(c, tr, addr) // the first dial failed
+	c.Read(make([]byte, 0))
+	inFlight(1, "connected after a retry")
+	c.Close()
+	inFlight(0, "closed after a retry")
+}

@@ -149,3 +149,13 @@ func TestTrafficNeedsTheTransport(t *testing.T) {
 	}
 	h.Cleanup()
 }
+
+// within p2c needs the latency_bucket transport (it counts the requests in
+// flight) in the same reverse_proxy: without it the config fails at load.
+func TestP2CNeedsTheTransport(t *testing.T) {
+	_, err := generation(t, Config{Name: "no-transport-p2c", Within: "p2c"})
+	want := "latency_bucket: within p2c: this reverse_proxy's requests in flight are not counted"
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("got %v, want %q", err, want)
+	}
+}

@@ -93,19 +93,27 @@ func (t *TrafficTransport) feed(tr *pubsel.Tracker) { t.tracker.Store(tr) }
 // to its response headers against the upstream it was sent to. An error,
 // or a 502, 503 or 504 answer, counts as a failure (at least the policy's
 // traffic_failure_latency); a request the client gave up on counts for
-// nothing. Its own cost is two monotonic clock reads, one context lookup
-// (reverse_proxy set the dial info last), one map lookup in the tracker's
-// copy-on-write index and two atomic adds: no lock, no allocation.
+// nothing. The request counts as in flight to its upstream (for within
+// p2c) from the moment it is sent until its response headers or error
+// arrive. Its own cost is two monotonic clock reads, one context lookup
+// (reverse_proxy set the dial info before calling us), one map lookup in
+// the tracker's copy-on-write index and four atomic adds: no lock, no
+// allocation.
 func (t *TrafficTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	tr := t.tracker.Load()
 	if tr == nil {
 		return t.inner.RoundTrip(req)
 	}
+	di, ok := reverseproxy.GetDialInfo(req.Context())
+	if !ok {
+		return t.inner.RoundTrip(req)
+	}
+	f := tr.Begin(di.Address)
 	start := mono()
 	resp, err := t.inner.RoundTrip(req)
 	took := mono() - start
-	di, ok := reverseproxy.GetDialInfo(req.Context())
-	if !ok || (err != nil && req.Context().Err() != nil) {
+	f.Done()
+	if err != nil && req.Context().Err() != nil {
 		return resp, err
 	}
 	failed := err != nil
@@ -115,7 +123,7 @@ func (t *TrafficTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 			failed = true
 		}
 	}
-	tr.Observe(di.Address, took, failed)
+	tr.ObserveFlight(f, took, failed)
 	return resp, err
 }
 

@@ -102,3 +102,43 @@ func TestTrafficTransportCountsFailures(t *testing.T) {
 		}
 	}
 }
+
+// innerFunc is a RoundTripper of a function.
+type innerFunc func(*http.Request) (*http.Response, error)
+
+func (f innerFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// A request counts as in flight to its upstream (within p2c's load) while
+// the wrapped transport has it, whatever its outcome: an answer, an error,
+// a client that gave up.
+func TestTrafficTransportCountsInFlight(t *testing.T) {
+	tr, err := pubsel.NewTracker(pubsel.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const addr = "127.0.0.1:9001"
+	id, _ := tr.Ensure(addr)
+	for _, outcome := range []string{"answer", "error", "cancelled"} {
+		ctx, cancel := context.WithCancel(context.WithValue(context.Background(), caddy.CtxKey("reverse_proxy.dial_info"),
+			reverseproxy.DialInfo{Network: "tcp", Address: addr, Host: "127.0.0.1", Port: "9001"}))
+		var during int64
+		rt := &TrafficTransport{tracker: new(atomic.Pointer[pubsel.Tracker]), inner: innerFunc(func(r *http.Request) (*http.Response, error) {
+			during, _, _ = tr.Load(id)
+			switch outcome {
+			case "error":
+				return nil, errors.New("dial tcp: connection refused")
+			case "cancelled":
+				cancel()
+				return nil, r.Context().Err()
+			}
+			return &http.Response{StatusCode: 200, Body: http.NoBody, Request: r}, nil
+		})}
+		rt.feed(tr)
+		req, _ := http.NewRequestWithContext(ctx, "GET", "http://app/", nil)
+		rt.RoundTrip(req)
+		cancel()
+		if after, _, _ := tr.Load(id); during != 1 || after != 0 {
+			t.Errorf("%s: %d in flight during the round trip, %d after; want 1, 0", outcome, during, after)
+		}
+	}
+}

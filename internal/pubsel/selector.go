@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/edgesteer/edgesteer/internal/latency"
@@ -30,13 +31,20 @@ type Selector[U comparable] struct {
 	Tracker *Tracker
 	// Holder, if set, registers the pool's upstreams with the tracker, so
 	// they are released with it; else they are registered for good.
-	Holder    *Holder
-	Host      Host[U]
-	LeastConn bool          // fewest connections within the bucket, not random
-	Sticky    *sticky.Table // nil: no stickiness
+	Holder *Holder
+	Host   Host[U]
+	Within Within        // the pick inside the lowest bucket; default random
+	Sticky *sticky.Table // nil: no stickiness
 	// StickyStore, with Sticky, is the cluster's second level (State.StickyStore):
 	// read on a local miss, written on a new pick. nil: local only.
 	StickyStore *StickyStore
+	// IntN, if set, replaces rand.IntN for the random draws inside a
+	// bucket (tests make them deterministic).
+	IntN func(n int) int
+	// SlowStart, if positive, gives a publisher that (re)enters the lowest
+	// bucket a share of new picks rising linearly from 0 to its full share
+	// over this long (see temper).
+	SlowStart time.Duration
 
 	view atomic.Pointer[view[U]]
 }
@@ -70,16 +78,24 @@ type member[U comparable] struct {
 	u      U
 	id     uint32
 	probed bool
-	score  uint64 // hash of the probe address, for pairScore (with a shared level)
+	score  uint64  // hash of the probe address, for pairScore (with a shared level)
+	tg     *target // its target, for p2c's load figures; nil if not probed
+	// warmSince: when it (re)entered the lowest bucket, if it is in slow
+	// start (unix ns); 0 if not.
+	warmSince int64
 }
 
-func (s *Selector[U]) currentView(pool []U) *view[U] {
+func (s *Selector[U]) currentView(pool []U, now int64) *view[U] {
 	gen := s.Tracker.Generation()
 	v := s.view.Load()
 	if v != nil && v.gen == gen && v.size == len(pool) && v.first == unsafe.SliceData(pool) {
 		return v
 	}
+	prev := v
 	v = s.build(pool)
+	if s.SlowStart > 0 {
+		s.warmup(v, prev, now)
+	}
 	s.view.Store(v)
 	return v
 }
@@ -115,6 +131,9 @@ func (s *Selector[U]) build(pool []U) *view[U] {
 		bucket := latency.Unmeasured
 		if ids[i] >= 0 {
 			m.id, m.probed = uint32(ids[i]), true
+			if byID := *s.Tracker.byID.Load(); int(m.id) < len(byID) {
+				m.tg = byID[m.id]
+			}
 			if s.StickyStore != nil {
 				m.score = fnv64(s.Host.Addr(u))
 			}
@@ -194,7 +213,7 @@ func (s *Selector[U]) sel(pool []U, user, app string, now int64, pinned bool) (u
 	if len(pool) == 0 {
 		return u, d, false
 	}
-	v := s.currentView(pool)
+	v := s.currentView(pool, now)
 	var key uint64
 	if pinned {
 		key = s.Sticky.Key(user, app)
@@ -251,13 +270,16 @@ func (s *Selector[U]) sel(pool []U, user, app string, now int64, pinned bool) (u
 	for _, g := range v.groups {
 		var m member[U]
 		var found bool
-		if shared && !s.LeastConn {
+		if shared && s.Within == WithinRandom {
 			m, found = s.pickFor(g, skey)
 		} else {
 			m, found = s.pick(g)
 		}
 		if !found {
 			continue
+		}
+		if m.warmSince != 0 {
+			m = s.temper(g, m, now)
 		}
 		if m.probed {
 			d.Status = s.Tracker.StatusOf(m.id)
@@ -326,19 +348,43 @@ func (s *Selector[U]) fromStore(v *view[U], addr string) (m member[U], st *Statu
 	return m, st, usable, true
 }
 
+func (s *Selector[U]) intN(n int) int {
+	if s.IntN != nil {
+		return s.IntN(n)
+	}
+	return rand.IntN(n)
+}
+
 func (s *Selector[U]) pick(g []member[U]) (member[U], bool) {
+	switch s.Within {
+	case WithinP2C:
+		return s.pickP2C(g)
+	case WithinLeastConn:
+		return s.pickLeastConn(g)
+	}
+	return s.pickRandom(g)
+}
+
+// pickRandom takes the first available member from a random start.
+func (s *Selector[U]) pickRandom(g []member[U]) (member[U], bool) {
 	n := len(g)
 	start := 0
 	if n > 1 {
-		start = rand.IntN(n)
+		start = s.intN(n)
 	}
-	if !s.LeastConn {
-		for i := range n {
-			if m := g[(start+i)%n]; s.Host.Available(m.u) {
-				return m, true
-			}
+	for i := range n {
+		if m := g[(start+i)%n]; s.Host.Available(m.u) {
+			return m, true
 		}
-		return member[U]{}, false
+	}
+	return member[U]{}, false
+}
+
+func (s *Selector[U]) pickLeastConn(g []member[U]) (member[U], bool) {
+	n := len(g)
+	start := 0
+	if n > 1 {
+		start = s.intN(n)
 	}
 	best, bestConns := -1, 0
 	for i := range n {

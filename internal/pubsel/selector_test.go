@@ -287,7 +287,7 @@ func TestLeastConnWithinBucket(t *testing.T) {
 		measure(t, tr, p[i].addr, d)
 	}
 	p[0].conns, p[1].conns, p[2].conns = 9, 3, 0
-	s := &Selector[*up]{Tracker: tr, Host: upHost{}, LeastConn: true}
+	s := &Selector[*up]{Tracker: tr, Host: upHost{}, Within: WithinLeastConn}
 	for range 50 {
 		if u, _, _ := s.Select(p, "", "", 0); u != p[1] {
 			t.Fatalf("least_conn within the bucket picked %s", u.addr)

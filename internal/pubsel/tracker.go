@@ -182,6 +182,7 @@ type target struct {
 	window []time.Duration // best RTT of recent successful rounds, newest last
 
 	observed peakewma.EWMA // real traffic: recorded lock-free, folded under mu
+	inFlight atomic.Int64  // requests or connections in flight (Begin to Done)
 }
 
 // Tracker probes publishers in the background and keeps their status. Its
@@ -313,14 +314,7 @@ func (t *Tracker) publishAddrs() {
 // at the next Reevaluate (every 250 ms) or probe round. An address not
 // probed is ignored.
 func (t *Tracker) Observe(addr string, d time.Duration, failed bool) {
-	tg := (*t.byAddr.Load())[addr]
-	if tg == nil {
-		return
-	}
-	if failed {
-		d = max(d, t.cfg.Load().FailureLatency)
-	}
-	tg.observed.Observe(d)
+	t.ObserveFlight(Flight{(*t.byAddr.Load())[addr]}, d, failed)
 }
 
 // Reevaluate derives every measured target's figure and bucket again
