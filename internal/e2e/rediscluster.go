@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -78,34 +79,53 @@ func startRedisCluster(t testing.TB, n, replicas int) *RedisCluster {
 // slot.
 func (rc *RedisCluster) MasterOf(t testing.TB, key string) int {
 	t.Helper()
-	ctx := context.Background()
+	// A node can miss a call on a loaded host, or answer while a view is
+	// still settling: ask again for a while before giving up.
+	var last error
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		i, err := rc.masterOf(key)
+		if err == nil {
+			return i
+		}
+		last = err
+	}
+	t.Fatalf("no live node of the cluster names the master of %q: %v", key, last)
+	return -1
+}
+
+func (rc *RedisCluster) masterOf(key string) (int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	err := errors.New("every node has exited")
 	for _, a := range rc.Addrs {
 		if rc.Procs[rc.index(a)].Exited() {
 			continue
 		}
 		c := redisClient(a)
 		defer c.Close()
-		slot, err := c.ClusterKeySlot(ctx, key).Result()
-		if err != nil {
+		slot, e := c.ClusterKeySlot(ctx, key).Result()
+		if e != nil {
+			err = fmt.Errorf("%s: CLUSTER KEYSLOT: %w", a, e)
 			continue
 		}
 		// CLUSTER SLOTS names each range's master first, on Redis 6 as on 7;
 		// CLUSTER SHARDS (7.0 on) would have to be read by role.
 		//lint:ignore SA1019 deprecated for Redis 7 clients, still served and exact here
-		slots, err := c.ClusterSlots(ctx).Result()
-		if err != nil {
+		slots, e := c.ClusterSlots(ctx).Result()
+		if e != nil {
+			err = fmt.Errorf("%s: CLUSTER SLOTS: %w", a, e)
 			continue
 		}
 		for _, r := range slots {
 			if int64(r.Start) <= slot && slot <= int64(r.End) && len(r.Nodes) > 0 {
 				if i := rc.index(r.Nodes[0].Addr); i >= 0 {
-					return i
+					return i, nil
 				}
+				err = fmt.Errorf("%s: slot %d's master %s is not a node of this cluster", a, slot, r.Nodes[0].Addr)
 			}
 		}
 	}
-	t.Fatalf("no live node of the cluster names the master of %q", key)
-	return -1
+	return -1, err
 }
 
 func (rc *RedisCluster) index(addr string) int {
