@@ -168,9 +168,7 @@ stage "go test (every test)"
 # that load two cluster tests measured off (an ogs replica's store calls
 # timed out, the static anchor admitted 1.545 R for 1.601 R). A -test.run
 # in TEST_FLAGS runs the two packages whole, so no test runs twice.
-# chaos (one test: the fault schedule over the three cluster modules,
-# about 60 s) goes next, in a lane of its own.
-slowest="$M/caddymodules/peerratelimit $M/caddymodules/latencybucket $M/chaos $M/corednsplugins/ogs $M/caddymodules/tenantroute $M/caddymodules/dashboard"
+slowest="$M/caddymodules/peerratelimit $M/caddymodules/latencybucket $M/corednsplugins/ogs $M/caddymodules/tenantroute $M/caddymodules/dashboard"
 parts=2
 case "${TEST_FLAGS:-}" in *-test.run*) parts=1 ;; esac
 {
