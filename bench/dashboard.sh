@@ -67,7 +67,7 @@ awk -v w=$((w1 - w0)) -v o=$((o1 - o0)) -v hz="$hz" -v s="$IDLE" 'BEGIN {
 
 # Page weight, file by file (gzip as served), then the browser's figures.
 total=0
-for path in "" assets/app.js assets/app.css assets/uPlot.iife.min.js assets/uPlot.min.css api/state; do
+for path in "" assets/app.js assets/agent.js assets/app.css assets/uPlot.iife.min.js assets/uPlot.min.css api/state; do
 	n=$(curl -s --compressed -o /dev/null -w '%{size_download}' "http://127.0.0.1:18488/$path")
 	total=$((total + n))
 	printf 'gzip %-26s %7d bytes\n' "/${path}" "$n"

@@ -13,7 +13,8 @@
 #     10 interleaved pairs, median ratio (goal >= 0.98x);
 #  4. tail latency with one publisher slow to answer (50 ms) but fast to probe
 #     (GET /probe at once): p99 with latency probe, latency both (the transport
-#     timing real answers), and Caddy's least_conn, against 4 fast publishers.
+#     timing real answers), within p2c (latency probe), and Caddy's least_conn,
+#     against 4 fast publishers; medians of per-round ratios (p2c goal <= 1.05x).
 #     sticky off: wrk's connections are all one user (127.0.0.1).
 # PARTS selects what runs (default: all four), e.g. PARTS="transport traffic_tail".
 set -euo pipefail
@@ -45,11 +46,12 @@ site() { # port policy upstream-base
 		local sticky=on
 		[ "$2" = latency_bucket_nosticky ] && sticky=off
 		printf 'http://127.0.0.1:%s {\n\tbind 127.0.0.1\n\treverse_proxy%s {\n\t\tlb_policy latency_bucket {\n\t\t\tprobe http /\n\t\t\tprobe_interval 1s\n\t\t\tsticky %s\n\t\t}\n\t}\n}\n' "$1" "$ups" "$sticky"
-	elif [ "$2" = probe_nowrap ] || [ "$2" = probe_wrap ] || [ "$2" = traffic_probe ] || [ "$2" = traffic_both ]; then
-		local latency=probe transport=""
+	elif [ "$2" = probe_nowrap ] || [ "$2" = probe_wrap ] || [ "$2" = traffic_probe ] || [ "$2" = traffic_both ] || [ "$2" = traffic_p2c ]; then
+		local latency=probe transport="" within=random
 		[ "$2" = traffic_both ] && latency=both
+		[ "$2" = traffic_p2c ] && within=p2c
 		[ "$2" != probe_nowrap ] && transport='\t\ttransport latency_bucket {\n\t\t\ttransport http\n\t\t}\n'
-		printf "http://127.0.0.1:%s {\n\tbind 127.0.0.1\n\treverse_proxy%s {\n\t\tlb_policy latency_bucket {\n\t\t\tname %s\n\t\t\tlatency %s\n\t\t\tprobe http /probe\n\t\t\tprobe_interval 1s\n\t\t\tsticky off\n\t\t}\n$transport\t}\n}\n" "$1" "$ups" "$2" "$latency"
+		printf "http://127.0.0.1:%s {\n\tbind 127.0.0.1\n\treverse_proxy%s {\n\t\tlb_policy latency_bucket {\n\t\t\tname %s\n\t\t\tlatency %s\n\t\t\tprobe http /probe\n\t\t\tprobe_interval 1s\n\t\t\twithin %s\n\t\t\tsticky off\n\t\t}\n$transport\t}\n}\n" "$1" "$ups" "$2" "$latency" "$within"
 	else
 		printf 'http://127.0.0.1:%s {\n\tbind 127.0.0.1\n\treverse_proxy%s {\n\t\tlb_policy %s\n\t}\n}\n' "$1" "$ups" "$2"
 	fi
@@ -67,9 +69,10 @@ site() { # port policy upstream-base
 	site 18031 traffic_probe 18130
 	site 18032 traffic_both 18130
 	site 18033 least_conn 18130
+	site 18034 traffic_p2c 18130
 } >"$work/Caddyfile"
 bg env XDG_DATA_HOME="$work" XDG_CONFIG_HOME="$work" bin/caddy run --adapter caddyfile --config "$work/Caddyfile" 2>"$work/caddy.log"
-for p in 18001 18002 18003 18004 18005 18011 18012 18021 18031 18032 18033 18101 18114 18124 18134; do wait_port $p; done
+for p in 18001 18002 18003 18004 18005 18011 18012 18021 18031 18032 18033 18034 18101 18114 18124 18134; do wait_port $p; done
 sleep 3 # a few probe rounds
 
 rps() { wrk_rps "http://127.0.0.1:$1/" -t2 -c50 -d"$DUR"; }
@@ -128,15 +131,20 @@ if want transport; then
 fi
 
 if want traffic_tail; then
-	tp=() tb=() tl=() tf=()
+	tp=() tb=() tl=() tf=() tc=() rp=() rb=() rl=() rc=()
 	for i in $(seq 5); do
 		tp+=("$(p99 18031)")
 		tb+=("$(p99 18032)")
 		tl+=("$(p99 18033)")
+		tc+=("$(p99 18034)")
 		tf+=("$(p99 18021)")
-		echo "round $i: p99 probe ${tp[-1]} ms, both ${tb[-1]} ms, least_conn ${tl[-1]} ms, all-fast ${tf[-1]} ms"
+		# Per-round ratios: the anchor's own p99 moves with the host's load.
+		rp+=("$(ratio "${tp[-1]}" "${tf[-1]}")") rb+=("$(ratio "${tb[-1]}" "${tf[-1]}")")
+		rl+=("$(ratio "${tl[-1]}" "${tf[-1]}")") rc+=("$(ratio "${tc[-1]}" "${tf[-1]}")")
+		echo "round $i: p99 probe ${tp[-1]} ms, both ${tb[-1]} ms, least_conn ${tl[-1]} ms, p2c ${tc[-1]} ms, all-fast ${tf[-1]} ms"
 	done
 	p=$(printf '%s\n' "${tp[@]}" | median) b=$(printf '%s\n' "${tb[@]}" | median) l=$(printf '%s\n' "${tl[@]}" | median) f=$(printf '%s\n' "${tf[@]}" | median)
-	echo "tail (one publisher 50 ms to answer, fast to probe; wrk -c10, median of 5): p99 probe ${p} ms, both ${b} ms, least_conn ${l} ms, all-fast ${f} ms"
-	awk -v p="$p" -v b="$b" -v l="$l" -v f="$f" 'BEGIN {printf "tail ratios to all-fast: probe %.2fx, both %.2fx, least_conn %.2fx\n", p/f, b/f, l/f}'
+	c=$(printf '%s\n' "${tc[@]}" | median)
+	echo "tail (one publisher 50 ms to answer, fast to probe; wrk -c10, median of 5): p99 probe ${p} ms, both ${b} ms, least_conn ${l} ms, within p2c ${c} ms, all-fast ${f} ms"
+	echo "tail ratios to all-fast, medians of per-round ratios: probe $(printf '%s\n' "${rp[@]}" | median)x, both $(printf '%s\n' "${rb[@]}" | median)x, least_conn $(printf '%s\n' "${rl[@]}" | median)x, within p2c $(printf '%s\n' "${rc[@]}" | median)x (goal <= 1.05x)"
 fi

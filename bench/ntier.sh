@@ -4,11 +4,17 @@
 # → lower tier cache_redirect → origin, bypass requests) against one Caddy
 # reverse_proxy hop to the same origin; and cacheable requests answered by
 # varnish through both tiers. 10 interleaved rounds; median of per-round
-# ratios (goal: two-tier >= 0.9x one hop).
+# ratios (goal: two-tier >= 0.9x one hop). As root, then transparent mode
+# against proxy mode in network namespaces (BenchmarkTierModes: throughput,
+# CPU per GiB, time to first byte against the direct route); NTIER_ONLY=1
+# runs only that part.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/lib.sh
 export PATH="$PATH:/usr/sbin"
+if [ "$(id -u)" = 0 ] && [ "${NTIER_ONLY:-}" = 1 ]; then
+	exec go test -run '^$' -bench BenchmarkTierModes -benchtime=1x ./caddymodules/ntier/
+fi
 need wrk wrk
 need varnishd varnish
 go build -o bin/caddy ./builds/caddy
@@ -52,3 +58,7 @@ for i in $(seq "$PAIRS"); do
 done
 echo "medians: two-tier bypass $(printf '%s\n' "${two[@]}" | median), one hop $(printf '%s\n' "${one[@]}" | median), two-tier hits $(printf '%s\n' "${hit[@]}" | median) req/s"
 echo "ratio two-tier/one hop $(printf '%s\n' "${r2[@]}" | median)x (goal >= 0.9x); hits through both tiers/one hop $(printf '%s\n' "${rh[@]}" | median)x"
+if [ "$(id -u)" = 0 ]; then
+	echo "transparent mode against proxy mode (namespaces; ratios: machine_cpu_transparent/proxy, processes_cpu_transparent/proxy, ttfb_transparent/direct):"
+	go test -run '^$' -bench BenchmarkTierModes -benchtime=1x ./caddymodules/ntier/ | grep -E '^Benchmark|^ok|FAIL' | tr '\t' '\n' | sed 's/^ *//'
+fi

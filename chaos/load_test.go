@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"testing"
 	"time"
 
 	"github.com/miekg/dns"
@@ -22,17 +23,27 @@ const slice = 500 * time.Millisecond
 // past the shares' bursts (README: a replica's bucket "loses capacity in
 // any longer pause of its arrivals"; the burst is at least 100 ms of the
 // share), so the cluster admits less than R for reasons of the host, not
-// of the rule.
+// of the rule, then sends the backlog at once.
 const stallGap = 100 * time.Millisecond
+
+// stallTail is how long after a stall the replicas, stalled with the host,
+// may still be deciding its backlog.
+const stallTail = time.Second
 
 // rlLoad offers 3R per second of one peer over the three bin/caddy
 // replicas, 60/30/10 (as issue 48 measured), and counts per 0.5 s slice
-// (since t0) the requests sent and those admitted (200), by the time the
-// answer came (a paused replica decides its queued requests on resuming).
+// (since t0) the requests sent and, of those, the ones admitted (200), by
+// the slice they were sent in: a replica decides a request within
+// milliseconds of its sending (a paused one on resuming, at most its
+// burst), where its answer may come much later on a loaded host (counted
+// by answer, a client stall moved 20 admissions into the next slice: two
+// calm windows at 0.895 R and 1.085 R, 0.99 R over both).
 type rlLoad struct {
 	t0                time.Time
 	sent, admitted    [400]atomic.Int64
-	stalled           [400]atomic.Bool // the pacer woke more than stallGap late in this slice
+	pending           [400]atomic.Int64    // sent in the slice, not answered yet
+	byReplica         [3][400]atomic.Int64 // admitted, per bin/caddy replica
+	stalled           [400]atomic.Bool     // a stall of the pacer over stallGap, or its tail, touched this slice
 	failed, completed atomic.Int64
 }
 
@@ -53,15 +64,21 @@ func (c *cluster) startRLLoad(stop <-chan struct{}, wg *sync.WaitGroup) *rlLoad 
 			case <-tick.C:
 			}
 			if now := time.Now(); now.Sub(last) > stallGap {
-				l.stalled[l.slot(now)].Store(true)
+				for j := l.slot(last); j <= l.slot(now.Add(stallTail)); j++ {
+					l.stalled[j].Store(true)
+				}
 			}
 			last = time.Now()
 			for due := int(3 * R * time.Since(l.t0).Seconds()); n < due; n++ {
-				r := c.caddies[targets[n%len(targets)]]
-				l.sent[l.slot(time.Now())].Add(1)
+				i := targets[n%len(targets)]
+				r := c.caddies[i]
+				j := l.slot(time.Now())
+				l.sent[j].Add(1)
+				l.pending[j].Add(1)
 				wg.Add(1)
 				go func(n int) {
 					defer wg.Done()
+					defer l.pending[j].Add(-1)
 					req, _ := http.NewRequest("GET", fmt.Sprintf("http://%s/rl/%d", r.http, n), nil)
 					req.Header.Set("X-Peer", "pgw1")
 					resp, err := client.Do(req)
@@ -73,13 +90,30 @@ func (c *cluster) startRLLoad(stop <-chan struct{}, wg *sync.WaitGroup) *rlLoad 
 					resp.Body.Close()
 					l.completed.Add(1)
 					if resp.StatusCode == 200 {
-						l.admitted[l.slot(time.Now())].Add(1)
+						l.admitted[j].Add(1)
+						l.byReplica[i][j].Add(1)
 					}
 				}(n)
 			}
 		}
 	}()
 	return l
+}
+
+// logSlices logs, per 0.5 s slice, what each bin/caddy replica admitted
+// (a failed window's parts, to tell the rule in force).
+func (l *rlLoad) logSlices(t *testing.T) {
+	var b strings.Builder
+	for j := range l.sent {
+		if l.sent[j].Load() == 0 {
+			continue
+		}
+		fmt.Fprintf(&b, "\n%s sent %d admitted %d:", l.t0.Add(time.Duration(j)*slice).Format("15:04:05.0"), l.sent[j].Load(), l.admitted[j].Load())
+		for i := range l.byReplica {
+			fmt.Fprintf(&b, " %d", l.byReplica[i][j].Load())
+		}
+	}
+	t.Logf("peer_rate_limit admitted per 0.5 s slice (caddy1 caddy2 caddy3):%s", b.String())
 }
 
 func (l *rlLoad) slot(t time.Time) int { return min(int(t.Sub(l.t0)/slice), len(l.sent)-1) }

@@ -12,6 +12,7 @@ import (
 // document them.
 
 type rlCluster struct {
+	LastAttempt      string `json:"last_attempt"` // omitted before the first sync ended: starting
 	RedisHealthy     bool   `json:"redis_healthy"`
 	Fallback         bool   `json:"fallback"`
 	FallbackPeers    int    `json:"fallback_peers"`
@@ -23,9 +24,10 @@ type rlCluster struct {
 }
 
 type lbStore struct {
-	Healthy    bool   `json:"healthy"`
-	Refusing   bool   `json:"refusing"`
-	LastReason string `json:"last_reason"`
+	Healthy       bool   `json:"healthy"`
+	Refusing      bool   `json:"refusing"`
+	LastReason    string `json:"last_reason"`
+	RefusedReason string `json:"refused_reason"`
 }
 
 type ogsServer struct {

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/edgesteer/edgesteer/internal/ogs"
+	"github.com/edgesteer/edgesteer/internal/gatewayorder"
 )
 
 // maxDiscovered bounds the gateways taken from one SRV answer: a served
@@ -25,7 +25,7 @@ const discoverTimeout = 10 * time.Second
 // (host:port); empty: the system's resolver. A target that does not
 // resolve is an error: a report must measure the gateways the server
 // knows, all of them.
-func discover(ctx context.Context, name, server string, timeout time.Duration) ([]ogs.Gateway, error) {
+func discover(ctx context.Context, name, server string, timeout time.Duration) ([]gatewayorder.Gateway, error) {
 	r := net.DefaultResolver
 	if server != "" {
 		if _, _, err := net.SplitHostPort(server); err != nil {
@@ -48,14 +48,14 @@ func discover(ctx context.Context, name, server string, timeout time.Duration) (
 	if len(srvs) > maxDiscovered {
 		return nil, fmt.Errorf("SRV of %s: %d records, more than %d", name, len(srvs), maxDiscovered)
 	}
-	var gws []ogs.Gateway
+	var gws []gatewayorder.Gateway
 	for _, s := range srvs {
 		target := strings.TrimSuffix(s.Target, ".")
 		addrs, err := r.LookupHost(ctx, target)
 		if err != nil || len(addrs) == 0 {
 			return nil, fmt.Errorf("gateway %s (SRV of %s): %v", target, name, err)
 		}
-		gws = append(gws, ogs.Gateway{Name: target, Addr: net.JoinHostPort(addrs[0], strconv.Itoa(int(s.Port)))})
+		gws = append(gws, gatewayorder.Gateway{Name: target, Addr: net.JoinHostPort(addrs[0], strconv.Itoa(int(s.Port)))})
 	}
 	return gws, nil
 }

@@ -24,8 +24,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/edgesteer/edgesteer/internal/gatewayorder"
+	"github.com/edgesteer/edgesteer/internal/gatewaysel"
 	"github.com/edgesteer/edgesteer/internal/latency"
-	"github.com/edgesteer/edgesteer/internal/ogs"
+	"github.com/edgesteer/edgesteer/internal/rttreports"
 )
 
 const (
@@ -36,7 +38,7 @@ const (
 	exitServer
 )
 
-type gatewayFlags []ogs.Gateway
+type gatewayFlags []gatewayorder.Gateway
 
 func (g *gatewayFlags) String() string { return fmt.Sprint(*g) }
 func (g *gatewayFlags) Set(s string) error {
@@ -47,7 +49,7 @@ func (g *gatewayFlags) Set(s string) error {
 	if _, _, err := net.SplitHostPort(addr); err != nil {
 		return fmt.Errorf("%q: %v", s, err)
 	}
-	*g = append(*g, ogs.Gateway{Name: name, Addr: addr})
+	*g = append(*g, gatewayorder.Gateway{Name: name, Addr: addr})
 	return nil
 }
 
@@ -83,7 +85,7 @@ func parseFlags(args []string) (*flags, error) {
 	fs.StringVar(&f.path, "path", "/", "path of http and https probes")
 	fs.BoolVar(&f.verify, "verify", false, "verify gateways' TLS certificates (as probe_verify_tls)")
 	fs.BoolVar(&f.status, "check-status", false, "fail an HTTP answer with status 500 or above (as probe_check_status)")
-	fs.IntVar(&f.probes, "probes", ogs.DefaultProbes, "probes per gateway; the lowest RTT counts")
+	fs.IntVar(&f.probes, "probes", gatewaysel.DefaultProbes, "probes per gateway; the lowest RTT counts")
 	fs.DurationVar(&f.timeout, "timeout", 0, "one probe's timeout (default: the plugin's for the kind)")
 	fs.StringVar(&f.source, "source", "", "local IP address to send the report from")
 	fs.BoolVar(&f.dry, "n", false, "dry run: measure and print the report, send nothing")
@@ -119,7 +121,7 @@ func run(args []string) int {
 			return usage("%v", err)
 		}
 	}
-	prober, def, err := ogs.NewProber(f.probe, f.path, f.verify, f.status)
+	prober, def, err := gatewaysel.NewProber(f.probe, f.path, f.verify, f.status)
 	if err != nil {
 		return usage("-%v", err)
 	}
@@ -132,8 +134,8 @@ func run(args []string) int {
 			return usage("%v", err)
 		}
 	}
-	rep := ogs.Measure(ctx, f.gateways, prober, f.probe, f.probes, f.timeout, progress())
-	body, err := ogs.EncodeReport(rep)
+	rep := Measure(ctx, f.gateways, prober, f.probe, f.probes, f.timeout, progress())
+	body, err := rttreports.EncodeReport(rep)
 	if err != nil {
 		return usage("%v", err)
 	}
@@ -174,11 +176,11 @@ func (f *flags) token() (string, error) {
 
 // progress prints each gateway's measurement as it ends, when standard
 // error is a terminal (nil otherwise).
-func progress() func(ogs.Gateway, latency.Result) {
+func progress() func(gatewayorder.Gateway, latency.Result) {
 	if fi, err := os.Stderr.Stat(); err != nil || fi.Mode()&os.ModeCharDevice == 0 {
 		return nil
 	}
-	return func(g ogs.Gateway, r latency.Result) {
+	return func(g gatewayorder.Gateway, r latency.Result) {
 		if r.OK == 0 {
 			fmt.Fprintf(os.Stderr, "%s %s: failed (%v)\n", g.Name, g.Addr, r.Err)
 			return
@@ -189,7 +191,7 @@ func progress() func(ogs.Gateway, latency.Result) {
 
 // send posts the report and returns the exit code for the server's answer.
 func send(ctx context.Context, url, token, source string, body []byte) int {
-	status, reason, detail, err := ogs.SendReport(ctx, url, token, source, body)
+	status, reason, detail, err := SendReport(ctx, url, token, source, body)
 	switch {
 	case err != nil:
 		fmt.Fprintf(os.Stderr, "ogs-report: %v\n", err)

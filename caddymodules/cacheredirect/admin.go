@@ -1,15 +1,12 @@
 package cacheredirect
 
 import (
-	"encoding/json"
-	"net/http"
-
 	"github.com/caddyserver/caddy/v2"
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/edgesteer/edgesteer/caddymodules/internal/live"
 	"github.com/edgesteer/edgesteer/caddymodules/internal/views"
-	"github.com/edgesteer/edgesteer/internal/cacheredirect"
+	"github.com/edgesteer/edgesteer/internal/cacheroute"
 )
 
 func init() {
@@ -21,7 +18,7 @@ func init() {
 var handlers live.Set[*CacheRedirect]
 
 // paths are the request paths, in the order the view lists them.
-var paths = []string{cacheredirect.PathCache, cacheredirect.PathBypass, cacheredirect.PathMiss, cacheredirect.PathFallback}
+var paths = []string{cacheroute.PathCache, cacheroute.PathBypass, cacheroute.PathMiss, cacheroute.PathFallback}
 
 // Admin is the admin API endpoint GET /cache_redirect/: per lower-tier
 // node, the requests by path, the forged client IP headers replaced, and
@@ -38,7 +35,7 @@ func (Admin) CaddyModule() caddy.ModuleInfo {
 
 // Routes returns the admin routes.
 func (Admin) Routes() []caddy.AdminRoute {
-	return []caddy.AdminRoute{{Pattern: "/cache_redirect/", Handler: caddy.AdminHandlerFunc(serveAdmin)}}
+	return []caddy.AdminRoute{{Pattern: "/cache_redirect/", Handler: views.Handler(nodeViews)}}
 }
 
 // NodeView is one node (the handlers of that node name) in the answer.
@@ -55,14 +52,6 @@ type NodeView struct {
 type CacheView struct {
 	Address string `json:"address"`
 	Up      bool   `json:"up"`
-}
-
-func serveAdmin(w http.ResponseWriter, r *http.Request) error {
-	if r.Method != http.MethodGet {
-		return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed}
-	}
-	w.Header().Set("Content-Type", "application/json")
-	return json.NewEncoder(w).Encode(nodeViews())
 }
 
 // counterValue reads one counter of the process's metrics.

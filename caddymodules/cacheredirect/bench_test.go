@@ -9,7 +9,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
-	"github.com/edgesteer/edgesteer/internal/cacheredirect"
+	"github.com/edgesteer/edgesteer/internal/cacheroute"
 )
 
 // The lower tier's whole per-request decision (cacheability with the
@@ -25,9 +25,9 @@ func BenchmarkDecision(b *testing.B) {
 	r = r.WithContext(context.WithValue(r.Context(), caddy.ReplacerCtxKey, repl))
 
 	b.Run("cache_redirect", func(b *testing.B) {
-		trusted, _ := cacheredirect.ParsePrefixes([]string{"10.77.0.5"})
-		rt := cacheredirect.Router{
-			Policy: cacheredirect.Policy{
+		trusted, _ := cacheroute.ParsePrefixes([]string{"10.77.0.5"})
+		rt := cacheroute.Router{
+			Policy: cacheroute.Policy{
 				BypassPaths:   []string{"/api/*"},
 				BypassCookies: []string{"session"},
 				BypassHeaders: map[string]string{"Cache-Control": "*no-cache*"},
@@ -37,7 +37,7 @@ func BenchmarkDecision(b *testing.B) {
 		if err := rt.Policy.Validate(); err != nil {
 			b.Fatal(err)
 		}
-		c := cacheredirect.NewClientIP("Client-IP", trusted)
+		c := cacheroute.NewClientIP("Client-IP", trusted)
 		peer, client := netip.MustParseAddr("10.77.0.5"), netip.MustParseAddr("10.77.0.9")
 		up := func() bool { return true }
 		b.ReportAllocs()
@@ -45,7 +45,7 @@ func BenchmarkDecision(b *testing.B) {
 			if a, _, _ := c.Resolve(peer, r.Header); !a.IsValid() {
 				b.Fatal("no client")
 			}
-			if path, _ := rt.Route(r, client, up); path != cacheredirect.PathCache {
+			if path, _ := rt.Route(r, client, up); path != cacheroute.PathCache {
 				b.Fatal(path)
 			}
 		}

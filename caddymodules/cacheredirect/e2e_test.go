@@ -18,7 +18,7 @@ import (
 
 	"github.com/edgesteer/edgesteer/caddymodules/cacheredirect"
 	"github.com/edgesteer/edgesteer/internal/e2e"
-	"github.com/edgesteer/edgesteer/internal/portrange"
+	"github.com/edgesteer/edgesteer/internal/srcports"
 )
 
 // NetScaler's N-tier topology, one network namespace per host: client, upper tier,
@@ -26,7 +26,7 @@ import (
 // example Caddyfiles, curl is the client.
 type ntier struct {
 	tp     *e2e.Topology
-	tiers  *portrange.Map
+	tiers  *srcports.Map
 	origin string // origin's /_seen URL
 	// observer is the host the test reads /_seen from (default client).
 	observer string
@@ -66,7 +66,7 @@ func startNtier(t *testing.T) *ntier {
 	}
 	root := e2e.Root(t)
 	tp := e2e.NewTopology(t, map[string]int{"client": 10, "upper": 2, "l2a": 3, "l2b": 4, "cache": 5, "origin": 6})
-	tiers, err := portrange.Load(filepath.Join(root, "Caddyfile.examples", "ntier-tiers.json"))
+	tiers, err := srcports.Load(filepath.Join(root, "Caddyfile.examples", "ntier-tiers.json"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,7 @@
 // origin, the client's address travels in a header, and requests a cache
 // sends back on a miss go to the origin with a source port from this
 // node's exclusive range (http.reverse_proxy.transport.port_range).
-// Decisions are internal/cacheredirect.
+// Decisions are internal/cacheroute.
 package cacheredirect
 
 import (
@@ -22,7 +22,7 @@ import (
 	"go.uber.org/zap"
 
 	prmod "github.com/edgesteer/edgesteer/caddymodules/portrange"
-	"github.com/edgesteer/edgesteer/internal/cacheredirect"
+	"github.com/edgesteer/edgesteer/internal/cacheroute"
 )
 
 func init() {
@@ -71,8 +71,8 @@ type CacheRedirect struct {
 	// origin; without it they use Caddy's http transport as is.
 	OriginTransport *prmod.Transport `json:"origin_transport,omitempty"`
 
-	router   cacheredirect.Router
-	clientIP *cacheredirect.ClientIP
+	router   cacheroute.Router
+	clientIP *cacheroute.ClientIP
 	up       func() bool // c.cacheUp, bound once
 	cache    *reverseproxy.Handler
 	origin   *reverseproxy.Handler
@@ -120,12 +120,12 @@ func (c *CacheRedirect) provisionRouting() ([]string, error) {
 	if c.ClientIPHeader == "" {
 		c.ClientIPHeader = "Client-IP"
 	}
-	c.router.Policy = cacheredirect.Policy{Methods: c.Methods, BypassPaths: c.BypassPaths,
+	c.router.Policy = cacheroute.Policy{Methods: c.Methods, BypassPaths: c.BypassPaths,
 		BypassCookies: c.BypassCookies, BypassHeaders: c.BypassHeaders}
 	if err := c.router.Policy.Validate(); err != nil {
 		return nil, fmt.Errorf("cache_redirect: %w", err)
 	}
-	trusted, err := cacheredirect.ParsePrefixes(c.Trusted)
+	trusted, err := cacheroute.ParsePrefixes(c.Trusted)
 	if err != nil {
 		return nil, fmt.Errorf("cache_redirect: trusted: %w", err)
 	}
@@ -139,10 +139,10 @@ func (c *CacheRedirect) provisionRouting() ([]string, error) {
 			peers = append(peers, host)
 		}
 	}
-	if c.router.CachePeers, err = cacheredirect.ParsePrefixes(peers); err != nil {
+	if c.router.CachePeers, err = cacheroute.ParsePrefixes(peers); err != nil {
 		return nil, fmt.Errorf("cache_redirect: cache_peers (or cache hosts, which must be IPs): %w", err)
 	}
-	c.clientIP = cacheredirect.NewClientIP(c.ClientIPHeader, append(trusted, c.router.CachePeers...))
+	c.clientIP = cacheroute.NewClientIP(c.ClientIPHeader, append(trusted, c.router.CachePeers...))
 	var trustedCIDRs []string
 	for _, p := range c.clientIP.Trusted {
 		trustedCIDRs = append(trustedCIDRs, p.String())
@@ -244,7 +244,7 @@ func (c *CacheRedirect) ServeHTTP(w http.ResponseWriter, r *http.Request, next c
 		repl.Set("http.cache_redirect.node", c.Node)
 	}
 	requestsTotal.WithLabelValues(c.Node, path).Inc()
-	if path == cacheredirect.PathCache {
+	if path == cacheroute.PathCache {
 		return c.cache.ServeHTTP(w, r, next)
 	}
 	return c.origin.ServeHTTP(w, r, next)

@@ -2,7 +2,6 @@ package dashboard
 
 import (
 	"encoding/json"
-	"net/http"
 
 	"github.com/caddyserver/caddy/v2"
 
@@ -30,15 +29,7 @@ func (Admin) CaddyModule() caddy.ModuleInfo {
 
 // Routes returns the admin routes.
 func (Admin) Routes() []caddy.AdminRoute {
-	return []caddy.AdminRoute{{Pattern: "/edgesteer/views", Handler: caddy.AdminHandlerFunc(serveViews)}}
-}
-
-func serveViews(w http.ResponseWriter, r *http.Request) error {
-	if r.Method != http.MethodGet {
-		return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed}
-	}
-	w.Header().Set("Content-Type", "application/json")
-	return json.NewEncoder(w).Encode(allViews())
+	return []caddy.AdminRoute{{Pattern: "/edgesteer/views", Handler: views.Handler(allViews)}}
 }
 
 // allViews is every registered view, marshalled.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -107,6 +108,40 @@ func TestWalkKeys(t *testing.T) {
 	}
 	if len(smp.counters) != 1 || smp.counters[k("m", "p", "a:1", "picks_total")] != 7 {
 		t.Errorf("counters %v", smp.counters)
+	}
+}
+
+// TestWalkDiameterAgent: the agent's view charts its peers' latency and
+// outstanding by host, its groups' pending and counts (counters without
+// _total) and its bindings, the same in a replica's view; nothing of its
+// downstream peers (named by their CER, client data) and none of these
+// names in another module's view.
+func TestWalkDiameterAgent(t *testing.T) {
+	var agent, other any
+	json.Unmarshal([]byte(`[{"name":"dra","peers":[{"host":"pcrf1.example","address":"127.0.0.1:1","state":"OKAY","outstanding":3,"latency_ns":250000,"dwr_sent":2}],
+		"groups":[{"name":"pcrf","pending":3,"admitted":10,"refused":4,"busy":0,"unavailable":1,"failed_over":2,"timed_out":0}],
+		"downstreams":[{"host":"pgw1","realm":"r","pending":1}],"bindings":7,"max_bindings":100}]`), &agent)
+	json.Unmarshal([]byte(`[{"name":"p","publishers":[{"address":"a:1","pending":2,"admitted":5,"latency_ns":9}]}]`), &other)
+	k := func(p ...string) string { return strings.Join(p, sep) }
+	for _, prefix := range [][]string{{"diameter_agent"}, {"replica", "0", "diameter_agent"}} {
+		smp := newSample(time.Now())
+		walk(smp, prefix, agent, false)
+		walk(smp, []string{"latency_bucket"}, other, false)
+		p := func(parts ...string) string { return k(append(append([]string(nil), prefix...), parts...)...) }
+		gauges := map[string]float64{
+			p("dra", "pcrf1.example", "latency_ns"): 250000, p("dra", "pcrf1.example", "outstanding"): 3,
+			p("dra", "pcrf", "pending"): 3, p("dra", "bindings"): 7,
+		}
+		counters := map[string]float64{
+			p("dra", "pcrf", "admitted"): 10, p("dra", "pcrf", "refused"): 4, p("dra", "pcrf", "busy"): 0,
+			p("dra", "pcrf", "unavailable"): 1, p("dra", "pcrf", "failed_over"): 2, p("dra", "pcrf", "timed_out"): 0,
+		}
+		if !maps.Equal(smp.gauges, gauges) {
+			t.Errorf("%v: gauges %v, want %v", prefix, smp.gauges, gauges)
+		}
+		if !maps.Equal(smp.counters, counters) {
+			t.Errorf("%v: counters %v, want %v", prefix, smp.counters, counters)
+		}
 	}
 }
 

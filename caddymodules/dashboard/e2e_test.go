@@ -9,7 +9,6 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -37,40 +36,21 @@ func fakeLDAPNode(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var mu sync.Mutex
-	var conns []net.Conn
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-	})
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-			go func() {
-				defer c.Close()
-				for {
-					m, err := ldapwire.Read(c, ldapwire.DefaultMaxLength)
-					if err != nil {
-						return
-					}
-					if m.Op == "bind" && m.ID < 128 {
-						// BindResponse, resultCode success.
-						c.Write([]byte{0x30, 0x0c, 0x02, 0x01, byte(m.ID), 0x61, 0x07, 0x0a, 0x01, 0x00, 0x04, 0x00, 0x04, 0x00})
-					}
+	e2e.Accept(t, ln, func(c net.Conn, _ func(net.Conn)) {
+		go func() {
+			defer c.Close()
+			for {
+				m, err := ldapwire.Read(c, ldapwire.DefaultMaxLength)
+				if err != nil {
+					return
 				}
-			}()
-		}
-	}()
+				if m.Op == "bind" && m.ID < 128 {
+					// BindResponse, resultCode success.
+					c.Write([]byte{0x30, 0x0c, 0x02, 0x01, byte(m.ID), 0x61, 0x07, 0x0a, 0x01, 0x00, 0x04, 0x00, 0x04, 0x00})
+				}
+			}
+		}()
+	})
 	return ln.Addr().String()
 }
 
@@ -169,14 +149,20 @@ http://%[2]s {
 			probe_interval 500ms
 			segment %[4]s 40ms
 			sticky_user {http.request.header.X-User}
+			within p2c
+			slow_start 30s
+			orca_blackout 0s
+			orca_expiration 10m
 		}
 		transport latency_bucket
 	}
 }
 http://%[3]s {
+	header endpoint-load-metrics {http.request.header.X-Load}
 	respond "one"
 }
 http://%[4]s {
+	header endpoint-load-metrics {http.request.header.X-Load}
 	respond "two"
 }
 http://%[5]s {
@@ -201,6 +187,12 @@ http://%[5]s {
 	for i := range 20 {
 		req, _ := http.NewRequest("GET", "http://"+front+"/", nil)
 		req.Header.Set("X-User", fmt.Sprint("user-", i))
+		// The publishers send back this ORCA report; one answer's is
+		// garbage (bad_number), which changes nothing.
+		req.Header.Set("X-Load", "TEXT cpu_utilization=0.4")
+		if i == 10 {
+			req.Header.Set("X-Load", "TEXT cpu_utilization=zz")
+		}
 		if resp, err := http.DefaultClient.Do(req); err == nil {
 			resp.Body.Close()
 		}
@@ -299,7 +291,7 @@ http://%[5]s {
 	// average / peak of the proxied requests, and which one decided.
 	var lbRows [][]string
 	eval(`Array.from(document.querySelectorAll('.card')).filter(c => c.dataset.id.startsWith("lb")).flatMap(c =>
-		Array.from(c.querySelectorAll('.tablewrap tbody tr')).map(r => Array.from(r.cells).map(d => d.innerText)))`, &lbRows)
+		Array.from(c.querySelector('.tablewrap').querySelectorAll('tbody tr')).map(r => Array.from(r.cells).map(d => d.innerText)))`, &lbRows)
 	observed := 0
 	for _, r := range lbRows {
 		if len(r) != 10 || (r[4] != "probe" && r[4] != "traffic") {
@@ -313,6 +305,7 @@ http://%[5]s {
 	if observed == 0 {
 		t.Errorf("no publisher row shows an observed average / peak: %q", lbRows)
 	}
+	checkPublisherLoad(t, b, caddy, pub1, pub2)
 	for _, want := range []string{
 		"Publisher selection", "front-policy", pub1, pub2, "[32,64)", "observed ms avg / peak", "decided by",
 		"Rate limiting", "edge-limiter", "gold-peers", "5.0 / 3",
@@ -325,7 +318,7 @@ http://%[5]s {
 	}
 	// Panels for modules not configured stay hidden; the others show.
 	for _, h := range hidden {
-		if h != "panel-ntier" && h != "panel-replicas" && h != "panel-other" {
+		if h != "panel-ntier" && h != "panel-replicas" && h != "panel-other" && h != "panel-diameter_agent" {
 			t.Errorf("panel %s hidden", h)
 		}
 	}

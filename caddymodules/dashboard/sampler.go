@@ -43,11 +43,33 @@ var gaugeFields = map[string]bool{
 // whose name ends in _total are counters (requests per path).
 var mapGauges = map[string]bool{"open_connections": true, "rtts_ms": true}
 
-// skipped are fields keyed by client-controlled data: shown, never charted.
-var skipped = map[string]bool{"tenants": true, "last_rtts_ms": true}
+// moduleFields are fields charted in one module's view only, where the
+// name means that (other views use the same names otherwise): the
+// diameter_agent's counts are counters without the _total suffix.
+var moduleFields = map[string]map[string]fieldKind{
+	"diameter_agent": {
+		"latency_ns": gaugeField, "outstanding": gaugeField, "pending": gaugeField, "bindings": gaugeField,
+		"admitted": counterField, "refused": counterField, "busy": counterField, "unavailable": counterField,
+		"failed_over": counterField, "timed_out": counterField,
+	},
+	// latency_bucket's publishers: what within p2c compares.
+	"latency_bucket": {"in_flight": gaugeField, "cost_ms": gaugeField},
+}
 
-// idFields name an object inside an array, in the series key.
-var idFields = []string{"name", "address", "node", "zone", "location", "path"}
+type fieldKind int
+
+const (
+	gaugeField fieldKind = iota + 1
+	counterField
+)
+
+// skipped are fields keyed by client-controlled data: shown, never charted
+// (downstreams: the diameter_agent's client peers, named by their CER).
+var skipped = map[string]bool{"tenants": true, "last_rtts_ms": true, "downstreams": true}
+
+// idFields name an object inside an array, in the series key (host: a
+// diameter_agent peer, which also has an address).
+var idFields = []string{"name", "host", "address", "node", "zone", "location", "path"}
 
 // remote is the last answer of one ogs or replica URL.
 type remote struct {
@@ -303,13 +325,23 @@ type recorder interface {
 }
 
 // walk records the chartable numbers of a view's JSON tree: gauges by name,
-// counters by their _total suffix, and the entries of mapGauges objects.
-// Fields it does not know are left alone, so views may grow fields.
+// counters by their _total suffix, the entries of mapGauges objects, and
+// the moduleFields of the module the path names (path[0], or path[2] for a
+// replica's). Fields it does not know are left alone, so views may grow
+// fields.
 func walk(r recorder, path []string, v any, inArray bool) {
+	module := path[0]
+	if module == "replica" && len(path) > 2 {
+		module = path[2]
+	}
+	walkFields(r, path, v, inArray, moduleFields[module])
+}
+
+func walkFields(r recorder, path []string, v any, inArray bool, own map[string]fieldKind) {
 	switch t := v.(type) {
 	case []any:
 		for _, e := range t {
-			walk(r, path, e, true)
+			walkFields(r, path, e, true, own)
 		}
 	case map[string]any:
 		if inArray {
@@ -331,8 +363,10 @@ func walk(r recorder, path []string, v any, inArray bool) {
 				switch {
 				case strings.HasSuffix(k, "_total"):
 					r.counter(key, x)
-				case gaugeFields[k] && !(k == "latency_ms" && unmeasured):
+				case gaugeFields[k] && !(k == "latency_ms" && unmeasured), own[k] == gaugeField:
 					r.gauge(key, x)
+				case own[k] == counterField:
+					r.counter(key, x)
 				}
 			case map[string]any:
 				if counters := strings.HasSuffix(k, "_total"); counters || mapGauges[k] {
@@ -345,10 +379,10 @@ func walk(r recorder, path []string, v any, inArray bool) {
 						}
 					}
 				} else {
-					walk(r, append(path[:len(path):len(path)], k), x, false)
+					walkFields(r, append(path[:len(path):len(path)], k), x, false, own)
 				}
 			case []any:
-				walk(r, path, x, false)
+				walkFields(r, path, x, false, own)
 			}
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
 	"github.com/edgesteer/edgesteer/caddymodules/internal/cfparse"
+	"github.com/edgesteer/edgesteer/caddymodules/peerratelimit"
 	"github.com/edgesteer/edgesteer/internal/diameteragent"
 )
 
@@ -24,18 +25,22 @@ const module = "diameter_agent"
 //		peer <host> {                             # repeatable
 //			realm <realm>
 //			address <host:port>
+//			applications <id...>                  # its CER's; default all of the agent's
 //		}
 //		group <name> {                            # repeatable
 //			peers <host...>
-//			policy round_robin|least_outstanding
+//			policy round_robin|least_outstanding|latency_bucket|least_loaded
+//			bucket_width <duration>               # latency_bucket's, default 32ms
 //			request_timeout <duration>
 //			max_pending <n>
 //			max_pending_per_peer <n>
 //			egress { <limit> }
+//			dynamic { <peer_rate_limit's dynamic block> }
 //		}
 //		route <realm|*> <group> [<application id>...]   # repeatable, first match wins
 //		default_group <group>
 //		ingress { <limit> }
+//		doic { <doic options, doic.go> }
 //		watchdog <duration>
 //		reconnect <min> <max>
 //		max_bindings <n>
@@ -102,6 +107,8 @@ func (h *Handler) option(b *cfparse.Block) error {
 		if err = b.Once(); err == nil {
 			h.Ingress, err = limit(b)
 		}
+	case "doic":
+		h.DOIC, err = unmarshalDOIC(b)
 	case "watchdog":
 		h.Watchdog, err = b.Duration(time.Second)
 	case "reconnect":
@@ -114,6 +121,8 @@ func (h *Handler) option(b *cfparse.Block) error {
 		h.ServerRequestTimeout, err = b.Duration(time.Millisecond)
 	case "max_length":
 		h.MaxLength, err = b.Int(20, 1<<24)
+	case "binding_store":
+		err = h.bindingStore(b)
 	default:
 		return b.Unknown()
 	}
@@ -170,6 +179,13 @@ func (h *Handler) peer(b *cfparse.Block) error {
 			p.Realm, err = sub.String()
 		case "address":
 			p.Address, err = sub.String()
+		case "applications":
+			var ids []string
+			if err = sub.Once(); err == nil {
+				if ids, err = sub.List(); err == nil {
+					p.Applications, err = applicationIDs(sub, ids)
+				}
+			}
 		default:
 			err = sub.Unknown()
 		}
@@ -199,6 +215,8 @@ func (h *Handler) group(b *cfparse.Block) error {
 			g.Peers = append(g.Peers, ps...)
 		case "policy":
 			g.Policy, err = sub.String()
+		case "bucket_width":
+			g.BucketWidth, err = sub.Duration(time.Microsecond)
 		case "request_timeout":
 			g.RequestTimeout, err = sub.Duration(time.Millisecond)
 		case "max_pending":
@@ -209,6 +227,8 @@ func (h *Handler) group(b *cfparse.Block) error {
 			if err = sub.Once(); err == nil {
 				g.Egress, err = limit(sub)
 			}
+		case "dynamic":
+			g.Dynamic, err = peerratelimit.UnmarshalDynamic(sub)
 		default:
 			err = sub.Unknown()
 		}
@@ -226,15 +246,24 @@ func (h *Handler) route(b *cfparse.Block) error {
 		return err
 	}
 	r := RouteConfig{Realm: args[0], Group: args[1]}
-	for _, s := range args[2:] {
-		id, err := b.ParseInt(s, 0, math.MaxUint32)
-		if err != nil {
-			return err
-		}
-		r.Applications = append(r.Applications, uint32(id))
+	if r.Applications, err = applicationIDs(b, args[2:]); err != nil {
+		return err
 	}
 	h.Routes = append(h.Routes, r)
 	return nil
+}
+
+// applicationIDs parses Application-Ids (decimal).
+func applicationIDs(b *cfparse.Block, args []string) ([]uint32, error) {
+	var ids []uint32
+	for _, s := range args {
+		id, err := b.ParseInt(s, 0, math.MaxUint32)
+		if err != nil {
+			return nil, err
+		}
+		ids = append(ids, uint32(id))
+	}
+	return ids, nil
 }
 
 func (h *Handler) reconnect(b *cfparse.Block) error {
@@ -277,25 +306,36 @@ func limit(b *cfparse.Block) (*LimitConfig, error) {
 			}
 		case "max_peers":
 			l.MaxPeers, err = sub.Int(1, math.MaxInt32)
-		case "action":
-			l.Action, err = sub.String()
-			if err == nil && l.Action != "reject" && l.Action != "drop" {
-				err = sub.Invalid(l.Action, errWant("reject or drop"))
-			}
-		case "result_code":
-			var n int
-			n, err = sub.Int(1000, 5999)
-			l.ResultCode = uint32(n)
-		case "error_message":
-			l.ErrorMessage, err = sub.String()
 		default:
-			err = sub.Unknown()
+			err = refusalOption(sub, &l.Action, &l.ResultCode, &l.ErrorMessage)
 		}
 		if err != nil {
 			return nil, err
 		}
 	}
 	return l, nil
+}
+
+// refusalOption reads the options of a refusal (in a limit block and in
+// doic): action, result_code, error_message; any other is unknown.
+func refusalOption(sub *cfparse.Block, action *string, code *uint32, msg *string) error {
+	var err error
+	switch sub.Name() {
+	case "action":
+		*action, err = sub.String()
+		if err == nil && *action != "reject" && *action != "drop" {
+			err = sub.Invalid(*action, errWant("reject or drop"))
+		}
+	case "result_code":
+		var n int
+		n, err = sub.Int(1000, 5999)
+		*code = uint32(n)
+	case "error_message":
+		*msg, err = sub.String()
+	default:
+		err = sub.Unknown()
+	}
+	return err
 }
 
 // rateArgs reads "rate <per second> [<burst>]", given once.

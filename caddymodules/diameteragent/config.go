@@ -19,14 +19,20 @@ type PeerConfig struct {
 	Realm string `json:"realm"`
 	// Address is the host:port the agent dials.
 	Address string `json:"address"`
+	// Applications the agent's CER to this server advertises, by id: each
+	// one of the agent's applications (default: all of them).
+	Applications []uint32 `json:"applications,omitempty"`
 }
 
 // GroupConfig is a peer group.
 type GroupConfig struct {
 	Name  string   `json:"name"`
 	Peers []string `json:"peers"`
-	// Policy: round_robin (default) or least_outstanding.
+	// Policy: round_robin (default), least_outstanding, latency_bucket or
+	// least_loaded (by RFC 8583 Load).
 	Policy string `json:"policy,omitempty"`
+	// BucketWidth is latency_bucket's bucket width (default 32ms).
+	BucketWidth caddy.Duration `json:"bucket_width,omitempty"`
 	// RequestTimeout: a request unanswered this long after the agent
 	// received it is answered 3002 (default 3 s).
 	RequestTimeout    caddy.Duration `json:"request_timeout,omitempty"`
@@ -35,6 +41,9 @@ type GroupConfig struct {
 	// Egress limits the group's requests after routing, just before
 	// forwarding.
 	Egress *LimitConfig `json:"egress,omitempty"`
+	// Dynamic throttles every rate of Egress by a load figure, in
+	// peer_rate_limit's shape.
+	Dynamic *DynamicConfig `json:"dynamic,omitempty"`
 }
 
 // RouteConfig sends requests for Realm ("*": any) and one of
@@ -152,6 +161,7 @@ func (h *Handler) engineConfig(prev, next profileCache) (diameteragent.Config, e
 		Watchdog: time.Duration(h.Watchdog), ReconnectMin: time.Duration(h.ReconnectMin), ReconnectMax: time.Duration(h.ReconnectMax),
 		MaxBindings: h.MaxBindings, BindingTTL: time.Duration(h.BindingTTL),
 		ServerRequestTimeout: time.Duration(h.ServerRequestTimeout), MaxLength: h.MaxLength,
+		BindingStore: h.store, ReportStore: h.reports,
 	}
 	if c.ProductName == "" {
 		c.ProductName = "edgesteer"
@@ -167,11 +177,12 @@ func (h *Handler) engineConfig(prev, next profileCache) (diameteragent.Config, e
 		c.HostIPAddresses = append(c.HostIPAddresses, ip)
 	}
 	for _, p := range h.Peers {
-		c.Peers = append(c.Peers, diameteragent.PeerConfig{Host: p.Host, Realm: p.Realm, Address: p.Address})
+		c.Peers = append(c.Peers, diameteragent.PeerConfig{Host: p.Host, Realm: p.Realm, Address: p.Address,
+			Applications: append([]uint32(nil), p.Applications...)})
 	}
 	for _, g := range h.Groups {
 		gc := diameteragent.GroupConfig{Name: g.Name, Peers: append([]string(nil), g.Peers...),
-			Policy: diameteragent.Policy(g.Policy), RequestTimeout: time.Duration(g.RequestTimeout),
+			Policy: diameteragent.Policy(g.Policy), BucketWidth: time.Duration(g.BucketWidth), RequestTimeout: time.Duration(g.RequestTimeout),
 			MaxPending: g.MaxPending, MaxPendingPerPeer: g.MaxPendingPerPeer}
 		if g.Egress != nil {
 			var err error
@@ -179,10 +190,22 @@ func (h *Handler) engineConfig(prev, next profileCache) (diameteragent.Config, e
 				return c, err
 			}
 		}
+		if g.Dynamic != nil {
+			var err error
+			if gc.Dynamic, err = buildDynamic(g.Name, g.Dynamic); err != nil {
+				return c, err
+			}
+		}
 		c.Groups = append(c.Groups, gc)
 	}
 	for _, r := range h.Routes {
 		c.Routes = append(c.Routes, diameteragent.Route{Realm: r.Realm, Applications: r.Applications, Group: r.Group})
+	}
+	if h.DOIC != nil {
+		var err error
+		if c.DOIC, err = h.DOIC.build(); err != nil {
+			return c, err
+		}
 	}
 	if h.Ingress != nil {
 		var err error

@@ -3,8 +3,13 @@ package diameteragent_test
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"net/http"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -25,6 +30,7 @@ import (
 type server struct {
 	*e2e.Proc
 	host, stats string
+	client      *http.Client // reaching stats (nil: the default one)
 }
 
 func startServer(t *testing.T, host, realm string, delay time.Duration) (*server, string) {
@@ -46,7 +52,11 @@ type serverStats struct {
 
 func (s *server) get(t *testing.T) serverStats {
 	t.Helper()
-	resp, err := http.Get("http://" + s.stats + "/_diameter")
+	client := s.client
+	if client == nil {
+		client = http.DefaultClient
+	}
+	resp, err := client.Get("http://" + s.stats + "/_diameter")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,6 +68,9 @@ func (s *server) get(t *testing.T) serverStats {
 	return st
 }
 
+// slowOCS is how long ocs3 takes to answer.
+const slowOCS = 5 * time.Second
+
 // agentConfig is the agent in front of two PCRFs (Gx) and two OCSs (Gy),
 // routed by application in realm operator.example; the PCRF group's
 // egress limit is pcrfRate requests per second with a burst of a tenth
@@ -65,7 +78,13 @@ func (s *server) get(t *testing.T) serverStats {
 // admissions on a busy host). Tw is 6 s, so a hung
 // server is SUSPECT 12 s after its last message; the OCS group's
 // request_timeout (20 s) is above that, so its requests fail over then.
-func agentConfig(listen string, addrs map[string]string, pcrfRate int) string {
+// pcrfExtra goes into the PCRF group's block (a dynamic block).
+func agentConfig(listen string, addrs map[string]string, pcrfRate int, pcrfExtra ...string) string {
+	const egressEnd = "error_message \"PCRF group over its rate\"\n\t\t\t\t\t\t}\n"
+	return strings.Replace(agentConfigBase(listen, addrs, pcrfRate), egressEnd, egressEnd+strings.Join(pcrfExtra, "\n")+"\n", 1)
+}
+
+func agentConfigBase(listen string, addrs map[string]string, pcrfRate int) string {
 	return fmt.Sprintf(`{
 	layer4 {
 		%s {
@@ -93,6 +112,10 @@ func agentConfig(listen string, addrs map[string]string, pcrfRate int) string {
 						realm operator.example
 						address %s
 					}
+					peer ocs3.example {
+						realm operator.example
+						address %s
+					}
 					group pcrf {
 						peers pcrf1.example pcrf2.example
 						request_timeout 5s
@@ -115,7 +138,7 @@ func agentConfig(listen string, addrs map[string]string, pcrfRate int) string {
 		}
 	}
 }
-`, listen, addrs["pcrf1.example"], addrs["pcrf2.example"], addrs["ocs1.example"], addrs["ocs2.example"], pcrfRate, pcrfRate/10)
+`, listen, addrs["pcrf1.example"], addrs["pcrf2.example"], addrs["ocs1.example"], addrs["ocs2.example"], addrs["ocs3.example"], pcrfRate, pcrfRate/10)
 }
 
 type agentView struct {
@@ -147,12 +170,16 @@ func group(v diameteragent.View, name string) diameteragent.GroupView {
 func TestAgentThroughCaddy(t *testing.T) {
 	servers := map[string]*server{}
 	addrs := map[string]string{}
-	for _, h := range []string{"pcrf1.example", "pcrf2.example", "ocs1.example", "ocs2.example"} {
+	for _, h := range []string{"pcrf1.example", "pcrf2.example", "ocs1.example", "ocs2.example", "ocs3.example"} {
 		// The PCRFs answer after 50 ms, so requests are pending on them
-		// when one is killed.
+		// when one is killed. ocs3 is the slow OCS: 5 s (in no group but
+		// in the slow-OCS phase).
 		delay := time.Duration(0)
-		if strings.HasPrefix(h, "pcrf") {
+		switch {
+		case strings.HasPrefix(h, "pcrf"):
 			delay = 50 * time.Millisecond
+		case h == "ocs3.example":
+			delay = slowOCS
 		}
 		servers[h], addrs[h] = startServer(t, h, "operator.example", delay)
 	}
@@ -168,6 +195,13 @@ func TestAgentThroughCaddy(t *testing.T) {
 		return nil
 	})
 	pgws := []*pgw{dialPGW(t, listen, "pgw1.example"), dialPGW(t, listen, "pgw2.example")}
+	connections := func() int {
+		n := 0
+		for _, s := range servers {
+			n += s.get(t).Connections
+		}
+		return n
+	}
 
 	t.Run("gx to a PCRF, gy to an OCS, sessions stick", func(t *testing.T) {
 		type result struct {
@@ -215,7 +249,7 @@ func TestAgentThroughCaddy(t *testing.T) {
 			servedBy[r.answers[0].origin]++
 		}
 		for h := range servers {
-			if servedBy[h] == 0 {
+			if servedBy[h] == 0 && h != "ocs3.example" { // in no group
 				t.Errorf("%s served no session: %v", h, servedBy)
 			}
 		}
@@ -228,6 +262,49 @@ func TestAgentThroughCaddy(t *testing.T) {
 		a, err := pgws[0].call(pgws[0].ccr(diameter.AppGx, ccrI, "pgw1;nowhere", "nowhere.example"))
 		if err != nil || a.result != 3003 || a.origin != "dra.example" || !a.eBit {
 			t.Fatalf("%+v %v: want 3003 from dra.example with the E bit", a, err)
+		}
+	})
+
+	t.Run("a reload that fails leaves the agent on its config", func(t *testing.T) {
+		before, conns := view(t, c), connections()
+		// dra's routes and pcrf2's address change, and a second agent
+		// after it routes to a group it does not have: the load fails once
+		// dra is provisioned. Installed even for a moment, the change
+		// would reconnect pcrf2.
+		moved := maps.Clone(addrs)
+		moved["pcrf2.example"] = "127.0.0.1:1"
+		bad := strings.Replace(agentConfig(listen, moved, 5000), "route operator.example ocs 4",
+			"route operator.example ocs 4\n\t\t\t\t\troute nowhere.example pcrf", 1)
+		bad = strings.Replace(bad, "\t\t\t}\n\t\t}\n\t}\n}", `			}
+			route {
+				diameter_agent dra2 {
+					origin_host dra2.example
+					origin_realm operator.example
+					host_ip_address 127.0.0.1
+					application 4
+					route operator.example nosuch
+				}
+			}
+		}
+	}
+}`, 1)
+		path := filepath.Join(t.TempDir(), "Caddyfile")
+		if err := os.WriteFile(path, []byte(bad), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out, err := e2e.CaddyCommand(t, "reload", "--config", path, "--adapter", "caddyfile", "--address", c.Admin).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "diameter_agent dra2: route 0") {
+			t.Fatalf("caddy reload of a bad config: %v\n%s", err, out)
+		}
+		if after := view(t, c); !reflect.DeepEqual(after.Routes, before.Routes) {
+			t.Errorf("routes after the failed reload: %+v, want %+v", after.Routes, before.Routes)
+		}
+		a, err := pgws[0].call(pgws[0].ccr(diameter.AppGx, ccrI, "pgw1;failed-reload", "nowhere.example"))
+		if err != nil || a.result != 3003 || a.origin != "dra.example" {
+			t.Errorf("after the failed reload, realm nowhere.example: %+v %v, want 3003 from dra.example", a, err)
+		}
+		if n := connections(); n != conns {
+			t.Errorf("servers accepted %d connections, %d before the failed reload", n, conns)
 		}
 	})
 
@@ -327,13 +404,6 @@ func TestAgentThroughCaddy(t *testing.T) {
 	gx := func(p *pgw, id string) ([]answer, error) {
 		return p.session(diameter.AppGx, id, "operator.example", 3, 0)
 	}
-	connections := func() int {
-		n := 0
-		for _, s := range servers {
-			n += s.get(t).Connections
-		}
-		return n
-	}
 
 	t.Run("reload under load changes the PCRF limit", func(t *testing.T) {
 		const rate = 200
@@ -370,6 +440,161 @@ func TestAgentThroughCaddy(t *testing.T) {
 		}
 		if v, ok := c.Metric(t, `caddy_edgesteer_diameter_agent_group_requests_total{agent="dra",group="pcrf",outcome="refused"}`); !ok || v == 0 {
 			t.Errorf("refused metric %v %v", v, ok)
+		}
+	})
+
+	t.Run("dynamic throttling of the PCRF group's egress limit", func(t *testing.T) {
+		const rate = 200
+		loadFile := filepath.Join(t.TempDir(), "load")
+		setLoad := func(v string) {
+			if err := os.WriteFile(loadFile, []byte(v), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		setLoad("70")
+		c.Reload(t, "caddyfile", agentConfig(listen, addrs, rate, fmt.Sprintf(`dynamic {
+							source file %s
+							interval 200ms
+							threshold 60 50
+							reversal_hold 500ms
+						}`, loadFile)))
+		throttle := func(want int) func() error {
+			return func() error {
+				d := group(view(t, c), "pcrf").Dynamic
+				if d == nil || d.ThrottlePercent != want {
+					return fmt.Errorf("dynamic %+v, want %d %%", d, want)
+				}
+				return nil
+			}
+		}
+		c.WaitFor(t, "throttled by half at 70 % load", 10*time.Second, throttle(50))
+		tl, stop := load(16, 50*time.Millisecond, gx)
+		time.Sleep(time.Second)
+		g0, t0 := group(view(t, c), "pcrf"), time.Now()
+		time.Sleep(4 * time.Second)
+		g1, t1 := group(view(t, c), "pcrf"), time.Now()
+		setLoad("10")
+		c.WaitFor(t, "unthrottled after the reversal hold", 10*time.Second, throttle(0))
+		stop()
+		admitted := float64(g1.Admitted-g0.Admitted) / t1.Sub(t0).Seconds()
+		t.Logf("throttled 50 %%: admitted %.1f/s of a %d/s limit; answers: %d ok, %d refused, %d other, %d lost",
+			admitted, rate, tl.ok.Load(), tl.refused.Load(), tl.other.Load(), tl.lost.Load())
+		if want := rate / 2.0; math.Abs(admitted-want) > 0.05*want {
+			t.Errorf("PCRF group admitted %.1f/s throttled by half, want %.0f ± 5%%", admitted, want)
+		}
+		if tl.lost.Load() != 0 || tl.other.Load() != 0 {
+			t.Errorf("lost %d, other %d (%v)", tl.lost.Load(), tl.other.Load(), tl.bad.Load())
+		}
+		if v, ok := c.Metric(t, `caddy_edgesteer_diameter_agent_group_throttle_percent{agent="dra",group="pcrf"}`); !ok || v != 0 {
+			t.Errorf("throttle metric %v %v, want 0", v, ok)
+		}
+	})
+
+	t.Run("a slow OCS delays no Gx request", func(t *testing.T) {
+		// Gy goes to a group of ocs3 alone, answering after 5 s, with at
+		// most 32 requests pending and a request_timeout of 3 s.
+		const timeout, bound = 3 * time.Second, 32
+		slow := strings.Replace(agentConfig(listen, addrs, 5000), "route operator.example ocs 4", fmt.Sprintf(`group slowocs {
+						peers ocs3.example
+						max_pending %d
+						request_timeout %v
+					}
+					route operator.example slowocs 4`, bound, timeout), 1)
+		c.Reload(t, "caddyfile", slow)
+		defer c.Reload(t, "caddyfile", agentConfig(listen, addrs, 5000))
+		var mu sync.Mutex
+		var gxA, gxB []time.Duration
+		var gxBad, gyBad []string
+		gy := map[uint32][]time.Duration{}
+		var phaseB, stopGx, stopGy atomic.Bool
+		var wg sync.WaitGroup
+		timed := func(p *pgw, app, typ uint32, id string) (answer, time.Duration, error) {
+			start := time.Now()
+			a, err := p.call(p.ccr(app, typ, id, "operator.example"))
+			return a, time.Since(start), err
+		}
+		for _, p := range pgws {
+			for w := range 4 { // Gx: CCR-I, CCR-T, … (the PCRFs answer in 50 ms)
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for n := 0; !stopGx.Load(); n++ {
+						typ := uint32(ccrI)
+						if n%2 == 1 {
+							typ = ccrT
+						}
+						a, d, err := timed(p, diameter.AppGx, typ, fmt.Sprintf("%s;gx-slow;%d;%d", p.host, w, n/2))
+						b := phaseB.Load()
+						mu.Lock()
+						switch {
+						case err != nil || a.result != diam.Success || !strings.HasPrefix(a.origin, "pcrf"):
+							gxBad = append(gxBad, fmt.Sprintf("%+v %v", a, err))
+						case b:
+							gxB = append(gxB, d)
+						default:
+							gxA = append(gxA, d)
+						}
+						mu.Unlock()
+					}
+				}()
+			}
+		}
+		time.Sleep(3 * time.Second) // phase A: Gx alone
+		for _, p := range pgws {
+			for w := range 24 { // Gy: more senders than the group's bound
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for n := 0; !stopGy.Load(); n++ {
+						a, d, err := timed(p, diameter.AppGy, ccrI, fmt.Sprintf("%s;gy-slow;%d;%d", p.host, w, n))
+						mu.Lock()
+						switch {
+						case err != nil:
+							gyBad = append(gyBad, err.Error())
+						case a.result == 3004 && a.eBit && a.origin == "dra.example":
+							gy[3004] = append(gy[3004], d)
+						case a.result == 3002 && a.eBit && a.origin == "dra.example" && strings.HasPrefix(a.errMsg, "request timeout"):
+							gy[3002] = append(gy[3002], d)
+						default:
+							gyBad = append(gyBad, fmt.Sprintf("%+v after %v", a, d))
+						}
+						mu.Unlock()
+						if a.result == 3004 {
+							time.Sleep(200 * time.Millisecond) // a pGW backs off; no busy loop on the host
+						}
+					}
+				}()
+			}
+		}
+		time.Sleep(timeout + time.Second) // the group fills up, its first requests time out
+		phaseB.Store(true)
+		time.Sleep(3 * time.Second) // phase B: Gx beside a full slow group
+		stopGx.Store(true)
+		stopGy.Store(true)
+		wg.Wait()
+		p99 := func(ds []time.Duration) time.Duration {
+			slices.Sort(ds)
+			return ds[len(ds)*99/100]
+		}
+		if len(gxBad) != 0 || len(gyBad) != 0 || len(gxA) < 100 || len(gxB) < 100 {
+			t.Fatalf("Gx: %d, %d answered 2001, odd %v; Gy odd %v", len(gxA), len(gxB), gxBad, gyBad)
+		}
+		if len(gy[3004]) == 0 || len(gy[3002]) == 0 {
+			t.Fatalf("Gy: %d × 3004, %d × 3002: want both (the group full, and its requests timed out)", len(gy[3004]), len(gy[3002]))
+		}
+		a, b := p99(gxA), p99(gxB)
+		t.Logf("Gx p99 %v alone (%d requests), %v beside the slow OCS group (%d requests): ratio %.2f; Gy: %d × 3004 (slowest %v), %d × 3002 (%v to %v)",
+			a, len(gxA), b, len(gxB), float64(b)/float64(a), len(gy[3004]), slices.Max(gy[3004]), len(gy[3002]), slices.Min(gy[3002]), slices.Max(gy[3002]))
+		// The p99 ratio is logged, not asserted: on a 2-core host shared
+		// with other test binaries it swings with their load (1.15 was
+		// measured beside six other sessions' builds and tests), while a
+		// Gx request that waited for the OCS would take its 5 s.
+		if slices.Max(gxB) >= slowOCS {
+			t.Errorf("a Gx request took %v: it waited for the OCS", slices.Max(gxB))
+		}
+		if slices.Min(gy[3002]) < timeout || slices.Max(gy[3004]) >= timeout {
+			t.Errorf("Gy 3002 after %v at the soonest (want ≥ request_timeout %v), 3004 after %v at the latest (want at once, before it)",
+				slices.Min(gy[3002]), timeout, slices.Max(gy[3004]))
 		}
 	})
 

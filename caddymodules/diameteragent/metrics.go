@@ -26,18 +26,25 @@ var (
 		[]string{"agent", "group", "outcome"}, nil)
 	descGroupPending = prometheus.NewDesc(metricsPrefix+"group_pending",
 		"Requests of the group awaiting an answer.", []string{"agent", "group"}, nil)
+	descGroupThrottle = prometheus.NewDesc(metricsPrefix+"group_throttle_percent",
+		"Percent of the group's egress rates withheld by dynamic throttling (groups with a dynamic block).", []string{"agent", "group"}, nil)
+	descGroupLoad = prometheus.NewDesc(metricsPrefix+"group_load_percent",
+		"The last load read for the group's dynamic throttling.", []string{"agent", "group"}, nil)
 	descBindings = prometheus.NewDesc(metricsPrefix+"bindings",
 		"Session-Id bindings held.", []string{"agent"}, nil)
 	descDownstreams = prometheus.NewDesc(metricsPrefix+"downstream_peers",
 		"Downstream (client) peers connected.", []string{"agent"}, nil)
 	descEvents = prometheus.NewDesc(metricsPrefix+"events_total",
-		"The agent's own counts by event: late_answer (discarded), undelivered, timed_out, loop (3005), realm_not_served (3003), unable_to_deliver (3002), too_busy (3004), ingress_refused, binding_ended, downstream_dwr.",
+		"The agent's own counts by event: late_answer (discarded), undelivered, timed_out, loop (3005), realm_not_served (3003), unable_to_deliver (3002), too_busy (3004), ingress_refused, binding_ended, downstream_dwr, downstream_dpr.",
 		[]string{"agent", "event"}, nil)
 )
 
 func (collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descPeerUp, descPeerOutstanding, descPeerLatency, descGroupRequests,
-		descGroupPending, descBindings, descDownstreams, descEvents} {
+		descGroupPending, descGroupThrottle, descGroupLoad, descBindings, descDownstreams, descEvents} {
+		ch <- d
+	}
+	for _, d := range doicDescs {
 		ch <- d
 	}
 }
@@ -73,6 +80,10 @@ func collectView(ch chan<- prometheus.Metric, name string, v diameteragent.View)
 			counter(descGroupRequests, o.n, name, g.Name, o.outcome)
 		}
 		gauge(descGroupPending, float64(g.Pending), name, g.Name)
+		if d := g.Dynamic; d != nil {
+			gauge(descGroupThrottle, float64(d.ThrottlePercent), name, g.Name)
+			gauge(descGroupLoad, d.LoadPercent, name, g.Name)
+		}
 	}
 	gauge(descBindings, float64(v.Bindings), name)
 	gauge(descDownstreams, float64(len(v.Downstreams)), name)
@@ -82,9 +93,11 @@ func collectView(ch chan<- prometheus.Metric, name string, v diameteragent.View)
 		n     int64
 	}{{"late_answer", c.Late}, {"undelivered", c.Undelivered}, {"timed_out", c.TimedOut}, {"loop", c.Loops},
 		{"realm_not_served", c.RealmNotServed}, {"unable_to_deliver", c.UnableToDeliver}, {"too_busy", c.TooBusy},
-		{"ingress_refused", c.IngressRefused}, {"binding_ended", c.BindingsEnded}, {"downstream_dwr", c.DownstreamDWR}} {
+		{"ingress_refused", c.IngressRefused}, {"binding_ended", c.BindingsEnded}, {"downstream_dwr", c.DownstreamDWR},
+		{"downstream_dpr", c.DownstreamDPR}} {
 		counter(descEvents, o.n, name, o.event)
 	}
+	collectDOIC(ch, name, v)
 }
 
 func registerMetrics(ctx caddy.Context) error {

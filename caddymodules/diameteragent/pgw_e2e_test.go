@@ -1,6 +1,7 @@
 package diameteragent_test
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 	"github.com/fiorix/go-diameter/v4/diam/dict"
 
 	"github.com/edgesteer/edgesteer/internal/diameter"
+	"github.com/edgesteer/edgesteer/internal/doic"
 )
 
 // answer is what a pGW read of an answer.
@@ -24,6 +26,8 @@ type answer struct {
 	eBit           bool
 	origin, errMsg string
 	session        string
+	olrs           [][]byte // OC-OLRs' data
+	loads          int      // Load AVPs
 }
 
 // pgw is a downstream client on one connection: it sends requests from
@@ -36,12 +40,22 @@ type pgw struct {
 	mu     sync.Mutex
 	wait   map[uint32]chan answer
 	closed chan struct{} // closed when the connection ends
-	rars   atomic.Int64  // server-initiated requests received (and answered 2001)
+	rars   atomic.Int64  // RARs received (and answered 2001)
+	dprs   atomic.Int64  // DPRs received (and answered 2001)
 }
 
 func dialPGW(t *testing.T, addr, host string) *pgw {
 	t.Helper()
-	conn, err := net.Dial("tcp", addr)
+	return dialPGWVia(t, (&net.Dialer{}).DialContext, addr, host)
+}
+
+// dialPGWVia is dialPGW with the connection made by dial (e.g. inside a
+// network namespace).
+func dialPGWVia(t *testing.T, dial func(ctx context.Context, network, addr string) (net.Conn, error), addr, host string) *pgw {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	conn, err := dial(ctx, "tcp", addr)
+	cancel()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,16 +63,7 @@ func dialPGW(t *testing.T, addr, host string) *pgw {
 	t.Cleanup(func() { conn.Close() })
 	go p.read()
 	cer := diam.NewRequest(diameter.CmdCapabilitiesExchange, 0, dict.Default)
-	cer.NewAVP(avp.OriginHost, avp.Mbit, 0, datatype.DiameterIdentity(host))
-	cer.NewAVP(avp.OriginRealm, avp.Mbit, 0, datatype.DiameterIdentity("pgw.example"))
-	cer.NewAVP(avp.HostIPAddress, avp.Mbit, 0, datatype.Address(net.IPv4(127, 0, 0, 1).To4()))
-	cer.NewAVP(avp.VendorID, avp.Mbit, 0, datatype.Unsigned32(10415))
-	cer.NewAVP(avp.ProductName, 0, 0, datatype.UTF8String("pgw"))
-	cer.NewAVP(avp.AuthApplicationID, avp.Mbit, 0, datatype.Unsigned32(diameter.AppGy))
-	cer.NewAVP(avp.VendorSpecificApplicationID, avp.Mbit, 0, &diam.GroupedAVP{AVP: []*diam.AVP{
-		diam.NewAVP(avp.VendorID, avp.Mbit, 0, datatype.Unsigned32(10415)),
-		diam.NewAVP(avp.AuthApplicationID, avp.Mbit, 0, datatype.Unsigned32(diameter.AppGx)),
-	}})
+	diameter.AddCapabilities(cer, host, "pgw.example", "pgw")
 	if a, err := p.call(cer); err != nil || a.result != diam.Success {
 		t.Fatalf("%s: CEA %+v, %v", host, a, err)
 	}
@@ -92,13 +97,18 @@ func (p *pgw) read() {
 	}
 }
 
-// answerRequest answers a server-initiated request (RAR) with 2001 and
-// the pGW's identity.
+// answerRequest answers a request from its peer (a RAR, a DWR, a DPR)
+// with 2001 and the pGW's identity.
 func (p *pgw) answerRequest(msg []byte) {
-	p.rars.Add(1)
 	h, err := diameter.ParseHeader(msg, 1<<20)
 	if err != nil {
 		return
+	}
+	switch h.CommandCode {
+	case diameter.CmdDisconnectPeer:
+		p.dprs.Add(1)
+	case cmdRAR:
+		p.rars.Add(1)
 	}
 	in, err := diameter.Classify(msg, h)
 	if err != nil {
@@ -137,6 +147,10 @@ func parseAnswer(b []byte) answer {
 			a.result = binary.BigEndian.Uint32(data)
 		case avp.ErrorMessage:
 			a.errMsg = string(data)
+		case doic.CodeOLR:
+			a.olrs = append(a.olrs, append([]byte(nil), data...))
+		case doic.CodeLoad:
+			a.loads++
 		}
 		off += (l + 3) &^ 3
 	}
@@ -190,6 +204,9 @@ func (p *pgw) ccr(app, reqType uint32, session, realm string, extra ...*diam.AVP
 	}
 	return m
 }
+
+// cmdRAR is the Re-Auth-Request's command code.
+const cmdRAR = 258
 
 // CC-Request-Type values.
 const (

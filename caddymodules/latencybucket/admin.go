@@ -1,8 +1,6 @@
 package latencybucket
 
 import (
-	"encoding/json"
-	"net/http"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -10,6 +8,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/edgesteer/edgesteer/caddymodules/internal/views"
+	"github.com/edgesteer/edgesteer/internal/orca"
 	"github.com/edgesteer/edgesteer/internal/pubsel"
 )
 
@@ -53,8 +52,26 @@ type PolicyView struct {
 	StickyMaxEntries  int     `json:"sticky_max_entries"`
 	// StickyStore is the shared level of the sticky table (sticky_store);
 	// absent without one.
-	StickyStore *StoreView      `json:"sticky_store,omitempty"`
-	Publishers  []PublisherView `json:"publishers"`
+	StickyStore *StoreView `json:"sticky_store,omitempty"`
+	// Within is the pick inside the lowest bucket; SlowStartMS the slow
+	// start window (0: off), of the latest config holding the state.
+	Within      string  `json:"within"`
+	SlowStartMS float64 `json:"slow_start_ms"`
+	// ORCA is the backends' load reports (within p2c, HTTP); absent when
+	// they are not read.
+	ORCA       *ORCAView       `json:"orca,omitempty"`
+	Publishers []PublisherView `json:"publishers"`
+}
+
+// ORCAView is how the policy reads backends' endpoint-load-metrics
+// headers, and what came of them: counts since the state was made.
+type ORCAView struct {
+	BlackoutMS   float64 `json:"blackout_ms"`
+	ExpirationMS float64 `json:"expiration_ms"`
+	Absent       uint64  `json:"absent"` // answers without the header
+	// Reports counts headers by outcome: "ok" taken, else the reason it
+	// was ignored (too_long, syntax, bad_number, no_utilization…).
+	Reports map[string]uint64 `json:"reports"`
 }
 
 // StoreView is the shared sticky store as the policy sees it. The counts
@@ -132,6 +149,19 @@ type PublisherView struct {
 	InFlight   int64   `json:"in_flight"`
 	EstimateMS float64 `json:"estimate_ms"`
 	CostMS     float64 `json:"cost_ms"`
+	// LoadFactor multiplies the cost: 1 / (1 − min(u, 0.95)) of a fresh
+	// ORCA report's utilization u, else 1. ORCAState is none, blackout,
+	// fresh or expired; ORCAUtilization the latest report's utilization
+	// (application_utilization if above 0, else cpu_utilization) and
+	// ORCAAgeMS its age (both 0 with state none).
+	LoadFactor      float64 `json:"load_factor"`
+	ORCAState       string  `json:"orca_state"`
+	ORCAUtilization float64 `json:"orca_utilization"`
+	ORCAAgeMS       float64 `json:"orca_age_ms"`
+	// SlowStart is true while the publisher is in slow start, and
+	// SlowStartProgress how far through it is (0 to 1; 1 when not).
+	SlowStart         bool    `json:"slow_start"`
+	SlowStartProgress float64 `json:"slow_start_progress"`
 }
 
 // latencyWord is the latency option in force, as the admin view names it.
@@ -149,13 +179,7 @@ func latencyWord(cfg pubsel.Config) string {
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
-func serveAdmin(w http.ResponseWriter, r *http.Request) error {
-	if r.Method != http.MethodGet {
-		return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed}
-	}
-	w.Header().Set("Content-Type", "application/json")
-	return json.NewEncoder(w).Encode(policyViews())
-}
+var serveAdmin = views.Handler(policyViews)
 
 // policyViews is the admin API's answer (and the dashboard's).
 func policyViews() []PolicyView {
@@ -167,7 +191,10 @@ func policyViews() []PolicyView {
 		cfg := p.Tracker().Config()
 		v := PolicyView{Name: p.key.name, Kind: p.key.kind, StateSince: p.Since(), Generations: p.Leases(),
 			BucketWidthMS: ms(cfg.BucketWidth), Latency: latencyWord(cfg), ProbeWindow: cfg.Window, Sticky: s.Sticky,
-			TrafficHalfLifeMS: ms(cfg.HalfLife)}
+			TrafficHalfLifeMS: ms(cfg.HalfLife), Within: p.within(), SlowStartMS: ms(p.slowStart())}
+		if cfg.ORCA {
+			v.ORCA = orcaView(p.Tracker(), cfg)
+		}
 		var counts map[uint32]int
 		if s.Sticky {
 			v.StickyMaxEntries = p.Table().Max()
@@ -188,9 +215,10 @@ func policyViews() []PolicyView {
 				LastProbe: st.LastProbe, Rounds: st.Rounds, StickyEntries: counts[st.ID], LastRTTsMS: []float64{},
 				PicksTotal: picks[[2]string{p.key.name, st.Addr}],
 			}
-			var est, cost time.Duration
-			pv.InFlight, est, cost = p.Tracker().Load(st.ID)
-			pv.EstimateMS, pv.CostMS = ms(est), ms(cost)
+			l := p.Tracker().LoadOf(st.ID, p.Now())
+			pv.InFlight, pv.EstimateMS, pv.CostMS, pv.LoadFactor = l.InFlight, ms(l.Estimate), ms(l.Cost), l.Factor
+			pv.ORCAState, pv.ORCAUtilization, pv.ORCAAgeMS = l.ORCA.State.String(), l.ORCA.Utilization, ms(l.ORCA.Age)
+			pv.SlowStart, pv.SlowStartProgress = l.Warming, slowStartProgress(l)
 			for _, d := range st.LastRTTs {
 				pv.LastRTTsMS = append(pv.LastRTTsMS, ms(d))
 			}
@@ -199,6 +227,26 @@ func policyViews() []PolicyView {
 		views = append(views, v)
 	}
 	return views
+}
+
+func orcaView(tr *pubsel.Tracker, cfg pubsel.Config) *ORCAView {
+	absent, by := tr.LoadReports()
+	v := &ORCAView{BlackoutMS: ms(cfg.ORCAPeriods.Blackout), ExpirationMS: ms(cfg.ORCAPeriods.Expiration),
+		Absent: absent, Reports: map[string]uint64{}}
+	for r, n := range by {
+		if n > 0 {
+			v.Reports[orca.Reason(r).String()] = n
+		}
+	}
+	return v
+}
+
+// slowStartProgress is l's progress through slow start: 1 when not in it.
+func slowStartProgress(l pubsel.Load) float64 {
+	if l.Warming {
+		return l.SlowStart
+	}
+	return 1
 }
 
 func storeView(h pubsel.StickyStoreHealth, s *pubsel.StickyStoreStats, stickyPicks uint64) *StoreView {

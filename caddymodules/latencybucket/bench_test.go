@@ -292,8 +292,8 @@ func BenchmarkTrafficTransport(b *testing.B) {
 		}
 	}
 	inner := nopTransport{&http.Response{StatusCode: 200}}
-	wrapped := &TrafficTransport{inner: inner, tracker: new(atomic.Pointer[pubsel.Tracker])}
-	wrapped.feed(tr)
+	wrapped := &TrafficTransport{inner: inner, target: new(atomic.Pointer[feedTarget])}
+	wrapped.feed(tr, testClock)
 	req, _ := http.NewRequest("GET", "http://app/", nil)
 	req = req.WithContext(context.WithValue(req.Context(), caddy.CtxKey("reverse_proxy.dial_info"),
 		reverseproxy.DialInfo{Network: "tcp", Address: "127.0.0.1:9002", Host: "127.0.0.1", Port: "9002"}))
@@ -320,31 +320,17 @@ func BenchmarkTrafficTransport(b *testing.B) {
 
 // BenchmarkSelectP2C is a new pick (sticky off) with within p2c against
 // Caddy's random (the anchor) and within random, same 4 upstreams, same
-// run. The p2c pool has traffic observed on every upstream and requests in
-// flight on two, so each pick reads two costs that differ.
+// run. The p2c pool is provisioned as a Caddyfile's within p2c is (orca on
+// by default), with traffic observed on every upstream and requests in
+// flight on two, so each pick reads two costs that differ; within_p2c has
+// no ORCA report (the backends send none), within_p2c_orca a fresh report
+// on every upstream, so each pick also scales both costs by their factors.
 func BenchmarkSelectP2C(b *testing.B) {
 	req, _ := http.NewRequest("GET", "http://app.example/", nil)
 	req.RemoteAddr = "192.0.2.1:1234"
 	h, pool := benchPool(b, 4, "off")
-	hp, poolP := benchPoolLatency(b, 4, "off", "probe")
-	hp.selector.Within = pubsel.WithinP2C
-	tr := hp.policy.state.Tracker()
-	for i, u := range poolP {
-		for range 3 {
-			tr.Observe(u.Dial, time.Duration(i+1)*time.Millisecond, false)
-		}
-		if i < 2 {
-			defer tr.Begin(u.Dial).Done()
-		}
-	}
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if st := tr.Statuses(); st[0].ObservedSamples > 0 && st[len(st)-1].ObservedSamples > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			b.Fatal("observed traffic not folded")
-		}
-	}
+	hp, poolP := benchPoolP2C(b, "p2c", false)
+	ho, poolO := benchPoolP2C(b, "p2c-orca", true)
 	b.Run("anchor_random/upstreams=4", func(b *testing.B) {
 		p := reverseproxy.RandomSelection{}
 		for b.Loop() {
@@ -358,11 +344,128 @@ func BenchmarkSelectP2C(b *testing.B) {
 			}
 		}
 	})
-	b.Run("within_p2c/upstreams=4", func(b *testing.B) {
-		for b.Loop() {
-			if hp.Select(poolP, req, nil) == nil {
-				b.Fatal("no upstream")
+	for _, c := range []struct {
+		name string
+		h    *HTTPPolicy
+		pool reverseproxy.UpstreamPool
+	}{{"within_p2c", hp, poolP}, {"within_p2c_orca", ho, poolO}} {
+		b.Run(c.name+"/upstreams=4", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if c.h.Select(c.pool, req, nil) == nil {
+					b.Fatal("no upstream")
+				}
+			}
+		})
+	}
+}
+
+// benchPoolP2C provisions within p2c (as the Caddyfile would, past the
+// transport check) over 4 loopback listeners, waits until they are
+// measured, and gives each observed traffic and two of them a request in
+// flight (for the rest of the benchmark); with reports, each also a fresh
+// ORCA report (orca_blackout 0).
+func benchPoolP2C(b *testing.B, name string, reports bool) (*HTTPPolicy, reverseproxy.UpstreamPool) {
+	pool := make(reverseproxy.UpstreamPool, 4)
+	for i := range pool {
+		pool[i] = &reverseproxy.Upstream{Host: new(reverseproxy.Host), Dial: e2e.ClosingListener(b)}
+	}
+	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
+	b.Cleanup(cancel)
+	h := &HTTPPolicy{Config: Config{Name: "bench-" + name, Within: "p2c", Sticky: "off"}}
+	if reports {
+		h.ORCABlackout = new(caddy.Duration)
+	}
+	if err := h.provisionSelector(ctx, nil); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { h.Cleanup() })
+	req, _ := http.NewRequest("GET", "http://x/", nil)
+	h.Select(pool, req, nil) // registers the upstreams as probe targets
+	tr := h.policy.state.Tracker()
+	for i, u := range pool {
+		for range 3 {
+			tr.Observe(u.Dial, time.Duration(i+1)*time.Millisecond, false)
+		}
+		if i < 2 {
+			f := tr.Begin(u.Dial)
+			b.Cleanup(f.Done)
+		}
+		if reports {
+			f := tr.Begin(u.Dial)
+			if why := tr.ReportLoad(f, fmt.Sprintf("TEXT cpu_utilization=0.%d", i+2), false, h.policy.now()); why != 0 {
+				b.Fatalf("report: %v", why)
+			}
+			f.Done()
+		}
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		measured, observed := 0, 0
+		for _, st := range tr.Statuses() {
+			if st.Measured {
+				measured++
+			}
+			if st.ObservedSamples > 0 {
+				observed++
 			}
 		}
-	})
+		if measured == 4 && observed == 4 {
+			return h, pool
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("%d of 4 measured, %d with observed traffic", measured, observed)
+		}
+	}
+}
+
+// BenchmarkSelectP2CInterleaved runs the picks of BenchmarkSelectP2C in
+// turn, in blocks of 1,000 picks each (about 50 µs), and reports the median
+// over blocks of each pick's time per op and of its ratio to Caddy's random
+// in the same block: a busy host's load changes over milliseconds, so
+// sub-benchmarks run one after the other (each for a second) compare
+// different loads, while neighbouring blocks share theirs.
+func BenchmarkSelectP2CInterleaved(b *testing.B) {
+	req, _ := http.NewRequest("GET", "http://app.example/", nil)
+	req.RemoteAddr = "192.0.2.1:1234"
+	h, pool := benchPool(b, 4, "off")
+	hp, poolP := benchPoolP2C(b, "p2c-interleaved", false)
+	ho, poolO := benchPoolP2C(b, "p2c-orca-interleaved", true)
+	anchor := reverseproxy.RandomSelection{}
+	picks := []struct {
+		name string
+		pick func()
+	}{
+		{"anchor_random", func() { anchor.Select(pool, req, nil) }},
+		{"within_random", func() { h.Select(pool, req, nil) }},
+		{"within_p2c", func() { hp.Select(poolP, req, nil) }},
+		{"within_p2c_orca", func() { ho.Select(poolO, req, nil) }},
+	}
+	const block = 1000
+	per := make([][]float64, len(picks))
+	b.ResetTimer()
+	for n := 0; n < b.N; n += block * len(picks) {
+		for k, p := range picks {
+			start := time.Now()
+			for range block {
+				p.pick()
+			}
+			per[k] = append(per[k], float64(time.Since(start))/block)
+		}
+	}
+	b.StopTimer()
+	median := func(x []float64) float64 {
+		x = slices.Clone(x)
+		slices.Sort(x)
+		return x[len(x)/2]
+	}
+	for k, p := range picks {
+		ratios := make([]float64, len(per[k]))
+		for i := range ratios {
+			ratios[i] = per[k][i] / per[0][i]
+		}
+		b.ReportMetric(median(per[k]), p.name+"-ns/op")
+		if k > 0 {
+			b.ReportMetric(median(ratios), p.name+"/random")
+		}
+	}
 }

@@ -2,6 +2,7 @@ package latencybucket
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"time"
 
@@ -22,8 +23,13 @@ import (
 //		hysteresis <fraction>
 //		within random|least_conn|p2c
 //		slow_start <duration>
+//		orca on|off                  # within p2c, HTTP: default on
+//		orca_blackout <duration>     # default 10s
+//		orca_expiration <duration>   # default 3m
 //		probe tcp|tls|http|https|h2c [<path>]
 //		probe_host <host>
+//		udp_probe tcp <port> | udp <request> [<answer>] | udp_hex <request> [<answer>]
+//		log_decisions
 //		probe_insecure_skip_verify
 //		probes <count>
 //		probe_interval <duration>
@@ -41,82 +47,118 @@ import (
 //	}
 //
 // segment is given once per upstream address; every other option once.
-// Durations other than a segment's must be positive: in JSON zero means
-// "default", so a Caddyfile zero is surely a mistake.
-func (c *Config) UnmarshalCaddyfile(d *caddyfile.Dispenser) (err error) {
+// Most options set one field (optionFields), read by its type (readField);
+// the rest have parsers of their own (optionParsers).
+func (c *Config) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	_, o, err := cfparse.Open(d, "latency_bucket", 0, 0)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if err == nil && c.StickyStore != nil && c.StickyStore.Redis == "" {
-			err = d.Errf("latency_bucket: sticky_store_timeout needs sticky_store redis <name>")
-		}
-	}()
+	fields := c.optionFields()
 	for o.Next() {
-		switch o.Name() {
-		case "name":
-			c.Name, err = o.String()
-		case "latency":
-			c.Latency, err = choice(o)
-		case "traffic_half_life":
-			c.TrafficHalfLife, err = o.Duration(time.Nanosecond)
-		case "traffic_failure_latency":
-			c.TrafficFailureLatency, err = o.Duration(time.Nanosecond)
-		case "bucket_width":
-			c.BucketWidth, err = o.Duration(time.Nanosecond)
-		case "hysteresis":
-			c.Hysteresis, err = hysteresis(o)
-		case "within":
-			c.Within, err = choice(o)
-		case "slow_start":
-			c.SlowStart, err = o.Duration(time.Nanosecond)
-		case "probe":
-			err = c.unmarshalProbe(o)
-		case "probe_host":
-			c.ProbeHost, err = o.String()
-		case "probe_insecure_skip_verify":
-			err = o.Flag()
-			c.ProbeInsecureSkipVerify = err == nil
-		case "probes":
-			c.Probes, err = o.Int(1, math.MaxInt)
-		case "probe_interval":
-			c.ProbeInterval, err = o.Duration(time.Nanosecond)
-		case "probe_timeout":
-			c.ProbeTimeout, err = o.Duration(time.Nanosecond)
-		case "probe_window":
-			c.ProbeWindow, err = o.Int(1, math.MaxInt)
-		case "segment":
-			err = c.unmarshalSegment(o)
-		case "sticky":
-			c.Sticky, err = choice(o)
-		case "sticky_user":
-			c.StickyUser, err = o.String()
-		case "sticky_user_fallback":
-			c.StickyUserFallback, err = choice(o)
-		case "sticky_app":
-			c.StickyApp, err = o.String()
-		case "sticky_ttl":
-			c.StickyTTL, err = o.Duration(time.Nanosecond)
-		case "sticky_max_entries":
-			c.StickyMaxEntries, err = o.Int(1, math.MaxInt)
-		case "sticky_store":
-			err = c.unmarshalStore(o)
-		case "sticky_store_timeout":
-			var d caddy.Duration
-			if d, err = o.Duration(time.Millisecond); err == nil {
-				if c.StickyStore == nil {
-					c.StickyStore = &StickyStore{}
-				}
-				c.StickyStore.Timeout = d
-			}
-		default:
+		if parse, ok := optionParsers[o.Name()]; ok {
+			err = parse(c, o)
+		} else if field, ok := fields[o.Name()]; ok {
+			err = readField(o, field)
+		} else {
 			err = o.Unknown()
 		}
 		if err != nil {
 			return err
 		}
 	}
+	if c.StickyStore != nil && c.StickyStore.Redis == "" {
+		return d.Errf("latency_bucket: sticky_store_timeout needs sticky_store redis <name>")
+	}
+	return nil
+}
+
+// optionFields maps each option that sets one field of c, from one value
+// given once, to that field; readField reads the value by the field's type.
+func (c *Config) optionFields() map[string]any {
+	return map[string]any{
+		"name":                       &c.Name,
+		"latency":                    &c.Latency,
+		"traffic_half_life":          &c.TrafficHalfLife,
+		"traffic_failure_latency":    &c.TrafficFailureLatency,
+		"bucket_width":               &c.BucketWidth,
+		"hysteresis":                 &c.Hysteresis,
+		"within":                     &c.Within,
+		"slow_start":                 &c.SlowStart,
+		"orca":                       &c.ORCA,
+		"orca_blackout":              &c.ORCABlackout,
+		"orca_expiration":            &c.ORCAExpiration,
+		"probe_host":                 &c.ProbeHost,
+		"probe_insecure_skip_verify": &c.ProbeInsecureSkipVerify,
+		"log_decisions":              &c.LogDecisions,
+		"probes":                     &c.Probes,
+		"probe_interval":             &c.ProbeInterval,
+		"probe_timeout":              &c.ProbeTimeout,
+		"probe_window":               &c.ProbeWindow,
+		"sticky":                     &c.Sticky,
+		"sticky_user":                &c.StickyUser,
+		"sticky_user_fallback":       &c.StickyUserFallback,
+		"sticky_app":                 &c.StickyApp,
+		"sticky_ttl":                 &c.StickyTTL,
+		"sticky_max_entries":         &c.StickyMaxEntries,
+	}
+}
+
+// optionParsers read the options that take several arguments, repeat per
+// key, or fill a nested struct.
+var optionParsers = map[string]func(*Config, *cfparse.Block) error{
+	"probe":                (*Config).unmarshalProbe,
+	"udp_probe":            (*Config).unmarshalUDPProbe,
+	"segment":              (*Config).unmarshalSegment,
+	"sticky_store":         (*Config).unmarshalStore,
+	"sticky_store_timeout": (*Config).unmarshalStoreTimeout,
+}
+
+// readField reads one option into its field. A string is free text unless
+// the option has choices; a number is a count of at least 1; a duration
+// must be positive, since in JSON zero means "default" and a Caddyfile zero
+// is surely a mistake, except behind a pointer, where zero is a setting
+// of its own; a bool is a flag, given without a value.
+func readField(o *cfparse.Block, field any) error {
+	var err error
+	switch f := field.(type) {
+	case *string:
+		*f, err = o.String()
+		if _, ok := choices[o.Name()]; ok && err == nil {
+			if bad := checkChoice(o.Name(), *f); bad != nil {
+				return o.Invalid(*f, bad)
+			}
+		}
+	case *int:
+		*f, err = o.Int(1, math.MaxInt)
+	case *caddy.Duration:
+		*f, err = o.Duration(time.Nanosecond)
+	case **caddy.Duration:
+		var v caddy.Duration
+		v, err = o.Duration(0)
+		*f = &v
+	case **float64:
+		*f, err = hysteresis(o)
+	case *bool:
+		err = o.Flag()
+		*f = err == nil
+	default:
+		panic(fmt.Sprintf("latency_bucket: option %s has a field of type %T", o.Name(), field))
+	}
+	return err
+}
+
+// unmarshalStoreTimeout reads "sticky_store_timeout <duration>", which may
+// come before "sticky_store".
+func (c *Config) unmarshalStoreTimeout(o *cfparse.Block) error {
+	d, err := o.Duration(time.Millisecond)
+	if err != nil {
+		return err
+	}
+	if c.StickyStore == nil {
+		c.StickyStore = &StickyStore{}
+	}
+	c.StickyStore.Timeout = d
 	return nil
 }
 
@@ -137,18 +179,6 @@ func (c *Config) unmarshalStore(o *cfparse.Block) error {
 	}
 	c.StickyStore.Redis = args[1]
 	return nil
-}
-
-// choice reads an option given once with one of its choices.
-func choice(o *cfparse.Block) (string, error) {
-	s, err := o.String()
-	if err != nil {
-		return "", err
-	}
-	if err := checkChoice(o.Name(), s); err != nil {
-		return "", o.Invalid(s, err)
-	}
-	return s, nil
 }
 
 // hysteresis reads a fraction in [0, 1): 1 would keep a publisher in its

@@ -133,34 +133,59 @@ func (c *cluster) get(host, user, app string) (peer, decision string, err error)
 // test.
 func (c *cluster) burst(users []string, apps []string, rounds int) map[[2]string][]string {
 	c.t.Helper()
-	var mu sync.Mutex
 	out := map[[2]string][]string{}
+	c.each(users, apps, rounds, func(pair [2]string, _, peer string) {
+		out[pair] = append(out[pair], peer)
+	})
+	return out
+}
+
+// each runs the requests of burst and hands every answer to record, one
+// at a time; any failed request fails the test.
+func (c *cluster) each(users []string, apps []string, rounds int, record func(pair [2]string, host, peer string)) {
+	c.t.Helper()
+	var mu sync.Mutex
 	var failures []error
-	var wg sync.WaitGroup
-	for i, user := range users {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for r := range rounds {
-				for _, app := range apps {
-					host := replicaHosts[(i+r)%len(replicaHosts)]
-					peer, _, err := c.get(host, user, app)
-					mu.Lock()
-					if err != nil {
-						failures = append(failures, fmt.Errorf("%s %s on %s: %v", user, app, host, err))
-					} else {
-						out[[2]string{user, app}] = append(out[[2]string{user, app}], peer)
-					}
-					mu.Unlock()
+	e2e.Together(len(users), func(i int) {
+		user := users[i]
+		for r := range rounds {
+			for _, app := range apps {
+				host := replicaHosts[(i+r)%len(replicaHosts)]
+				peer, _, err := c.get(host, user, app)
+				mu.Lock()
+				if err != nil {
+					failures = append(failures, fmt.Errorf("%s %s on %s: %v", user, app, host, err))
+				} else {
+					record([2]string{user, app}, host, peer)
 				}
+				mu.Unlock()
 			}
-		}()
-	}
-	wg.Wait()
+		}
+	})
 	if len(failures) > 0 {
 		c.t.Fatalf("%d requests failed, first: %v", len(failures), failures[0])
 	}
-	return out
+}
+
+// startPublishers starts testpeer publishers in namespaces p1, p2 and p3,
+// waits until each accepts, and returns their addresses, space-separated.
+func (c *cluster) startPublishers() string {
+	c.t.Helper()
+	var pubs string
+	for i, h := range []string{"p1", "p2", "p3"} {
+		addr := c.tp.IP(h) + ":9001"
+		name := fmt.Sprintf("publisher-%d", i+1)
+		p := c.tp.Start(c.t, h, name, e2e.Bin(c.t, "testpeer"), nil, "-listen", addr, "-name", name)
+		p.WaitFor(c.t, "publisher", 30*time.Second, func() error {
+			conn, err := c.tp.Dialer("client", nil)(context.Background(), "tcp", addr)
+			if err == nil {
+				conn.Close()
+			}
+			return err
+		})
+		pubs += " " + addr
+	}
+	return pubs
 }
 
 // consistent fails the test unless every pair went to one publisher; it
@@ -201,20 +226,7 @@ func TestClusterStickinessThroughRedis(t *testing.T) {
 	c := &cluster{t: t, tp: tp, root: e2e.Root(t), replicas: map[string]*e2e.Proc{}, redisDir: t.TempDir(),
 		client: tp.HTTPClient("client")}
 	c.startRedis()
-	var pubs string
-	for i, h := range []string{"p1", "p2", "p3"} {
-		addr := tp.IP(h) + ":9001"
-		p := tp.Start(t, h, fmt.Sprintf("publisher-%d", i+1), e2e.Bin(t, "testpeer"), nil,
-			"-listen", addr, "-name", fmt.Sprintf("publisher-%d", i+1))
-		p.WaitFor(t, "publisher", 30*time.Second, func() error {
-			conn, err := tp.Dialer("client", nil)(context.Background(), "tcp", addr)
-			if err == nil {
-				conn.Close()
-			}
-			return err
-		})
-		pubs += " " + addr
-	}
+	pubs := c.startPublishers()
 	// The publishers are equally near (all in [0,32)), so each replica
 	// alone would pick at random: only the shared store makes them agree.
 	// The store timeout is raised from the example's 50ms: on a loaded

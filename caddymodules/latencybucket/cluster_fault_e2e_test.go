@@ -8,7 +8,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -51,20 +50,7 @@ func startFaultCluster(t *testing.T) *faultCluster {
 		}
 		time.Sleep(20 * ms)
 	}
-	var pubs string
-	for i, h := range []string{"p1", "p2", "p3"} {
-		addr := tp.IP(h) + ":9001"
-		p := tp.Start(t, h, fmt.Sprintf("publisher-%d", i+1), e2e.Bin(t, "testpeer"), nil,
-			"-listen", addr, "-name", fmt.Sprintf("publisher-%d", i+1))
-		p.WaitFor(t, "publisher", 30*time.Second, func() error {
-			conn, err := tp.Dialer("client", nil)(context.Background(), "tcp", addr)
-			if err == nil {
-				conn.Close()
-			}
-			return err
-		})
-		pubs += " " + addr
-	}
+	pubs := c.startPublishers()
 	// No STORE_TIMEOUT: the example's sticky_store_timeout is the default,
 	// 50 ms; sticky_ttl 1h is the default too.
 	c.env = []string{"REDIS_ADDRESS=" + c.redisAddr(), "PUBLISHERS=" + pubs, "PROBE_INTERVAL=300ms"}
@@ -98,36 +84,12 @@ type pairLog map[[2]string]map[string][]string
 // burstLog is cluster.burst, keeping which replica answered.
 func (c *cluster) burstLog(log pairLog, users, apps []string, rounds int) {
 	c.t.Helper()
-	var mu sync.Mutex
-	var failures []error
-	var wg sync.WaitGroup
-	for i, user := range users {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for r := range rounds {
-				for _, app := range apps {
-					host := replicaHosts[(i+r)%len(replicaHosts)]
-					peer, _, err := c.get(host, user, app)
-					mu.Lock()
-					if err != nil {
-						failures = append(failures, fmt.Errorf("%s %s on %s: %v", user, app, host, err))
-					} else {
-						pair := [2]string{user, app}
-						if log[pair] == nil {
-							log[pair] = map[string][]string{}
-						}
-						log[pair][host] = append(log[pair][host], peer)
-					}
-					mu.Unlock()
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if len(failures) > 0 {
-		c.t.Fatalf("%d requests failed, first: %v", len(failures), failures[0])
-	}
+	c.each(users, apps, rounds, func(pair [2]string, host, peer string) {
+		if log[pair] == nil {
+			log[pair] = map[string][]string{}
+		}
+		log[pair][host] = append(log[pair][host], peer)
+	})
 }
 
 // split returns the pairs that went to more than one publisher.

@@ -59,6 +59,18 @@ type Config struct {
 	// over this long. Default 0: off.
 	SlowStart caddy.Duration `json:"slow_start,omitempty"`
 
+	// ORCA says whether within p2c (HTTP) reads the load each backend
+	// reports in its answers (the endpoint-load-metrics header, TEXT, JSON
+	// or BIN form) into its cost: "on" (default with within p2c) or "off".
+	ORCA string `json:"orca,omitempty"`
+	// ORCABlackout: a backend's reports are used once it has reported
+	// without a break for this long (gRPC A58's blackout period). Default
+	// 10s; 0 uses them at once.
+	ORCABlackout *caddy.Duration `json:"orca_blackout,omitempty"`
+	// ORCAExpiration: a report older than this is forgotten (A58's
+	// expiration period). Default 3m.
+	ORCAExpiration caddy.Duration `json:"orca_expiration,omitempty"`
+
 	// Probe is the probe kind: "tcp" (connect time, default), "tls"
 	// (handshake time), "http" or "https" (request to first response byte),
 	// or "h2c" (the same over HTTP/2 without TLS, for h2c-only upstreams
@@ -70,6 +82,9 @@ type Config struct {
 	// ProbeInsecureSkipVerify skips certificate checks of tls and https probes
 	// (they measure latency, not trust).
 	ProbeInsecureSkipVerify bool `json:"probe_insecure_skip_verify,omitempty"`
+	// UDPProbe measures the layer4 proxy's UDP upstreams (udp/host:port),
+	// which Probe cannot: required when the proxy has one.
+	UDPProbe *UDPProbe `json:"udp_probe,omitempty"`
 	// Probes per round (default 3), ProbeInterval between rounds (default
 	// 10s), ProbeTimeout per probe (default 2s), ProbeWindow: how many
 	// rounds the minimum is taken over (default 3).
@@ -100,6 +115,12 @@ type Config struct {
 	StickyTTL        caddy.Duration `json:"sticky_ttl,omitempty"`
 	StickyMaxEntries int            `json:"sticky_max_entries,omitempty"`
 
+	// LogDecisions (layer4 only) logs every pick as one structured line:
+	// user, app, publisher, bucket, sticky or new, probe or traffic. HTTP
+	// decisions go to the access log through log_append and the
+	// placeholders instead. Default off.
+	LogDecisions bool `json:"log_decisions,omitempty"`
+
 	// StickyStore shares the sticky pins of a cluster of replicas through
 	// a store: the local table stays the first level, the store is read on
 	// a local miss and written on a new pick. Default: none (local only).
@@ -121,6 +142,7 @@ type StickyStore struct {
 var choices = map[string][]string{
 	"latency":              {"probe", "traffic", "both", "on", "off"},
 	"within":               {"random", "least_conn", "p2c"},
+	"orca":                 {"on", "off"},
 	"probe":                {"tcp", "tls", "http", "https", "h2c"},
 	"sticky":               {"on", "off"},
 	"sticky_user_fallback": {"client_ip", "none"},
@@ -140,85 +162,125 @@ const (
 	defaultStickyMaxEntries = 100_000
 )
 
-// Validate checks every option and names the bad one.
+// Validate checks every option and names the bad one: each value on its
+// own first, then the options that depend on another option or the layer.
 func (c *Config) Validate(layer4 bool) error {
-	bad := func(opt string, v any, why string) error {
-		return fmt.Errorf("latency_bucket: %s %v: %s", opt, v, why)
+	for _, check := range []func(layer4 bool) error{
+		c.validateValues, c.validateTraffic, c.validateORCA, c.validateProbe, c.validateLayer, c.validateStore,
+	} {
+		if err := check(layer4); err != nil {
+			return err
+		}
 	}
+	return nil
+}
+
+// invalid is the error naming an option, its value, and why it is refused.
+func invalid(opt string, v any, why string) error {
+	return fmt.Errorf("latency_bucket: %s %v: %s", opt, v, why)
+}
+
+// validateValues checks each option's value on its own: the words against
+// their choices, and the numbers that JSON (unlike the Caddyfile parser)
+// lets through below their range.
+func (c *Config) validateValues(bool) error {
 	for _, o := range []struct{ opt, v string }{
-		{"latency", c.Latency}, {"within", c.Within}, {"probe", c.Probe},
+		{"latency", c.Latency}, {"within", c.Within}, {"probe", c.Probe}, {"orca", c.ORCA},
 		{"sticky", c.Sticky}, {"sticky_user_fallback", c.StickyUserFallback},
 	} {
 		if err := checkChoice(o.opt, o.v); err != nil {
-			return bad(o.opt, strconv.Quote(o.v), err.Error())
+			return invalid(o.opt, strconv.Quote(o.v), err.Error())
 		}
 	}
-	if c.TrafficHalfLife < 0 {
-		return bad("traffic_half_life", time.Duration(c.TrafficHalfLife), "must be positive")
+	for _, o := range []struct {
+		opt string
+		v   caddy.Duration
+	}{
+		{"traffic_half_life", c.TrafficHalfLife}, {"traffic_failure_latency", c.TrafficFailureLatency},
+		{"slow_start", c.SlowStart}, {"bucket_width", c.BucketWidth}, {"probe_interval", c.ProbeInterval},
+		{"probe_timeout", c.ProbeTimeout}, {"sticky_ttl", c.StickyTTL},
+	} {
+		if o.v < 0 {
+			return invalid(o.opt, time.Duration(o.v), "must be positive")
+		}
 	}
-	if c.TrafficFailureLatency < 0 {
-		return bad("traffic_failure_latency", time.Duration(c.TrafficFailureLatency), "must be positive")
-	}
-	// The observed latency is used by latency traffic and both, and by
-	// within p2c's estimate; elsewhere these options would do nothing.
-	usesTraffic := c.source() != pubsel.FromProbe || c.Within == "p2c"
-	if !usesTraffic && c.TrafficHalfLife != 0 {
-		return bad("traffic_half_life", time.Duration(c.TrafficHalfLife), "applies to latency traffic or both, or within p2c, only")
-	}
-	if !usesTraffic && c.TrafficFailureLatency != 0 {
-		return bad("traffic_failure_latency", time.Duration(c.TrafficFailureLatency), "applies to latency traffic or both, or within p2c, only")
-	}
-	if c.SlowStart < 0 {
-		return bad("slow_start", time.Duration(c.SlowStart), "must be positive")
-	}
-	if c.BucketWidth < 0 {
-		return bad("bucket_width", time.Duration(c.BucketWidth), "must be positive")
+	for _, o := range []struct {
+		opt, why string
+		v        int
+	}{
+		{"probes", "must be at least 1", c.Probes}, {"probe_window", "must be at least 1", c.ProbeWindow},
+		{"sticky_max_entries", "must be positive", c.StickyMaxEntries},
+	} {
+		if o.v < 0 {
+			return invalid(o.opt, o.v, o.why)
+		}
 	}
 	if c.Hysteresis != nil && (*c.Hysteresis < 0 || *c.Hysteresis >= 1) {
-		return bad("hysteresis", *c.Hysteresis, "must be in [0, 1)")
-	}
-	if c.Within == "least_conn" && layer4 {
-		return bad("within", c.Within, "layer4 upstreams do not expose connection counts; use random or p2c")
-	}
-	if (c.ProbePath != "" || c.ProbeHost != "") && c.Probe != "http" && c.Probe != "https" && c.Probe != "h2c" {
-		return bad("probe_path/probe_host", c.ProbePath+c.ProbeHost, "apply to http, https and h2c probes only")
-	}
-	if c.Probes < 0 {
-		return bad("probes", c.Probes, "must be at least 1")
-	}
-	if c.ProbeInterval < 0 {
-		return bad("probe_interval", time.Duration(c.ProbeInterval), "must be positive")
-	}
-	if c.ProbeTimeout < 0 {
-		return bad("probe_timeout", time.Duration(c.ProbeTimeout), "must be positive")
-	}
-	if c.ProbeWindow < 0 {
-		return bad("probe_window", c.ProbeWindow, "must be at least 1")
+		return invalid("hysteresis", *c.Hysteresis, "must be in [0, 1)")
 	}
 	for addr, d := range c.Segments {
 		if d < 0 {
-			return bad("segment "+addr, time.Duration(d), "must not be negative")
+			return invalid("segment "+addr, time.Duration(d), "must not be negative")
 		}
 	}
-	if c.StickyTTL < 0 {
-		return bad("sticky_ttl", time.Duration(c.StickyTTL), "must be positive")
+	return nil
+}
+
+// validateTraffic refuses the observed latency's options where nothing
+// uses it: only latency traffic and both, and within p2c's estimate, do.
+func (c *Config) validateTraffic(bool) error {
+	if c.source() != pubsel.FromProbe || c.Within == "p2c" {
+		return nil
 	}
-	if c.StickyMaxEntries < 0 {
-		return bad("sticky_max_entries", c.StickyMaxEntries, "must be positive")
+	if c.TrafficHalfLife != 0 {
+		return invalid("traffic_half_life", time.Duration(c.TrafficHalfLife), "applies to latency traffic or both, or within p2c, only")
 	}
-	if ss := c.StickyStore; ss != nil {
-		if ss.Redis == "" {
-			return bad("sticky_store", `""`, "name a store: sticky_store redis <name>")
-		}
-		if c.Sticky == "off" {
-			return bad("sticky_store redis", ss.Redis, "needs sticky on")
-		}
-		if ss.Timeout < 0 {
-			return bad("sticky_store_timeout", time.Duration(ss.Timeout), "must be positive")
-		}
-		if time.Duration(ss.Timeout) > maxStoreTimeout {
-			return bad("sticky_store_timeout", time.Duration(ss.Timeout), "must be at most 5s (it delays a request on a local miss)")
-		}
+	if c.TrafficFailureLatency != 0 {
+		return invalid("traffic_failure_latency", time.Duration(c.TrafficFailureLatency), "applies to latency traffic or both, or within p2c, only")
+	}
+	return nil
+}
+
+// validateProbe checks the options that only some probes take.
+func (c *Config) validateProbe(layer4 bool) error {
+	if (c.ProbePath != "" || c.ProbeHost != "") && c.Probe != "http" && c.Probe != "https" && c.Probe != "h2c" {
+		return invalid("probe_path/probe_host", c.ProbePath+c.ProbeHost, "apply to http, https and h2c probes only")
+	}
+	if c.UDPProbe == nil {
+		return nil
+	}
+	if !layer4 {
+		return errors.New("latency_bucket: udp_probe: applies to layer4 proxies (HTTP upstreams are not UDP)")
+	}
+	_, err := c.UDPProbe.prober()
+	return err
+}
+
+// validateLayer checks the options that one layer cannot honour.
+func (c *Config) validateLayer(layer4 bool) error {
+	if c.Within == "least_conn" && layer4 {
+		return invalid("within", c.Within, "layer4 upstreams do not expose connection counts; use random or p2c")
+	}
+	if c.LogDecisions && !layer4 {
+		return invalid("log_decisions", c.LogDecisions, "layer4 only; HTTP decisions go to the access log with log_append and the placeholders")
+	}
+	return nil
+}
+
+// validateStore checks the shared sticky store.
+func (c *Config) validateStore(bool) error {
+	ss := c.StickyStore
+	switch {
+	case ss == nil:
+		return nil
+	case ss.Redis == "":
+		return invalid("sticky_store", `""`, "name a store: sticky_store redis <name>")
+	case c.Sticky == "off":
+		return invalid("sticky_store redis", ss.Redis, "needs sticky on")
+	case ss.Timeout < 0:
+		return invalid("sticky_store_timeout", time.Duration(ss.Timeout), "must be positive")
+	case time.Duration(ss.Timeout) > maxStoreTimeout:
+		return invalid("sticky_store_timeout", time.Duration(ss.Timeout), "must be at most 5s (it delays a request on a local miss)")
 	}
 	return nil
 }
@@ -245,6 +307,11 @@ func (c *Config) settings() pubsel.Settings {
 	case "http", "https", "h2c":
 		prober = latency.NewHTTPProber(c.Probe, c.ProbePath, c.ProbeHost, tlsCfg, false)
 	}
+	if c.UDPProbe != nil {
+		// Validated at load: a bad probe was refused before settings.
+		udp, _ := c.UDPProbe.prober()
+		prober = latency.Split{Stream: prober, Datagram: udp}
+	}
 	s := pubsel.Settings{
 		Tracker: pubsel.Config{
 			BucketWidth:    time.Duration(c.BucketWidth),
@@ -260,6 +327,8 @@ func (c *Config) settings() pubsel.Settings {
 			Source:         c.source(),
 			HalfLife:       time.Duration(c.TrafficHalfLife),
 			FailureLatency: time.Duration(c.TrafficFailureLatency),
+			ORCA:           c.orcaOn(),
+			ORCAPeriods:    c.orcaPeriods(),
 		},
 		Sticky:           c.Sticky != "off",
 		StickyTTL:        time.Duration(c.StickyTTL),
@@ -304,5 +373,9 @@ func (c *Config) probeID() string {
 	if kind == "" {
 		kind = "tcp"
 	}
-	return fmt.Sprintf("%s path=%q host=%q insecure=%v", kind, c.ProbePath, c.ProbeHost, c.ProbeInsecureSkipVerify)
+	id := fmt.Sprintf("%s path=%q host=%q insecure=%v", kind, c.ProbePath, c.ProbeHost, c.ProbeInsecureSkipVerify)
+	if u := c.UDPProbe; u != nil {
+		id += fmt.Sprintf(" udp=%d/%q/%q/%q/%q", u.TCPPort, u.Request, u.RequestHex, u.Answer, u.AnswerHex)
+	}
+	return id
 }

@@ -5,11 +5,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	_ "github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	_ "github.com/caddyserver/caddy/v2/modules/standard"
 	_ "github.com/mholt/caddy-l4"
+
+	"github.com/edgesteer/edgesteer/caddymodules/internal/cfparse/cfparsetest"
 )
 
 // What the Caddyfile parser cannot see alone (options that depend on each
@@ -29,6 +30,11 @@ func TestCaddyfileValidate(t *testing.T) {
 		{"latency probe\ntraffic_failure_latency 1s", true, "latency_bucket: traffic_failure_latency 1s: applies to latency traffic or both, or within p2c, only"},
 		{"sticky off\nsticky_store redis a", false, "latency_bucket: sticky_store redis a: needs sticky on"},
 		{"sticky_store redis a\nsticky_store_timeout 6s", true, "latency_bucket: sticky_store_timeout 6s: must be at most 5s"},
+		{"orca on", false, "latency_bucket: orca on: applies to within p2c only"},
+		{"within p2c\norca on", true, "latency_bucket: orca on: layer4 answers carry no endpoint-load-metrics header; applies to HTTP only"},
+		{"within p2c\norca off\norca_blackout 1s", false, "latency_bucket: orca_blackout 1s: applies with within p2c and orca on (HTTP) only"},
+		{"within p2c\norca_expiration 1m", true, "latency_bucket: orca_expiration 1m0s: applies with within p2c and orca on (HTTP) only"},
+		{"within random\norca_expiration 1m", false, "latency_bucket: orca_expiration 1m0s: applies with within p2c"},
 	} {
 		t.Run(tc.body, func(t *testing.T) {
 			var c Config
@@ -58,6 +64,10 @@ func TestBadJSONNamesOption(t *testing.T) {
 		`{"within": "least_conn", "x": 1}`:                   "", // unknown JSON fields are Caddy's to reject
 		`{"within": "p2c", "traffic_half_life": "1s"}`:       "",
 		`{"slow_start": "-1s"}`:                              "slow_start -1s: must be positive",
+		`{"within": "p2c", "orca": "yes"}`:                   `orca "yes": want on or off`,
+		`{"within": "p2c", "orca_blackout": "-1s"}`:          "orca_blackout -1s: must not be negative",
+		`{"within": "p2c", "orca_expiration": "-1s"}`:        "orca_expiration -1s: must be positive",
+		`{"within": "p2c", "orca_blackout": "0s"}`:           "",
 		`{"within": "leastconn"}`:                            `within "leastconn": want random, least_conn or p2c`,
 	} {
 		var c Config
@@ -89,6 +99,16 @@ func TestAdaptCaddyfile(t *testing.T) {
 				}
 			}
 		}
+		udp/127.0.0.1:9053 {
+			route {
+				proxy udp/127.0.0.1:9153 {
+					lb_policy latency_bucket {
+						udp_probe udp_hex abcd01 abcd
+						log_decisions
+					}
+				}
+			}
+		}
 	}
 }
 http://127.0.0.1:9200 {
@@ -112,22 +132,13 @@ http://127.0.0.1:9201 {
 		}
 	}
 }`
-	out, warn, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(cf), nil)
-	if err != nil {
-		t.Fatalf("adapt: %v %v", err, warn)
-	}
-	js := string(out)
-	for _, want := range []string{
+	cfparsetest.Adapts(t, cf,
 		`"selection_policy":{"bucket_width":16000000,"policy":"latency_bucket","probe":"http","probe_path":"/probe"}`,
 		`"policy":"latency_bucket"`,
 		`"sticky_ttl":300000000000`,
+		`"selection":{"log_decisions":true,"policy":"latency_bucket","udp_probe":{"answer_hex":"abcd","request_hex":"abcd01"}}},"upstreams":[{"dial":["udp/127.0.0.1:9153"]}]`,
 		`"selection_policy":{"latency":"both","policy":"latency_bucket","traffic_half_life":5000000000}`,
-		`"transport":{"protocol":"latency_bucket","transport":{"dial_timeout":2000000000,"protocol":"http"}}`,
-	} {
-		if !strings.Contains(js, want) {
-			t.Errorf("adapted JSON lacks %s:\n%s", want, js)
-		}
-	}
+		`"transport":{"protocol":"latency_bucket","transport":{"dial_timeout":2000000000,"protocol":"http"}}`)
 }
 
 func TestProbeAddr(t *testing.T) {
@@ -135,7 +146,8 @@ func TestProbeAddr(t *testing.T) {
 		"127.0.0.1:80":       "127.0.0.1:80",
 		"tcp/10.0.0.1:443":   "10.0.0.1:443",
 		"[::1]:8080":         "[::1]:8080",
-		"udp/10.0.0.1:53":    "",
+		"udp/10.0.0.1:53":    "udp/10.0.0.1:53",
+		"udp4/10.0.0.1:53":   "udp/10.0.0.1:53",
 		"unix//run/app.sock": "",
 		"{env.UP}:80":        "",
 		"10.0.0.1:80-81":     "",

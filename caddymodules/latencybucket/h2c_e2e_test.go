@@ -82,36 +82,30 @@ func TestH2CProbeOfGRPCPublishers(t *testing.T) {
 	hc := healthpb.NewHealthClient(conn)
 	var mu sync.Mutex
 	by := map[string]map[string]int{} // user → publisher → calls
-	var wg sync.WaitGroup
 	errs := make(chan error, 8*25)
-	for u := range 8 {
+	e2e.Together(8, func(u int) {
 		user := fmt.Sprint("user-", u)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for range 25 {
-				ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(context.Background(), "x-user", user), 10*time.Second)
-				var hdr metadata.MD
-				resp, err := hc.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Header(&hdr))
-				cancel()
-				if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
-					errs <- fmt.Errorf("%s: %v %v", user, resp, err)
-					continue
-				}
-				mu.Lock()
-				if by[user] == nil {
-					by[user] = map[string]int{}
-				}
-				name := "?"
-				if p := hdr.Get("x-publisher"); len(p) == 1 {
-					name = p[0]
-				}
-				by[user][name]++
-				mu.Unlock()
+		for range 25 {
+			ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(context.Background(), "x-user", user), 10*time.Second)
+			var hdr metadata.MD
+			resp, err := hc.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Header(&hdr))
+			cancel()
+			if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+				errs <- fmt.Errorf("%s: %v %v", user, resp, err)
+				continue
 			}
-		}()
-	}
-	wg.Wait()
+			mu.Lock()
+			if by[user] == nil {
+				by[user] = map[string]int{}
+			}
+			name := "?"
+			if p := hdr.Get("x-publisher"); len(p) == 1 {
+				name = p[0]
+			}
+			by[user][name]++
+			mu.Unlock()
+		}
+	})
 	close(errs)
 	for err := range errs {
 		t.Errorf("gRPC call through bin/caddy failed: %v", err)

@@ -3,7 +3,6 @@ package latencybucket
 import (
 	"fmt"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -21,7 +20,8 @@ func init() {
 // HTTPPolicy is the latency_bucket selection policy of reverse_proxy.
 //
 // It sets the placeholders {http.reverse_proxy.latency_bucket.publisher},
-// {…latency_ms}, {…bucket} and {…decision} ("new" or "sticky").
+// {…latency_ms}, {…bucket}, {…decision} ("new" or "sticky"),
+// {…decided_by} ("probe" or "traffic"), {…user} and {…app}.
 type HTTPPolicy struct {
 	Config
 
@@ -70,7 +70,7 @@ func (h *HTTPPolicy) Provision(ctx caddy.Context) error {
 		return err
 	}
 	if t != nil {
-		t.feed(h.policy.state.Tracker())
+		t.feed(h.policy.state.Tracker(), h.policy.now)
 	}
 	return nil
 }
@@ -113,7 +113,8 @@ func (h *HTTPPolicy) Select(pool reverseproxy.UpstreamPool, r *http.Request, _ h
 		d  pubsel.Decision
 		ok bool
 	)
-	if user, app, pin := h.identity(r, repl); pin {
+	user, app, pin := h.identity(r, repl)
+	if pin {
 		u, d, ok = h.selector.Select(pool, user, app, h.policy.now())
 	} else {
 		u, d, ok = h.selector.SelectUnpinned(pool, h.policy.now())
@@ -123,7 +124,7 @@ func (h *HTTPPolicy) Select(pool reverseproxy.UpstreamPool, r *http.Request, _ h
 	}
 	h.policy.selected(d)
 	if repl != nil && d.Status != nil {
-		setPlaceholders(repl, "http.reverse_proxy.latency_bucket.", d)
+		setPlaceholders(repl, httpKeys, d, user, app)
 	}
 	return u
 }
@@ -163,34 +164,6 @@ type httpHost struct{}
 func (httpHost) Addr(u *reverseproxy.Upstream) string    { return probeAddr(u.Dial) }
 func (httpHost) Available(u *reverseproxy.Upstream) bool { return u.Available() }
 func (httpHost) Conns(u *reverseproxy.Upstream) int      { return u.NumRequests() }
-
-// Placeholder values are Stringers over the status, so setting them costs
-// no allocation; they are rendered only if something uses them.
-type (
-	publisherText pubsel.Status
-	latencyText   pubsel.Status
-	bucketText    pubsel.Status
-)
-
-func (s *publisherText) String() string { return s.Addr }
-func (s *bucketText) String() string    { return s.Label }
-func (s *latencyText) String() string {
-	if !s.Measured {
-		return ""
-	}
-	return strconv.FormatFloat(ms(s.Latency), 'f', 3, 64)
-}
-
-func setPlaceholders(repl *caddy.Replacer, prefix string, d pubsel.Decision) {
-	repl.Set(prefix+"publisher", (*publisherText)(d.Status))
-	repl.Set(prefix+"latency_ms", (*latencyText)(d.Status))
-	repl.Set(prefix+"bucket", (*bucketText)(d.Status))
-	if d.Sticky {
-		repl.Set(prefix+"decision", "sticky")
-	} else {
-		repl.Set(prefix+"decision", "new")
-	}
-}
 
 // Interface guards
 var (

@@ -19,7 +19,9 @@ func init() {
 // L4Policy is the latency_bucket selection policy of caddy-l4's proxy.
 //
 // It sets the placeholders {l4.proxy.latency_bucket.publisher},
-// {…latency_ms}, {…bucket} and {…decision} ("new" or "sticky").
+// {…latency_ms}, {…bucket}, {…decision} ("new" or "sticky"),
+// {…decided_by}, {…user} and {…app}, and with log_decisions logs each
+// pick.
 type L4Policy struct {
 	Config
 
@@ -89,7 +91,8 @@ func (p *L4Policy) Select(pool l4proxy.UpstreamPool, conn *layer4.Connection) *l
 		d  pubsel.Decision
 		ok bool
 	)
-	if user, app, pin := p.identity(conn, repl); pin {
+	user, app, pin := p.identity(conn, repl)
+	if pin {
 		u, d, ok = p.selector.Select(pool, user, app, p.policy.now())
 	} else {
 		u, d, ok = p.selector.SelectUnpinned(pool, p.policy.now())
@@ -100,7 +103,10 @@ func (p *L4Policy) Select(pool l4proxy.UpstreamPool, conn *layer4.Connection) *l
 	p.policy.selected(d)
 	if d.Status != nil {
 		if repl != nil {
-			setPlaceholders(repl, "l4.proxy.latency_bucket.", d)
+			setPlaceholders(repl, l4Keys, d, user, app)
+		}
+		if p.LogDecisions {
+			p.policy.logDecision(conn, d, user, app)
 		}
 		if p.observe && conn != nil {
 			armDial(conn, p.selector.Tracker, d.Status.Addr)

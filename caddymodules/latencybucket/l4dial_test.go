@@ -80,7 +80,7 @@ func TestDialTimerInFlight(t *testing.T) {
 	}
 	inFlight := func(want int64, when string) {
 		t.Helper()
-		if n, _, _ := tr.Load(id); n != want {
+		if n := tr.LoadOf(id, 0).InFlight; n != want {
 			t.Fatalf("%s: %d in flight, want %d", when, n, want)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/edgesteer/edgesteer/caddymodules/internal/metricsreg"
 	"github.com/edgesteer/edgesteer/internal/latency"
+	"github.com/edgesteer/edgesteer/internal/orca"
 	"github.com/edgesteer/edgesteer/internal/pubsel"
 )
 
@@ -75,6 +76,23 @@ var (
 		"1 if the publisher's last probe round had a success.", []string{"policy", "publisher"}, nil)
 	descBucket = prometheus.NewDesc(metricsPrefix+"publisher_bucket",
 		"Index of the publisher's latency bucket (0 is [0,w)); -1 unmeasured.", []string{"policy", "publisher"}, nil)
+	// The pick's load figures (within p2c reads them; shown whatever within is).
+	descInFlight = prometheus.NewDesc(metricsPrefix+"publisher_in_flight",
+		"Requests (HTTP) or connections (layer4) in flight to the publisher, as within p2c counts them.", []string{"policy", "publisher"}, nil)
+	descCost = prometheus.NewDesc(metricsPrefix+"publisher_cost_seconds",
+		"What within p2c compares: latency estimate × (in flight + 1) × load factor.", []string{"policy", "publisher"}, nil)
+	descLoadFactor = prometheus.NewDesc(metricsPrefix+"publisher_load_factor",
+		"1 / (1 − min(u, 0.95)) of the publisher's fresh ORCA utilization u, else 1.", []string{"policy", "publisher"}, nil)
+	descORCAUtil = prometheus.NewDesc(metricsPrefix+"publisher_orca_utilization",
+		"Utilization of the publisher's latest ORCA report, by its state (blackout, fresh, expired); absent before any.",
+		[]string{"policy", "publisher", "state"}, nil)
+	descORCAAge = prometheus.NewDesc(metricsPrefix+"publisher_orca_age_seconds",
+		"Age of the publisher's latest ORCA report; absent before any.", []string{"policy", "publisher"}, nil)
+	descORCAReports = prometheus.NewDesc(metricsPrefix+"orca_reports_total",
+		"Answers' endpoint-load-metrics headers by outcome: ok (taken), absent, or the reason it was ignored (too_long, syntax, bad_number…).",
+		[]string{"policy", "reason"}, nil)
+	descSlowStart = prometheus.NewDesc(metricsPrefix+"publisher_slow_start_progress",
+		"How far the publisher is through its slow start, 0 to 1 (1: not in slow start, full share).", []string{"policy", "publisher"}, nil)
 	descSticky = prometheus.NewDesc(metricsPrefix+"sticky_entries",
 		"Entries in the policy's sticky table.", []string{"policy"}, nil)
 
@@ -114,6 +132,10 @@ func (*stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descObserved
 	ch <- descBucket
 	ch <- descSticky
+	for _, d := range []*prometheus.Desc{descInFlight, descCost, descLoadFactor, descORCAUtil, descORCAAge,
+		descORCAReports, descSlowStart} {
+		ch <- d
+	}
 	for _, d := range []*prometheus.Desc{descStoreHits, descStoreMisses, descStoreStale, descStoreErrors,
 		descStoreMalformed, descStoreSkipped, descStoreWrites, descStoreRefreshes, descStoreHealthy, descStoreRefusing,
 		descStorePending, descStoreReconciled} {
@@ -143,6 +165,14 @@ func (*stateCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 			ch <- prometheus.MustNewConstMetric(descActive, prometheus.GaugeValue, active, name, st.Addr)
 			ch <- prometheus.MustNewConstMetric(descBucket, prometheus.GaugeValue, bucket, name, st.Addr)
+			collectLoad(ch, name, st.Addr, p.Tracker().LoadOf(st.ID, p.Now()))
+		}
+		if cfg := p.Tracker().Config(); cfg.ORCA {
+			absent, by := p.Tracker().LoadReports()
+			ch <- prometheus.MustNewConstMetric(descORCAReports, prometheus.CounterValue, float64(absent), name, "absent")
+			for r, n := range by {
+				ch <- prometheus.MustNewConstMetric(descORCAReports, prometheus.CounterValue, float64(n), name, orca.Reason(r).String())
+			}
 		}
 		if p.Settings().Sticky {
 			ch <- prometheus.MustNewConstMetric(descSticky, prometheus.GaugeValue, float64(p.Table().Len()), name)
@@ -153,6 +183,20 @@ func (*stateCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 			collectStore(ch, name, sh.Health(), p.StickyStoreStats(), sticky[name])
 		}
+	}
+}
+
+func collectLoad(ch chan<- prometheus.Metric, name, addr string, l pubsel.Load) {
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, append([]string{name, addr}, labels...)...)
+	}
+	gauge(descInFlight, float64(l.InFlight))
+	gauge(descCost, l.Cost.Seconds())
+	gauge(descLoadFactor, l.Factor)
+	gauge(descSlowStart, slowStartProgress(l))
+	if l.ORCA.State != orca.StateNone {
+		gauge(descORCAUtil, l.ORCA.Utilization, l.ORCA.State.String())
+		gauge(descORCAAge, l.ORCA.Age.Seconds())
 	}
 }
 

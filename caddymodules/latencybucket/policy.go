@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/prometheus/client_golang/prometheus"
@@ -37,7 +38,7 @@ type policy struct {
 	// counters caches selection counters by target, bucket and decision
 	// (copy on write): resolving label values per request would cost more
 	// than the pick itself.
-	counters   atomic.Pointer[map[uint64]prometheus.Counter]
+	counters   atomic.Pointer[[]selectionCounters] // by target id
 	countersMu sync.Mutex
 }
 
@@ -57,12 +58,16 @@ func (p *policy) provision(ctx caddy.Context, c *Config, kind string, dials []st
 	p.metrics = m
 
 	addrs := probeAddrs(dials)
+	if err := c.checkUDPUpstreams(addrs); err != nil {
+		return err
+	}
 	p.name = c.Name
 	if p.name == "" {
 		p.name = defaultName(kind, addrs, c)
 	}
 	s := c.settings()
 	s.Tracker.OnRound = p.onRound
+	s.Tracker.ORCA = s.Tracker.ORCA && kind == "http" // layer 4 answers carry no header
 	if s.Sticky {
 		if s.StickyStore, err = c.stickyStoreConfig(ctx, p.name); err != nil {
 			return err
@@ -93,6 +98,7 @@ func (p *policy) provision(ctx caddy.Context, c *Config, kind string, dials []st
 		return fmt.Errorf("latency_bucket: %v", err)
 	}
 	p.key, p.state, p.pooled = key, v.(*pooledState), true
+	p.state.picking.Store(&picking{within: c.Within, slowStart: time.Duration(c.SlowStart)})
 	// The generation's context identifies it: two policies of one config
 	// sharing a name must agree on the settings.
 	if p.lease, err = p.state.Lease(ctx.Done(), s); err != nil {
@@ -171,33 +177,50 @@ func (p *policy) onStoreRefusal(refusing bool, reason, key string, err error) {
 		zap.String("policy", p.name), zap.String("reason", reason), zap.String("key", key), zap.Error(err))
 }
 
-// selected records a decision in the metrics.
+// selectionCounters are one target's selection counters in its current
+// bucket: [new, sticky].
+type selectionCounters struct {
+	addr   string
+	bucket int
+	c      [2]prometheus.Counter
+}
+
+// selected records a decision in the metrics. The counters are cached by
+// target id in a copy-on-write slice: an index and two compares per pick,
+// where resolving label values would cost more than the pick itself. A
+// target that changed bucket (or an id reused by another address) takes
+// the lock once to cache its new counters.
 func (p *policy) selected(d pubsel.Decision) {
 	st := d.Status
 	if st == nil {
 		return
 	}
-	key := uint64(st.ID)<<33 | uint64(uint32(st.Bucket))<<1
+	i := 0
 	if d.Sticky {
-		key |= 1
+		i = 1
 	}
-	if m := p.counters.Load(); m != nil {
-		if c, ok := (*m)[key]; ok {
-			c.Inc()
+	if cs := p.counters.Load(); cs != nil && int(st.ID) < len(*cs) {
+		if e := &(*cs)[st.ID]; e.bucket == st.Bucket && e.addr == st.Addr && e.c[i] != nil {
+			e.c[i].Inc()
 			return
 		}
 	}
 	p.countersMu.Lock()
-	old := p.counters.Load()
-	m := make(map[uint64]prometheus.Counter, 1)
-	if old != nil {
-		for k, v := range *old {
-			m[k] = v
-		}
+	var cs []selectionCounters
+	if old := p.counters.Load(); old != nil {
+		cs = *old
 	}
-	c := p.metrics.selections.WithLabelValues(p.name, st.Addr, st.Label, stickyLabel(d.Sticky))
-	m[key] = c
-	p.counters.Store(&m)
+	cs = append(make([]selectionCounters, 0, max(len(cs), int(st.ID)+1)), cs...)
+	cs = cs[:max(len(cs), int(st.ID)+1)]
+	e := &cs[st.ID]
+	if e.bucket != st.Bucket || e.addr != st.Addr {
+		*e = selectionCounters{addr: st.Addr, bucket: st.Bucket}
+	}
+	if e.c[i] == nil {
+		e.c[i] = p.metrics.selections.WithLabelValues(p.name, st.Addr, st.Label, stickyLabel(d.Sticky))
+	}
+	c := e.c[i]
+	p.counters.Store(&cs)
 	p.countersMu.Unlock()
 	c.Inc()
 }
@@ -209,8 +232,9 @@ func stickyLabel(b bool) string {
 	return "new"
 }
 
-// probeAddrs turns dial addresses into host:port probe targets, leaving out
-// what cannot be probed: placeholders, unix sockets, udp.
+// probeAddrs turns dial addresses into probe targets, host:port or, for
+// UDP, udp/host:port, leaving out what cannot be probed: placeholders,
+// unix sockets, port ranges.
 func probeAddrs(dials []string) []string {
 	var out []string
 	seen := map[string]bool{}
@@ -228,10 +252,17 @@ func probeAddr(dial string) string {
 		return ""
 	}
 	na, err := caddy.ParseNetworkAddress(dial)
-	if err != nil || na.IsUnixNetwork() || na.PortRangeSize() != 1 || !strings.HasPrefix(na.Network, "tcp") {
+	if err != nil || na.IsUnixNetwork() || na.PortRangeSize() != 1 {
 		return ""
 	}
-	return net.JoinHostPort(na.Host, fmt.Sprint(na.StartPort))
+	hp := net.JoinHostPort(na.Host, fmt.Sprint(na.StartPort))
+	switch {
+	case strings.HasPrefix(na.Network, "tcp"):
+		return hp
+	case strings.HasPrefix(na.Network, "udp"):
+		return latency.UDPPrefix + hp
+	}
+	return ""
 }
 
 // defaultName names a policy without a name: its kind, its upstreams and a

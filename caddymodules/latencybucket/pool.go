@@ -3,6 +3,8 @@ package latencybucket
 import (
 	"cmp"
 	"slices"
+	"sync/atomic"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 
@@ -25,6 +27,29 @@ type stateKey struct{ kind, name string }
 type pooledState struct {
 	*pubsel.State
 	key stateKey
+	// picking is the pick rule of the latest config that provisioned a
+	// policy over the state (per config, not kept: see the README), for
+	// the admin view.
+	picking atomic.Pointer[picking]
+}
+
+type picking struct {
+	within    string
+	slowStart time.Duration
+}
+
+func (s *pooledState) within() string {
+	if p := s.picking.Load(); p != nil && p.within != "" {
+		return p.within
+	}
+	return "random"
+}
+
+func (s *pooledState) slowStart() time.Duration {
+	if p := s.picking.Load(); p != nil {
+		return p.slowStart
+	}
+	return 0
 }
 
 // Destruct stops the state's probers and clock; the pool calls it when the

@@ -67,13 +67,7 @@ func storeErr(err error) error {
 	case redisconn.Malformed:
 		return pubsel.ErrWrongType
 	}
-	reason := redisconn.Reason(err)
-	return &pubsel.StoreError{Reason: reason, Answered: replyReasons[reason], Err: err}
+	return &pubsel.StoreError{Reason: redisconn.Reason(err), Answered: redisconn.IsReply(err), Err: err}
 }
-
-// replyReasons are the reasons of redisconn.Reason that come from an error
-// reply of the store (the others are failures to get an answer).
-var replyReasons = map[string]bool{"noperm": true, "noauth": true, "loading": true, "readonly": true, "oom": true,
-	"clusterdown": true, "tryagain": true, "moved": true, "busy": true, "error_reply": true}
 
 var _ pubsel.Store = redisStore{}

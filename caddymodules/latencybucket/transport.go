@@ -32,7 +32,14 @@ type TrafficTransport struct {
 
 	inner   http.RoundTripper
 	handler *reverseproxy.Handler
-	tracker *atomic.Pointer[pubsel.Tracker] // set by the policy; made at Provision
+	target  *atomic.Pointer[feedTarget] // set by the policy; made at Provision
+}
+
+// feedTarget is what the transport reports to: the policy state's tracker
+// and its clock (ORCA reports are timed on it, as picks read them).
+type feedTarget struct {
+	tr  *pubsel.Tracker
+	now func() int64
 }
 
 // transports maps a reverse_proxy handler to its latency_bucket
@@ -57,7 +64,7 @@ func (t *TrafficTransport) Provision(ctx caddy.Context) error {
 		return err
 	}
 	t.inner = rt
-	t.tracker = new(atomic.Pointer[pubsel.Tracker])
+	t.target = new(atomic.Pointer[feedTarget])
 	for _, m := range ctx.Modules() {
 		if h, ok := m.(*reverseproxy.Handler); ok {
 			t.handler = h
@@ -86,8 +93,11 @@ func (t *TrafficTransport) Cleanup() error {
 	return wrapped.Cleanup(t.inner)
 }
 
-// feed makes the transport report to tr.
-func (t *TrafficTransport) feed(tr *pubsel.Tracker) { t.tracker.Store(tr) }
+// feed makes the transport report to tr, ORCA reports on the clock now
+// (the state's, which picks read them on).
+func (t *TrafficTransport) feed(tr *pubsel.Tracker, now func() int64) {
+	t.target.Store(&feedTarget{tr, now})
+}
 
 // RoundTrip forwards req with the wrapped transport and records the time
 // to its response headers against the upstream it was sent to. An error,
@@ -98,12 +108,15 @@ func (t *TrafficTransport) feed(tr *pubsel.Tracker) { t.tracker.Store(tr) }
 // arrive. Its own cost is two monotonic clock reads, one context lookup
 // (reverse_proxy set the dial info before calling us), one map lookup in
 // the tracker's copy-on-write index and four atomic adds: no lock, no
-// allocation.
+// allocation. With ORCA on (within p2c), the answer's
+// endpoint-load-metrics header (else endpoint-load-metrics-bin) is read
+// into the upstream's load report; see reportLoad.
 func (t *TrafficTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	tr := t.tracker.Load()
-	if tr == nil {
+	ft := t.target.Load()
+	if ft == nil {
 		return t.inner.RoundTrip(req)
 	}
+	tr := ft.tr
 	di, ok := reverseproxy.GetDialInfo(req.Context())
 	if !ok {
 		return t.inner.RoundTrip(req)
@@ -124,7 +137,32 @@ func (t *TrafficTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		}
 	}
 	tr.ObserveFlight(f, took, failed)
+	if resp != nil && tr.ORCA() {
+		reportLoad(tr, f, resp.Header, ft.now)
+	}
 	return resp, err
+}
+
+// The ORCA headers as Go's textproto keys them: a direct map read skips
+// Header.Get's canonicalization.
+const (
+	orcaKey    = "Endpoint-Load-Metrics"
+	orcaBinKey = "Endpoint-Load-Metrics-Bin"
+)
+
+// reportLoad hands the answer's ORCA header to the tracker, which parses
+// it (bounded, allocation-free for TEXT and JSON) and counts its outcome:
+// absent, taken, or refused with its reason. Only the first value is
+// read. Failures report too: a backend that says why it is overloaded
+// in a 503 is worth hearing.
+func reportLoad(tr *pubsel.Tracker, f pubsel.Flight, h http.Header, now func() int64) {
+	if v := h[orcaKey]; len(v) > 0 {
+		tr.ReportLoad(f, v[0], false, now())
+	} else if v := h[orcaBinKey]; len(v) > 0 {
+		tr.ReportLoad(f, v[0], true, now())
+	} else {
+		tr.ReportLoad(f, "", false, 0)
+	}
 }
 
 // monoEpoch anchors mono. time.Since of a time that carries a monotonic

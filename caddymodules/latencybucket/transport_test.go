@@ -77,8 +77,8 @@ func TestTrafficTransportCountsFailures(t *testing.T) {
 			if c.cancel {
 				inner.cancel = cancel
 			}
-			rt := &TrafficTransport{inner: inner, tracker: new(atomic.Pointer[pubsel.Tracker])}
-			rt.feed(tr)
+			rt := &TrafficTransport{inner: inner, target: new(atomic.Pointer[feedTarget])}
+			rt.feed(tr, testClock)
 			req, _ := http.NewRequestWithContext(ctx, "GET", "http://app/", nil)
 			resp, err := rt.RoundTrip(req)
 			cancel()
@@ -122,8 +122,8 @@ func TestTrafficTransportCountsInFlight(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.WithValue(context.Background(), caddy.CtxKey("reverse_proxy.dial_info"),
 			reverseproxy.DialInfo{Network: "tcp", Address: addr, Host: "127.0.0.1", Port: "9001"}))
 		var during int64
-		rt := &TrafficTransport{tracker: new(atomic.Pointer[pubsel.Tracker]), inner: innerFunc(func(r *http.Request) (*http.Response, error) {
-			during, _, _ = tr.Load(id)
+		rt := &TrafficTransport{target: new(atomic.Pointer[feedTarget]), inner: innerFunc(func(r *http.Request) (*http.Response, error) {
+			during = tr.LoadOf(id, 0).InFlight
 			switch outcome {
 			case "error":
 				return nil, errors.New("dial tcp: connection refused")
@@ -133,12 +133,15 @@ func TestTrafficTransportCountsInFlight(t *testing.T) {
 			}
 			return &http.Response{StatusCode: 200, Body: http.NoBody, Request: r}, nil
 		})}
-		rt.feed(tr)
+		rt.feed(tr, testClock)
 		req, _ := http.NewRequestWithContext(ctx, "GET", "http://app/", nil)
 		rt.RoundTrip(req)
 		cancel()
-		if after, _, _ := tr.Load(id); during != 1 || after != 0 {
+		if after := tr.LoadOf(id, 0).InFlight; during != 1 || after != 0 {
 			t.Errorf("%s: %d in flight during the round trip, %d after; want 1, 0", outcome, during, after)
 		}
 	}
 }
+
+// testClock is a state clock for transports fed outside a policy.
+func testClock() int64 { return time.Now().UnixNano() }

@@ -49,6 +49,7 @@ type LowerView struct {
 	Ports      []string `json:"ports"`
 	ListenPort uint16   `json:"listen_port"`
 	Mark       uint32   `json:"mark"`
+	IPVersions []int    `json:"ip_versions"`
 }
 
 // view reads the pooled state of both roles.
@@ -61,7 +62,13 @@ func view() View {
 			v.Upper = &uv
 		case *lowerState:
 			s.mu.Lock()
-			lv := &LowerView{Table: s.rs.Table, ListenPort: s.rs.Tproxy, Ports: []string{}}
+			lv := &LowerView{Table: s.rs.Table, ListenPort: s.rs.Tproxy, Ports: []string{}, IPVersions: []int{}}
+			if s.rs.IPv4 {
+				lv.IPVersions = append(lv.IPVersions, 4)
+			}
+			if s.rs.IPv6 {
+				lv.IPVersions = append(lv.IPVersions, 6)
+			}
 			for _, p := range s.rs.Ports {
 				lv.Ports = append(lv.Ports, p.String())
 			}

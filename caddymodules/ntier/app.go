@@ -3,9 +3,8 @@ package ntier
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/netip"
-	"strconv"
+	"os"
 	"sync"
 	"time"
 
@@ -14,7 +13,7 @@ import (
 
 	"github.com/edgesteer/edgesteer/caddymodules/internal/metricsreg"
 	engine "github.com/edgesteer/edgesteer/internal/ntier"
-	"github.com/edgesteer/edgesteer/internal/portrange"
+	"github.com/edgesteer/edgesteer/internal/srcports"
 )
 
 func init() { caddy.RegisterModule(App{}) }
@@ -42,8 +41,8 @@ type App struct {
 type Upper struct {
 	// TierMapFile (or TierMap inline) lists the lower nodes, in bucket
 	// order, each with its next_hop (and optional health address).
-	TierMapFile string         `json:"tier_map_file,omitempty"`
-	TierMap     *portrange.Map `json:"tier_map,omitempty"`
+	TierMapFile string        `json:"tier_map_file,omitempty"`
+	TierMap     *srcports.Map `json:"tier_map,omitempty"`
 	// Ports are the intercepted TCP destination ports ("80", "8000-8099").
 	Ports      []string `json:"ports"`
 	Interfaces []string `json:"interfaces,omitempty"`
@@ -69,6 +68,8 @@ type Lower struct {
 	Mark         uint32   `json:"mark,omitempty"`
 	RulePriority int      `json:"rule_priority,omitempty"`
 	Table        string   `json:"table,omitempty"`
+	// IPVersions are the families intercepted: 4, 6 or both (default).
+	IPVersions []int `json:"ip_versions,omitempty"`
 }
 
 // CaddyModule returns the Caddy module information.
@@ -102,7 +103,8 @@ func (a *App) Provision(ctx caddy.Context) error {
 			return fmt.Errorf("%s lower: listen_port %d: want the tproxy listener's port", AppName, a.Lower.ListenPort)
 		}
 		rs, err := engine.TproxyRules(engine.TproxyConfig{Ports: ports, Interfaces: a.Lower.Interfaces,
-			ListenPort: uint16(a.Lower.ListenPort), Mark: a.Lower.Mark, RulePriority: a.Lower.RulePriority, Table: a.Lower.Table})
+			ListenPort: uint16(a.Lower.ListenPort), Mark: a.Lower.Mark, RulePriority: a.Lower.RulePriority, Table: a.Lower.Table,
+			IPVersions: a.Lower.IPVersions})
 		if err != nil {
 			return fmt.Errorf("%s lower: %w", AppName, err)
 		}
@@ -112,13 +114,13 @@ func (a *App) Provision(ctx caddy.Context) error {
 }
 
 func (u *Upper) config() (engine.Config, error) {
-	var m *portrange.Map
+	var m *srcports.Map
 	switch {
 	case u.TierMapFile != "" && u.TierMap != nil:
 		return engine.Config{}, fmt.Errorf("give tier_map_file or tier_map, not both")
 	case u.TierMapFile != "":
 		var err error
-		if m, err = portrange.Load(u.TierMapFile); err != nil {
+		if m, err = srcports.Load(u.TierMapFile); err != nil {
 			return engine.Config{}, err
 		}
 	case u.TierMap != nil:
@@ -146,14 +148,9 @@ func (u *Upper) config() (engine.Config, error) {
 		Health: engine.Health{Interval: time.Duration(u.HealthInterval), Timeout: time.Duration(u.HealthTimeout), Fall: u.Fall, Rise: u.Rise},
 	}
 	for _, n := range m.Nodes {
-		node := engine.Node{Name: n.Name, Health: n.Health}
-		if n.NextHop != "" {
-			if node.NextHop, err = netip.ParseAddr(n.NextHop); err != nil {
-				return engine.Config{}, fmt.Errorf("node %q: next_hop %q: not an address", n.Name, n.NextHop)
-			}
-			if node.Health == "" {
-				node.Health = net.JoinHostPort(node.NextHop.String(), strconv.Itoa(healthPort))
-			}
+		node, err := nodeOf(n, healthPort)
+		if err != nil {
+			return engine.Config{}, err
 		}
 		cfg.Nodes = append(cfg.Nodes, node)
 	}
@@ -161,10 +158,43 @@ func (u *Upper) config() (engine.Config, error) {
 	return cfg, cfg.Validate()
 }
 
-func parsePorts(in []string) ([]portrange.Range, error) {
-	out := make([]portrange.Range, 0, len(in))
+// nodeOf reads a tier map node's next hops: next_hop of either family,
+// next_hop6 an IPv6 one beside an IPv4 next_hop.
+func nodeOf(n srcports.Node, healthPort int) (engine.Node, error) {
+	node := engine.Node{Name: n.Name, Health: n.Health}
+	for _, hop := range []struct{ opt, val string }{{"next_hop", n.NextHop}, {"next_hop6", n.NextHop6}} {
+		if hop.val == "" {
+			continue
+		}
+		a, err := netip.ParseAddr(hop.val)
+		if err != nil {
+			return node, fmt.Errorf("node %q: %s %q: not an address", n.Name, hop.opt, hop.val)
+		}
+		switch v4 := a.Is4() || a.Is4In6(); {
+		case v4 && hop.opt == "next_hop6":
+			return node, fmt.Errorf("node %q: next_hop6 %s: not an IPv6 address", n.Name, a)
+		case v4:
+			node.NextHop = a.Unmap()
+		case node.NextHop6.IsValid():
+			return node, fmt.Errorf("node %q: next_hop %s and next_hop6 %s: two IPv6 next hops", n.Name, node.NextHop6, a)
+		default:
+			node.NextHop6 = a
+		}
+	}
+	if node.Health == "" {
+		if hop := node.NextHop; hop.IsValid() {
+			node.Health = netip.AddrPortFrom(hop, uint16(healthPort)).String()
+		} else if hop := node.NextHop6; hop.IsValid() {
+			node.Health = netip.AddrPortFrom(hop, uint16(healthPort)).String()
+		}
+	}
+	return node, nil
+}
+
+func parsePorts(in []string) ([]srcports.Range, error) {
+	out := make([]srcports.Range, 0, len(in))
 	for _, s := range in {
-		r, err := portrange.Parse(s)
+		r, err := srcports.Parse(s)
 		if err != nil {
 			return nil, fmt.Errorf("ports: %w", err)
 		}
@@ -205,8 +235,10 @@ func (s *lowerState) Destruct() error {
 }
 
 // kernel is the backend the app installs with; tests of the adapter may
-// replace it.
-var kernel engine.Kernel = engine.NetlinkKernel{}
+// replace it. EDGESTEER_TEST_KERNEL_WITHOUT_TPROXY=1 is a test hook (see
+// engine.NetlinkKernel.WithoutTproxy): the kernel then refuses the lower
+// node's rules as one without tproxy does.
+var kernel engine.Kernel = engine.NetlinkKernel{WithoutTproxy: os.Getenv("EDGESTEER_TEST_KERNEL_WITHOUT_TPROXY") == "1"}
 
 // Start installs the rules (or, after a reload, applies the new
 // configuration to the kept state). Missing privileges and kernel

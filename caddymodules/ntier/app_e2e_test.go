@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -34,12 +35,12 @@ const lowerGlobal = `{
 `
 
 const lowerCaddyfile = lowerGlobal + `http://:3129 {
-	bind tproxy/0.0.0.0
+	bind tproxy/[::]
 	handle /big.bin {
 		file_server
 	}
 	handle {
-		respond "{$NODE} {http.request.local.host}:{http.request.local.port} {http.request.remote.host}"
+		respond "{$NODE} {http.request.local} {http.request.remote.host}"
 	}
 }
 `
@@ -71,17 +72,26 @@ func clientFrom(tp *e2e.Topology, src netip.Addr, timeout time.Duration) *http.C
 // returns the answering node; the node must have seen src and origin.
 func get(tp *e2e.Topology, src netip.Addr, origin string) (string, error) {
 	client := clientFrom(tp, src, 3*time.Second)
-	resp, err := client.Get("http://" + origin + "/")
+	dst := netip.AddrPortFrom(netip.MustParseAddr(origin), 80).String()
+	resp, err := client.Get("http://" + dst + "/")
 	if err != nil {
 		return "", err
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
 	f := strings.Fields(string(body))
-	if len(f) != 3 || f[1] != origin+":80" || f[2] != src.String() {
-		return "", fmt.Errorf("answer %q: want the node, %s:80 and %s", body, origin, src)
+	if len(f) != 3 || f[1] != dst || f[2] != src.String() {
+		return "", fmt.Errorf("answer %q: want the node, %s and %s", body, dst, src)
 	}
 	return f[0], nil
+}
+
+// originFor is the origin a client of a's family fetches.
+func originFor(a netip.Addr) string {
+	if a.Is6() {
+		return "2001:db8:80::80"
+	}
+	return "203.0.113.80"
 }
 
 func run(t *testing.T, tp *e2e.Topology, host string, args ...string) string {
@@ -102,15 +112,23 @@ func run(t *testing.T, tp *e2e.Topology, host string, args ...string) string {
 // upper keeps its table; stopping Caddy removes every rule on both tiers.
 func TestTransparentTierEndToEnd(t *testing.T) {
 	tp := e2e.NewTopology(t, map[string]int{"client": 10, "upper": 1, "l2a": 2, "l2b": 3})
+	tp.EnableIPv6(t)
 	clients := tp.ForwardVia(t, "upper", "client", "203.0.113.0/24", 24)
+	clients6 := tp.ForwardVia6(t, "upper", "client", "2001:db8:80::/64", 8)
 	names := []string{"l2a", "l2b"}
 	documented := map[netip.Addr]string{}
 	assign := ntier.Assign(names, []bool{true, true}, ntier.DefaultBuckets)
-	for _, a := range clients {
+	perNode := map[string]int{}
+	for _, a := range append(slices.Clone(clients), clients6...) {
 		documented[a] = names[assign[ntier.Bucket(a, ntier.DefaultSeed, ntier.DefaultBuckets)]]
+		perNode[fmt.Sprint(documented[a], " v", map[bool]int{true: 6, false: 4}[a.Is6()])]++
+	}
+	if len(perNode) != 4 {
+		t.Fatalf("the clients of each family must cover both nodes: %v", perNode)
 	}
 	dir := t.TempDir()
-	tiers := fmt.Sprintf(`{"nodes":[{"name":"l2a","next_hop":%q},{"name":"l2b","next_hop":%q}]}`, tp.IP("l2a"), tp.IP("l2b"))
+	tiers := fmt.Sprintf(`{"nodes":[{"name":"l2a","next_hop":%q,"next_hop6":%q},{"name":"l2b","next_hop":%q,"next_hop6":%q}]}`,
+		tp.IP("l2a"), tp.IP6("l2a"), tp.IP("l2b"), tp.IP6("l2b"))
 	if err := os.WriteFile(filepath.Join(dir, "tiers.json"), []byte(tiers), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -121,8 +139,8 @@ func TestTransparentTierEndToEnd(t *testing.T) {
 	// round fetches once per client and returns who answered ("" failed).
 	round := func() map[netip.Addr]string {
 		got := map[netip.Addr]string{}
-		for _, a := range clients {
-			node, err := get(tp, a, "203.0.113.80")
+		for _, a := range append(slices.Clone(clients), clients6...) {
+			node, err := get(tp, a, originFor(a))
 			if err != nil {
 				t.Logf("client %s: %v", a, err)
 			}
@@ -142,7 +160,10 @@ func TestTransparentTierEndToEnd(t *testing.T) {
 	if ct, _ := tp.Command("upper", "conntrack", "-L", "-d", "203.0.113.80").CombinedOutput(); strings.Contains(string(ct), "dst=203.0.113.80") {
 		t.Errorf("the upper tier tracked client flows:\n%s", ct)
 	}
-	if ss := run(t, tp, "upper", "ss", "-tan"); strings.Contains(ss, "203.0.113.80") || clientAddr.MatchString(ss) {
+	if ct, _ := tp.Command("upper", "conntrack", "-L", "-f", "ipv6").CombinedOutput(); strings.Contains(string(ct), "dst=2001:db8:80::80") {
+		t.Errorf("the upper tier tracked IPv6 client flows:\n%s", ct)
+	}
+	if ss := run(t, tp, "upper", "ss", "-tan"); strings.Contains(ss, "203.0.113.80") || strings.Contains(ss, "2001:db8:80::80") || clientAddr.MatchString(ss) {
 		t.Errorf("the upper tier holds TCP sockets of client flows:\n%s", ss)
 	}
 	replyBytes(t, tp, clients, dir)
@@ -177,7 +198,7 @@ func TestTransparentTierEndToEnd(t *testing.T) {
 		t.Errorf("buckets{l2a} = %v (found %v), want 256", n, ok)
 	}
 	adminJSON(t, tp, "l2a", &v)
-	if l := v.Lower; l == nil || l.ListenPort != 3129 || l.Mark != 300 || fmt.Sprint(l.Ports) != "[80-80]" || v.Upper != nil {
+	if l := v.Lower; l == nil || l.ListenPort != 3129 || l.Mark != 300 || fmt.Sprint(l.Ports) != "[80-80]" || fmt.Sprint(l.IPVersions) != "[4 6]" || v.Upper != nil {
 		t.Errorf("l2a's admin view: %+v", v)
 	}
 	lb = tp.StartCaddy(t, "l2b", lowerCaddyfile, dir, []string{"NODE=l2b"})
@@ -217,8 +238,12 @@ func TestTransparentTierEndToEnd(t *testing.T) {
 	if out := run(t, tp, "upper", "ip", "rule", "list", "pref", "20000"); strings.TrimSpace(out) != "" {
 		t.Errorf("upper stopped, its ip rules stay:\n%s", out)
 	}
+	if out := run(t, tp, "upper", "ip", "-6", "rule", "list", "pref", "20000"); strings.TrimSpace(out) != "" {
+		t.Errorf("upper stopped, its IPv6 rules stay:\n%s", out)
+	}
 	for _, h := range []string{"l2a", "l2b"} {
-		if out := run(t, tp, h, "nft", "list", "ruleset") + run(t, tp, h, "ip", "rule", "list", "pref", "20001"); strings.TrimSpace(out) != "" {
+		if out := run(t, tp, h, "nft", "list", "ruleset") + run(t, tp, h, "ip", "rule", "list", "pref", "20001") +
+			run(t, tp, h, "ip", "-6", "rule", "list", "pref", "20001"); strings.TrimSpace(out) != "" {
 			t.Errorf("%s stopped, its rules stay:\n%s", h, out)
 		}
 	}
@@ -280,7 +305,7 @@ func replyBytes(t *testing.T, tp *e2e.Topology, clients []netip.Addr, dir string
 }
 
 // clientAddr matches the client addresses ForwardVia adds (10.77.0.100 on).
-var clientAddr = regexp.MustCompile(`10\.77\.0\.1\d\d\b`)
+var clientAddr = regexp.MustCompile(`10\.77\.0\.1\d\d\b|fd77::1:`)
 
 // tableHandle is the "# handle N" of `nft -a list table`'s first line.
 func tableHandle(listing string) string {
@@ -311,5 +336,50 @@ func TestTransparentNeedsNetAdmin(t *testing.T) {
 		if got, _ := exec.Command("ip", append([]string{"netns", "exec", ns}, args...)...).CombinedOutput(); strings.TrimSpace(string(got)) != "" {
 			t.Errorf("%v after the refused start:\n%s", args, got)
 		}
+	}
+}
+
+// bin/caddy as both tiers on a kernel that refuses the tproxy expression
+// (the test hook EDGESTEER_TEST_KERNEL_WITHOUT_TPROXY: the real kernel
+// refuses the lower rule's batch as one without nft_tproxy does) exits
+// naming tproxy, and takes out the upper tier's rules it had installed
+// first: nothing of either tier is left.
+func TestTransparentKernelWithoutTproxy(t *testing.T) {
+	tp := e2e.NewTopology(t, map[string]int{"node": 2})
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "tiers.json"), []byte(`{"nodes":[{"name":"l2a","next_hop":"10.77.0.9"}]}`), 0o644)
+	os.WriteFile(filepath.Join(dir, "Caddyfile"), []byte(`{
+	ntier {
+		upper {
+			tier_map tiers.json
+			ports 80
+		}
+		lower {
+			ports 80
+			listen_port 3129
+		}
+	}
+}
+`), 0o644)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "ip", "netns", "exec", tp.NS("node"), "env", "--chdir="+dir, "HOME="+dir,
+		"EDGESTEER_TEST_KERNEL_WITHOUT_TPROXY=1", e2e.Bin(t, "caddy"), "run", "--adapter", "caddyfile", "--config", "Caddyfile")
+	out, err := cmd.CombinedOutput()
+	if ctx.Err() != nil {
+		t.Fatalf("caddy on a kernel without tproxy kept running:\n%s", out)
+	}
+	if err == nil || !regexp.MustCompile(`ntier lower: .*the kernel lacks an nftables feature .*tproxy`).Match(out) {
+		t.Fatalf("caddy on a kernel without tproxy: %v\n%s", err, out)
+	}
+	left := run(t, tp, "node", "nft", "list", "ruleset") + run(t, tp, "node", "ip", "rule", "list", "pref", "20000") +
+		run(t, tp, "node", "ip", "rule", "list", "pref", "20001")
+	for _, table := range []string{"201", "300"} {
+		if r, _ := tp.Command("node", "ip", "route", "show", "table", table).CombinedOutput(); !strings.Contains(string(r), "does not exist") {
+			left += string(r)
+		}
+	}
+	if strings.TrimSpace(left) != "" {
+		t.Errorf("left after the refused start:\n%s", left)
 	}
 }

@@ -38,6 +38,7 @@ func init() { httpcaddyfile.RegisterGlobalOption(AppName, parseGlobal) }
 //			mark <n>
 //			rule_priority <n>
 //			table <name>
+//			ip_versions 4|6...
 //		}
 //	}
 func parseGlobal(d *caddyfile.Dispenser, existing any) (any, error) {
@@ -137,6 +138,16 @@ func parseLower(sub *cfparse.Block, l *Lower) error {
 			l.RulePriority, err = sub.Int(1, 32765)
 		case "table":
 			l.Table, err = sub.String()
+		case "ip_versions":
+			var vals []string
+			if vals, err = sub.List(); err == nil {
+				for _, v := range vals {
+					if v != "4" && v != "6" {
+						return sub.Errf("ip_versions %q: want 4 or 6", v)
+					}
+					l.IPVersions = append(l.IPVersions, int(v[0]-'0'))
+				}
+			}
 		default:
 			err = sub.Unknown()
 		}

@@ -14,7 +14,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 
-	"github.com/edgesteer/edgesteer/internal/portrange"
+	"github.com/edgesteer/edgesteer/internal/srcports"
 )
 
 // Network is the listener network's name: `bind tproxy/0.0.0.0`.
@@ -39,7 +39,7 @@ func listenTransparent(ctx context.Context, _, host, portRange string, portOffse
 				return err
 			}
 		}
-		return portrange.TransparentControl(network, address, c)
+		return srcports.TransparentControl(network, address, c)
 	}
 	ln, err := na.Listen(ctx, portOffset, cfg)
 	if err != nil {

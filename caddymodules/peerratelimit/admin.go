@@ -1,8 +1,6 @@
 package peerratelimit
 
 import (
-	"encoding/json"
-	"net/http"
 	"slices"
 	"strings"
 	"time"
@@ -62,9 +60,8 @@ type ProfileView struct {
 
 // ClusterView is this replica's side of a cluster-wide limit.
 type ClusterView struct {
-	Redis        string `json:"redis"`      // the edgesteer_redis store's name
-	KeyPrefix    string `json:"key_prefix"` // the keys' namespace in Redis
-	Replica      string `json:"replica"`    // this replica's identity
+	Redis        string `json:"redis"`   // the edgesteer_redis store's name
+	Replica      string `json:"replica"` // this replica's identity
 	ReplicasSeen int    `json:"replicas_seen"`
 	// ReplicasReserved are the other live replicas counted at their
 	// fallback share at the last sync; Reserving: this replica's
@@ -80,24 +77,14 @@ type ClusterView struct {
 	LastSync        time.Time `json:"last_sync,omitzero"`
 	LastAttempt     time.Time `json:"last_attempt,omitzero"`
 	RedisHealthy    bool      `json:"redis_healthy"`
-	Fallback        bool      `json:"fallback"`
 	LastError       string    `json:"last_error,omitempty"`
 	LastErrorReason string    `json:"last_error_reason,omitempty"`
 	SyncErrors      uint64    `json:"sync_errors_total"`
 	// ErrorsByReason counts store trouble (a failed sync, or a key a sync
 	// could not read or write) by reason.
-	ErrorsByReason     map[string]uint64 `json:"errors_by_reason"`
-	FallbackPeers      int               `json:"fallback_peers"`
-	StoreTrouble       []TroubleView     `json:"store_trouble"`
-	Malformed          uint64            `json:"malformed_total"`
-	RepairedTotal      uint64            `json:"repaired_total"`
-	LimitPerSecond     float64           `json:"limit_per_second"`
-	EffectivePerSecond float64           `json:"effective_limit_per_second"`
-	ThrottlePercent    int               `json:"throttle_percent"`
-	PeersTracked       int               `json:"peers_tracked"`
-	OverflowedTotal    uint64            `json:"overflowed_total"`
-	// Shares are the largest local shares, at most maxShareViews.
-	Shares []ShareView `json:"shares"`
+	ErrorsByReason map[string]uint64 `json:"errors_by_reason"`
+	// The overall limit's quota.
+	ClusterLimitView
 	// Messages are the profile's message-type limits, each cluster-wide
 	// too (synced in the same round trip), in type order.
 	Messages []ClusterMessageView `json:"messages"`
@@ -106,8 +93,14 @@ type ClusterView struct {
 // ClusterMessageView is this replica's side of one message type's
 // cluster-wide limit.
 type ClusterMessageView struct {
-	Type               string        `json:"type"`
-	KeyPrefix          string        `json:"key_prefix"`
+	Type string `json:"type"`
+	ClusterLimitView
+}
+
+// ClusterLimitView is one cluster-wide limit's quota on this replica: the
+// overall limit's and each message type's have the same fields.
+type ClusterLimitView struct {
+	KeyPrefix          string        `json:"key_prefix"` // the keys' namespace in Redis
 	Fallback           bool          `json:"fallback"`
 	FallbackPeers      int           `json:"fallback_peers"`
 	StoreTrouble       []TroubleView `json:"store_trouble"`
@@ -118,7 +111,19 @@ type ClusterMessageView struct {
 	ThrottlePercent    int           `json:"throttle_percent"`
 	PeersTracked       int           `json:"peers_tracked"`
 	OverflowedTotal    uint64        `json:"overflowed_total"`
-	Shares             []ShareView   `json:"shares"`
+	// Shares are the largest local shares, at most maxShareViews.
+	Shares []ShareView `json:"shares"`
+}
+
+func limitView(q *quota.Quota, st quota.State) ClusterLimitView {
+	v := ClusterLimitView{KeyPrefix: q.Config().Prefix, Fallback: st.Fallback, FallbackPeers: st.FallbackPeers,
+		StoreTrouble: troubleViews(q), Malformed: st.Malformed, RepairedTotal: st.Repaired,
+		LimitPerSecond: st.Limit, EffectivePerSecond: st.Effective, ThrottlePercent: st.Throttle,
+		PeersTracked: st.Peers, OverflowedTotal: st.Overflowed, Shares: []ShareView{}}
+	for _, s := range q.Shares(maxShareViews) {
+		v.Shares = append(v.Shares, ShareView{Peer: s.Peer, SharePerSecond: s.Share, SharePercent: 100 * s.Fraction, StoreTrouble: s.Trouble})
+	}
+	return v
 }
 
 // ShareView is this replica's share of one peer's cluster-wide limit.
@@ -174,15 +179,11 @@ type DynamicView struct {
 	// the hold in progress ends at ReversalSince + reversal_hold.
 	ReversalSince time.Time `json:"reversal_since,omitzero"`
 	LastError     string    `json:"last_error,omitempty"`
+	// ORCA is the orca source's state.
+	ORCA *ORCAView `json:"orca,omitempty"`
 }
 
-func serveAdmin(w http.ResponseWriter, r *http.Request) error {
-	if r.Method != http.MethodGet {
-		return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed}
-	}
-	w.Header().Set("Content-Type", "application/json")
-	return json.NewEncoder(w).Encode(handlerViews())
-}
+var serveAdmin = views.Handler(handlerViews)
 
 // handlerViews is the admin API's answer (and the dashboard's).
 func handlerViews() []HandlerView {
@@ -211,6 +212,9 @@ func handlerViews() []HandlerView {
 			st, _ := hs.store.Controller()
 			v.Dynamic = &DynamicView{Source: active.dynamic.src.String(), LoadPercent: st.Load, SampledAt: st.SampledAt,
 				ThrottlePercent: st.Throttle, ReversalSince: st.ReversalSince, LastError: active.dynamic.lastError()}
+			if f := active.dynamic.orca; f != nil {
+				v.Dynamic.ORCA = f.view(active.dynamic.src)
+			}
 		}
 		views = append(views, v)
 	}
@@ -224,32 +228,18 @@ var _ caddy.AdminRouter = Admin{}
 func (c *cluster) view() *ClusterView {
 	q, spec := c.q.Load(), c.spec.Load()
 	st, cfg := q.State(), q.Config()
-	v := &ClusterView{Redis: spec.conn.Name, KeyPrefix: cfg.Prefix, Replica: st.Replica, ReplicasSeen: st.Replicas,
+	v := &ClusterView{Redis: spec.conn.Name, Replica: st.Replica, ReplicasSeen: st.Replicas,
 		ReplicasReserved: st.Reserved, Reserving: st.Reserving,
 		SyncIntervalMs: cfg.Interval.Milliseconds(), LastSync: st.LastSync, LastAttempt: st.LastAttempt,
-		RedisHealthy: st.Healthy, Fallback: st.Fallback, LastError: st.LastError, LastErrorReason: st.LastReason, SyncErrors: st.StoreErrors,
-		ErrorsByReason: st.Errors, FallbackPeers: st.FallbackPeers, StoreTrouble: troubleViews(q),
-		Malformed: st.Malformed, RepairedTotal: st.Repaired, LimitPerSecond: st.Limit, EffectivePerSecond: st.Effective,
-		ThrottlePercent: st.Throttle, PeersTracked: st.Peers, OverflowedTotal: st.Overflowed, Shares: []ShareView{}}
+		RedisHealthy: st.Healthy, LastError: st.LastError, LastErrorReason: st.LastReason, SyncErrors: st.StoreErrors,
+		ErrorsByReason: st.Errors, ClusterLimitView: limitView(q, st), Messages: []ClusterMessageView{}}
 	if st.ClockKnown {
 		off, rtt := float64(st.ClockOffset.Microseconds())/1000, float64(st.ClockRTT.Microseconds())/1000
 		v.ClockOffsetMs, v.ClockRTTMs = &off, &rtt
 	}
-	for _, s := range q.Shares(maxShareViews) {
-		v.Shares = append(v.Shares, ShareView{Peer: s.Peer, SharePerSecond: s.Share, SharePercent: 100 * s.Fraction, StoreTrouble: s.Trouble})
-	}
-	v.Messages = []ClusterMessageView{}
 	for _, mq := range c.messages() {
 		q := mq.q.Load()
-		st := q.State()
-		mv := ClusterMessageView{Type: mq.name, KeyPrefix: q.Config().Prefix, Fallback: st.Fallback, Malformed: st.Malformed,
-			FallbackPeers: st.FallbackPeers, StoreTrouble: troubleViews(q), RepairedTotal: st.Repaired,
-			LimitPerSecond: st.Limit, EffectivePerSecond: st.Effective, ThrottlePercent: st.Throttle,
-			PeersTracked: st.Peers, OverflowedTotal: st.Overflowed, Shares: []ShareView{}}
-		for _, s := range q.Shares(maxShareViews) {
-			mv.Shares = append(mv.Shares, ShareView{Peer: s.Peer, SharePerSecond: s.Share, SharePercent: 100 * s.Fraction, StoreTrouble: s.Trouble})
-		}
-		v.Messages = append(v.Messages, mv)
+		v.Messages = append(v.Messages, ClusterMessageView{Type: mq.name, ClusterLimitView: limitView(q, q.State())})
 	}
 	return v
 }

@@ -61,6 +61,9 @@ func TestUnmarshalCaddyfileHTTP(t *testing.T) {
 		{Input: p("rate 1e3\naction reject 429"), Expected: `{"profiles":[{"name":"p","rate":1000,"action":"reject","status":429}]}`},
 		{Input: dyn("source procstat"), Expected: `{"profiles":null,"dynamic":{"source":"procstat","thresholds":null}}`},
 		{Input: dyn("source file /run/load"), Expected: `{"profiles":null,"dynamic":{"source":"file","path":"/run/load","thresholds":null}}`},
+		{Input: dyn("source orca mean\norca_blackout 0s\norca_expiration 1m"), Expected: `{"profiles":null,"dynamic":{"source":"orca","aggregate":"mean","orca_blackout":0,"orca_expiration":60000000000,"thresholds":null}}`},
+		{Input: dyn("source orca"), Expected: `{"profiles":null,"dynamic":{"source":"orca","thresholds":null}}`},
+		{Input: dyn("source orca max mean"), ExpectedErr: `peer_rate_limit: dynamic: source "orca max mean": want prometheus <url> <metric> [label=value...], procstat, file <path>, or orca [max|mean]`},
 
 		// Loose numbers, durations and words.
 		{Input: p("rate 3x"), ExpectedErr: `peer_rate_limit: profile: rate "3x": want a positive number per second, at Testfile:3`},

@@ -47,11 +47,13 @@ type cluster struct {
 	// the sync loop's own
 	lastMalformed map[*quota.Quota]uint64
 	lastErrors    map[*quota.Quota]map[string]uint64
-	// trouble is each quota's store trouble at the last sync, as logged
-	// ("" none): a log line per change.
-	trouble map[*quota.Quota]string
+	// trouble is each quota's store trouble as logged: a log line per
+	// change.
+	trouble map[*quota.Quota]troubleLog
 	// clockOff: the last offset logged was past clockOffsetBound.
 	clockOff bool
+	// keepAlive writes the heartbeat alone while the syncs fail.
+	keepAlive keepAlive
 }
 
 // clockOffsetBound is the offset of this replica's clock from the store's
@@ -100,7 +102,7 @@ func newCluster(parent context.Context, handler string, spec *clusterSpec) (*clu
 		clockOffsetGauge:   theMetrics.clusterClockOffset.WithLabelValues(handler, spec.profile),
 		lastMalformed:      map[*quota.Quota]uint64{},
 		lastErrors:         map[*quota.Quota]map[string]uint64{},
-		trouble:            map[*quota.Quota]string{},
+		trouble:            map[*quota.Quota]troubleLog{},
 	}
 	c.q.Store(q)
 	c.spec.Store(spec)
@@ -119,6 +121,7 @@ func newCluster(parent context.Context, handler string, spec *clusterSpec) (*clu
 func (c *cluster) stop() {
 	c.cancel()
 	<-c.done
+	c.keepAlive.stop()
 	labels := prometheus.Labels{"handler": c.handler, "profile": c.profile}
 	theMetrics.clusterSyncs.Delete(labels)
 	theMetrics.clusterMalformed.Delete(labels)
@@ -174,17 +177,19 @@ func (c *cluster) syncOnce(ctx context.Context) {
 	for _, mq := range c.messages() {
 		qs = append(qs, mq.q.Load())
 	}
+	c.warmKeepAlive(ctx)
 	now := time.Now()
 	c.applyThrottle(now)
 	sctx, cancel := context.WithTimeout(ctx, q.Config().Interval)
 	errs := quota.SyncGroup(sctx, now, qs)
 	cancel()
+
 	if ctx.Err() != nil {
 		return
 	}
 	seen := make(map[*quota.Quota]uint64, len(qs))
 	seenErrs := make(map[*quota.Quota]map[string]uint64, len(qs))
-	seenTrouble := make(map[*quota.Quota]string, len(qs))
+	seenTrouble := make(map[*quota.Quota]troubleLog, len(qs))
 	fallback, fallbackPeers := false, 0
 	for i, x := range qs {
 		st := x.State()
@@ -226,25 +231,30 @@ func (c *cluster) syncOnce(ctx context.Context) {
 	}
 	if errs[0] == nil {
 		c.syncs.Inc()
+	} else {
+		c.startKeepAlive(ctx)
 	}
 }
 
 // maxLoggedKeys bounds the keys a log line names.
 const maxLoggedKeys = 5
 
-// logTrouble logs a change of x's store trouble and returns it: "" (none),
-// "unreachable" (the whole quota on the fallback share) or "keys" (some
-// peers' keys refused). A change of reason alone (a refused connection
-// that becomes a timeout) is no transition: the metric counts each.
-func (c *cluster) logTrouble(spec *clusterSpec, x *quota.Quota, st quota.State, err error) string {
-	var now string
-	switch {
-	case err != nil:
-		now = "unreachable"
-	case st.FallbackPeers > 0:
-		now = "keys"
+// troubleLog is a quota's store trouble as the log said it: the store
+// unreachable (the last sync failed as a whole), and some peers' keys
+// refused (by the last sync the store answered: a failed sync says
+// nothing new of them, and the engine keeps their trouble through it).
+type troubleLog struct{ unreachable, keys bool }
+
+// logTrouble logs a change of x's store trouble and returns it. A change
+// of reason alone (a refused connection that becomes a timeout) is no
+// transition: the metric counts each.
+func (c *cluster) logTrouble(spec *clusterSpec, x *quota.Quota, st quota.State, err error) troubleLog {
+	was := c.trouble[x]
+	now := troubleLog{unreachable: true, keys: was.keys}
+	if err == nil {
+		now = troubleLog{keys: st.FallbackPeers > 0}
 	}
-	if now == c.trouble[x] {
+	if now == was {
 		return now
 	}
 	cfg := x.Config()
@@ -254,7 +264,12 @@ func (c *cluster) logTrouble(spec *clusterSpec, x *quota.Quota, st quota.State, 
 	case err != nil:
 		spec.logger.Warn("cluster store unreachable: enforcing the fallback share, limit ÷ last known replicas",
 			append(fields, zap.String("reason", st.LastReason), zap.Error(err))...)
-	case now != "":
+	case now.keys && was.keys:
+		// Back from an outage that began while some keys were refused,
+		// and they still are: the refusal was logged when it began.
+		spec.logger.Info("cluster store answering again, still refusing the keys logged before: their peers keep the fallback share",
+			append(fields, zap.Int("peers_in_fallback", st.FallbackPeers))...)
+	case now.keys:
 		troubles := x.Troubles(0)
 		var reasons, keys []string
 		for _, t := range troubles {

@@ -22,12 +22,24 @@ import (
 // message limits marked dynamic.
 type DynamicConfig struct {
 	// Source is "prometheus" (URL, Metric, Labels), "procstat" (this
-	// host's CPU) or "file" (Path holding a number).
+	// host's CPU), "file" (Path holding a number) or, in HTTP handlers
+	// and egress transports, "orca" (the cpu_utilization the backends
+	// report in their answers' endpoint-load-metrics header).
 	Source string            `json:"source"`
 	URL    string            `json:"url,omitempty"`
 	Metric string            `json:"metric,omitempty"`
 	Labels map[string]string `json:"labels,omitempty"`
 	Path   string            `json:"path,omitempty"`
+	// Aggregate (orca): "max" (default) or "mean" of the backends' fresh
+	// reports.
+	Aggregate string `json:"aggregate,omitempty"`
+	// ORCABlackout (orca): a backend's reports count once it has reported
+	// without a break for this long (gRPC A58's blackout). Default 10s;
+	// 0 counts them at once.
+	ORCABlackout *caddy.Duration `json:"orca_blackout,omitempty"`
+	// ORCAExpiration (orca): a report older than this no longer counts
+	// (A58's expiration). Default 3m.
+	ORCAExpiration caddy.Duration `json:"orca_expiration,omitempty"`
 	// Interval between samples (default 5s).
 	Interval caddy.Duration `json:"interval,omitempty"`
 	// Thresholds: at a load of at least Load percent, withhold Throttle
@@ -53,23 +65,38 @@ type dynamicSettings struct {
 	src    loadsource.Source
 	every  time.Duration
 	logger *zap.Logger
+	orca   *orcaFeed // source orca: the answers' reports
+
+	orcaReleased bool // provisioning and Cleanup only
 
 	mu      sync.Mutex
 	lastErr string
 }
 
-// build validates the config and returns the sampling settings and the
-// controller (the engine's, holding the table and the reversal rule).
-func (c *DynamicConfig) build(rules []*ratelimit.Rule, logger *zap.Logger) (*dynamicSettings, *ratelimit.Dynamic, error) {
+// Build validates the config, naming the option and value after prefix,
+// and returns the load source and the controller (the engine's, holding
+// the table and the reversal rule). The diameter_agent's egress groups
+// share it.
+func (c *DynamicConfig) Build(prefix string) (loadsource.Source, *ratelimit.Dynamic, error) {
+	return c.buildWith(prefix, nil)
+}
+
+// buildWith is Build where the answers' ORCA reports pass through feed
+// (nil: none do, and source orca is refused).
+func (c *DynamicConfig) buildWith(prefix string, feed *orcaFeed) (loadsource.Source, *ratelimit.Dynamic, error) {
 	bad := func(opt string, v any, why string) error {
-		return fmt.Errorf("peer_rate_limit: dynamic %s %v: %s", opt, v, why)
+		return fmt.Errorf("%sdynamic %s %v: %s", prefix, opt, v, why)
 	}
-	var src loadsource.Source
+	src, err := c.orcaSource(prefix, feed)
+	if err != nil {
+		return nil, nil, err
+	}
 	switch c.Source {
+	case "orca": // orcaSource made it
 	case "prometheus":
 		p, err := loadsource.NewPrometheus(c.URL, c.Metric, c.Labels)
 		if err != nil {
-			return nil, nil, fmt.Errorf("peer_rate_limit: dynamic source prometheus: %v", err)
+			return nil, nil, bad("source", "prometheus", err.Error())
 		}
 		src = p
 	case "procstat":
@@ -80,7 +107,7 @@ func (c *DynamicConfig) build(rules []*ratelimit.Rule, logger *zap.Logger) (*dyn
 		}
 		src = &loadsource.File{Path: c.Path}
 	default:
-		return nil, nil, bad("source", strconv.Quote(c.Source), "want prometheus, procstat or file")
+		return nil, nil, bad("source", strconv.Quote(c.Source), "want prometheus, procstat, file or orca")
 	}
 	table := make([]ratelimit.Step, len(c.Thresholds))
 	for i, t := range c.Thresholds {
@@ -102,10 +129,20 @@ func (c *DynamicConfig) build(rules []*ratelimit.Rule, logger *zap.Logger) (*dyn
 	}
 	ctl, err := ratelimit.NewDynamic(table, reversal, hold, step)
 	if err != nil {
-		return nil, nil, fmt.Errorf("peer_rate_limit: dynamic: %v", err)
+		return nil, nil, fmt.Errorf("%sdynamic: %v", prefix, err)
 	}
 	if c.Interval < 0 {
 		return nil, nil, bad("interval", time.Duration(c.Interval), "must be positive")
+	}
+	return src, ctl, nil
+}
+
+// build validates the config and returns the sampling settings and the
+// controller.
+func (c *DynamicConfig) build(rules []*ratelimit.Rule, logger *zap.Logger, feed *orcaFeed) (*dynamicSettings, *ratelimit.Dynamic, error) {
+	src, ctl, err := c.buildWith("peer_rate_limit: ", feed)
+	if err != nil {
+		return nil, nil, err
 	}
 	every := time.Duration(c.Interval)
 	if every == 0 {
@@ -114,7 +151,7 @@ func (c *DynamicConfig) build(rules []*ratelimit.Rule, logger *zap.Logger) (*dyn
 	if len(rules) == 0 {
 		return nil, nil, fmt.Errorf("peer_rate_limit: dynamic is configured but no limit is marked dynamic: mark a message limit (dynamic in its message block) or a profile's overall rate (dynamic in the profile)")
 	}
-	return &dynamicSettings{src: src, every: every, logger: logger}, ctl, nil
+	return &dynamicSettings{src: src, every: every, logger: logger, orca: feed}, ctl, nil
 }
 
 // sampleLoop samples the load with the settings of the generation in
@@ -187,10 +224,12 @@ func (ds *dynamicSettings) lastError() string {
 	return ds.lastErr
 }
 
-// unmarshalDynamic reads, at a "dynamic" option with a block,
+// UnmarshalDynamic reads, at a "dynamic" option with a block,
 //
 //	dynamic {
-//		source prometheus <url> <metric> [<label>=<value>...] | procstat | file <path>
+//		source prometheus <url> <metric> [<label>=<value>...] | procstat | file <path> | orca [max|mean]
+//		orca_blackout <duration>
+//		orca_expiration <duration>
 //		interval <duration>
 //		threshold <load %> <throttle %>     # may repeat, rising
 //		reversal <load %>
@@ -200,7 +239,7 @@ func (ds *dynamicSettings) lastError() string {
 //
 // threshold may repeat (the rows of the table); every other option, and
 // the dynamic block itself, is given once.
-func unmarshalDynamic(o *cfparse.Block) (*DynamicConfig, error) {
+func UnmarshalDynamic(o *cfparse.Block) (*DynamicConfig, error) {
 	if err := o.Once(); err != nil {
 		return nil, err
 	}
@@ -217,6 +256,13 @@ func unmarshalDynamic(o *cfparse.Block) (*DynamicConfig, error) {
 			c.Interval, err = sub.Duration(time.Nanosecond)
 		case "reversal_hold":
 			c.ReversalHold, err = sub.Duration(time.Nanosecond)
+		case "orca_blackout":
+			var d caddy.Duration
+			if d, err = sub.Duration(0); err == nil {
+				c.ORCABlackout = &d
+			}
+		case "orca_expiration":
+			c.ORCAExpiration, err = sub.Duration(time.Nanosecond)
 		case "threshold":
 			var args []string
 			if args, err = sub.Args(2, 2); err == nil {
@@ -246,7 +292,7 @@ func unmarshalDynamic(o *cfparse.Block) (*DynamicConfig, error) {
 }
 
 // unmarshalSource reads "source prometheus <url> <metric> [<label>=<value>...]
-// | procstat | file <path>".
+// | procstat | file <path> | orca [max|mean]".
 func (c *DynamicConfig) unmarshalSource(o *cfparse.Block) error {
 	if err := o.Once(); err != nil {
 		return err
@@ -275,8 +321,12 @@ func (c *DynamicConfig) unmarshalSource(o *cfparse.Block) error {
 	case args[0] == "procstat" && len(args) == 1:
 	case args[0] == "file" && len(args) == 2:
 		c.Path = args[1]
+	case args[0] == "orca" && len(args) <= 2:
+		if len(args) == 2 {
+			c.Aggregate = args[1]
+		}
 	default:
-		return o.Invalid(strings.Join(args, " "), errors.New("want prometheus <url> <metric> [label=value...], procstat, or file <path>"))
+		return o.Invalid(strings.Join(args, " "), errors.New("want prometheus <url> <metric> [label=value...], procstat, file <path>, or orca [max|mean]"))
 	}
 	return nil
 }

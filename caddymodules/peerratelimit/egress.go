@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
@@ -46,6 +47,7 @@ type EgressTransport struct {
 	byAddr   map[string]*httpProfile // upstream host:port → its group
 	profiles []*httpProfile
 	lease    *lease
+	orca     *orcaFeed // dynamic source orca: where the answers' reports go
 }
 
 // EgressGroup is an upstream group and its limits.
@@ -109,7 +111,13 @@ func (t *EgressTransport) Provision(ctx caddy.Context) error {
 		}
 	}
 	t.lease, err = provisionState(ctx, "http-egress", t.Name, fp, cfgs, engines, t.Dynamic, dynamicRules, t)
-	return err
+	if err != nil {
+		return err
+	}
+	if d := t.lease.gen.dynamic; d != nil {
+		t.orca = d.orca
+	}
+	return nil
 }
 
 // Cleanup lets go of the shared state and cleans up the wrapped transport.
@@ -129,7 +137,7 @@ func (t *EgressTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		p = t.byAddr[di.Address]
 	}
 	if p == nil {
-		return t.inner.RoundTrip(req)
+		return t.forward(req, di.Address)
 	}
 	repl, _ := req.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
 	if repl == nil {
@@ -141,7 +149,7 @@ func (t *EgressTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	switch verdict {
 	case admitted:
-		return t.inner.RoundTrip(req)
+		return t.forward(req, di.Address)
 	case dropped:
 		panic(http.ErrAbortHandler)
 	}
@@ -170,6 +178,17 @@ func (t *EgressTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		ContentLength: int64(len(body)),
 		Request:       req,
 	}, nil
+}
+
+// forward sends the request with the wrapped transport; with the orca
+// source, the answer's headers go to the transport's ORCA feed, keyed by
+// the upstream's dial address.
+func (t *EgressTransport) forward(req *http.Request, upstream string) (*http.Response, error) {
+	resp, err := t.inner.RoundTrip(req)
+	if f := t.orca; f != nil && err == nil {
+		f.observe(resp.Header, upstream, time.Now().UnixNano())
+	}
+	return resp, err
 }
 
 // The wrapped transport's optional abilities are passed through, so that
@@ -215,7 +234,7 @@ func (t *EgressTransport) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		case "group":
 			err = t.unmarshalGroup(o)
 		case "dynamic":
-			t.Dynamic, err = unmarshalDynamic(o)
+			t.Dynamic, err = UnmarshalDynamic(o)
 		case "transport":
 			err = t.unmarshalTransport(o)
 		default:

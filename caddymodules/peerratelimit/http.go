@@ -32,6 +32,7 @@ type HTTPHandler struct {
 	leasedConfig // name (default "http-<config hash>"), profiles, dynamic
 
 	profiles []*httpProfile
+	orca     *orcaFeed // dynamic source orca: where the answers' reports go
 }
 
 // CaddyModule returns the Caddy module information.
@@ -65,7 +66,13 @@ func (h *HTTPHandler) Provision(ctx caddy.Context) error {
 	}
 	h.profiles = profiles
 	h.lease, err = provisionState(ctx, "http", h.Name, fp, h.Profiles, engines, h.Dynamic, dynamicRules, h)
-	return err
+	if err != nil {
+		return err
+	}
+	if d := h.lease.gen.dynamic; d != nil {
+		h.orca = d.orca
+	}
+	return nil
 }
 
 // ServeHTTP applies the first profile that covers the client.
@@ -84,7 +91,7 @@ func (h *HTTPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request, next cad
 		}
 	}
 	if p == nil {
-		return next.ServeHTTP(w, r)
+		return h.forward(w, r, repl, next)
 	}
 	verdict, limit := 0, peerLimit
 	if key, ok := p.peerKey(repl, clientIP); ok {
@@ -97,7 +104,7 @@ func (h *HTTPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request, next cad
 	}
 	switch verdict {
 	case admitted:
-		return next.ServeHTTP(w, r)
+		return h.forward(w, r, repl, next)
 	case dropped:
 		// Close the connection (HTTP/1) or reset the stream (HTTP/2)
 		// without writing anything, as Caddy's own abort does.
@@ -116,6 +123,15 @@ func (h *HTTPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request, next cad
 	w.WriteHeader(status)
 	_, err := w.Write([]byte(body))
 	return err
+}
+
+// forward passes the request on; with the orca source, the answer's
+// headers go to the handler's ORCA feed on the way back.
+func (h *HTTPHandler) forward(w http.ResponseWriter, r *http.Request, repl *caddy.Replacer, next caddyhttp.Handler) error {
+	if f := h.orca; f != nil {
+		return serveORCA(f, w, r, repl, next)
+	}
+	return next.ServeHTTP(w, r)
 }
 
 // parseHTTPCaddyfile reads

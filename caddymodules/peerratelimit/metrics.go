@@ -14,6 +14,7 @@ type metrics struct {
 	throttle     *prometheus.GaugeVec
 	load         *prometheus.GaugeVec
 	sourceErrors *prometheus.CounterVec
+	orcaAnswers  *prometheus.CounterVec
 
 	refusalsDiscarded *prometheus.CounterVec
 	originMismatch    *prometheus.CounterVec
@@ -45,6 +46,10 @@ var theMetrics = &metrics{
 		Name: metricsPrefix + "dynamic_load_source_errors_total",
 		Help: "Failed reads of the dynamic load source (the throttle level is kept).",
 	}, []string{"handler"}),
+	orcaAnswers: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: metricsPrefix + "orca_answers_total",
+		Help: "Answers read by the orca load source, by outcome: ok (the report counts), missing (no endpoint-load-metrics header), no_upstream (not an answer of reverse_proxy), no_utilization (no cpu_utilization), table_full, or why the header was refused (empty, too_long, unknown_format, syntax, unknown_field, duplicate, bad_number, non_finite, out_of_range, bad_name, too_many_metrics, bad_base64, bad_proto).",
+	}, []string{"handler", "outcome"}),
 	refusalsDiscarded: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: metricsPrefix + "diameter_refusals_discarded_total",
 		Help: "Diameter refusals never written: the queue waiting for the upstream's message boundary was full (queue_full), or the upstream stalled inside a message and the connection was closed (upstream_stalled).",
@@ -84,6 +89,6 @@ var theMetrics = &metrics{
 }
 
 func registerMetrics(ctx caddy.Context) error {
-	return metricsreg.Register(ctx, theMetrics.decisions, theMetrics.throttle, theMetrics.load, theMetrics.sourceErrors, theMetrics.refusalsDiscarded, theMetrics.originMismatch,
+	return metricsreg.Register(ctx, theMetrics.decisions, theMetrics.throttle, theMetrics.load, theMetrics.sourceErrors, theMetrics.orcaAnswers, theMetrics.refusalsDiscarded, theMetrics.originMismatch,
 		theMetrics.clusterSyncs, theMetrics.clusterErrors, theMetrics.clusterMalformed, theMetrics.clusterFallback, theMetrics.clusterReplicas, theMetrics.clusterFallbackPeers, theMetrics.clusterClockOffset)
 }

@@ -82,7 +82,7 @@ func (l *leasedConfig) unmarshalCaddyfile(d *caddyfile.Dispenser, opt messageOpt
 				l.Profiles = append(l.Profiles, p)
 			}
 		case "dynamic":
-			l.Dynamic, err = unmarshalDynamic(o)
+			l.Dynamic, err = UnmarshalDynamic(o)
 		default:
 			ok := false
 			if extra != nil {
@@ -129,13 +129,47 @@ func provisionState(ctx caddy.Context, kind, name, fp string, cfgs []ProfileConf
 	}
 	var ctl *ratelimit.Dynamic
 	if dc != nil {
-		ds, c, err := dc.build(throttled, ctx.Logger())
+		feed, err := provisionORCAFeed(kind, name, dc)
 		if err != nil {
+			return nil, err
+		}
+		ds, c, err := dc.build(throttled, ctx.Logger(), feed)
+		if err != nil {
+			if feed != nil {
+				orcaFeeds.Delete(stateKey(kind, name))
+			}
 			return nil, err
 		}
 		g.dynamic, ctl = ds, c
 	}
-	return acquire(ctx, kind, name, fp, ratelimit.Generation{
+	l, err := acquire(ctx, kind, name, fp, ratelimit.Generation{
 		Profiles: engines, Dynamic: ctl, Throttled: throttled, Payload: g,
 	})
+	if err != nil && g.dynamic != nil {
+		g.dynamic.releaseORCA(kind, name)
+	}
+	return l, err
+}
+
+// provisionORCAFeed returns the feed of an HTTP handler or egress
+// transport whose dynamic source is orca, or nil: layer 4 has no answer
+// headers (dc.build then refuses the source).
+func provisionORCAFeed(kind, name string, dc *DynamicConfig) (*orcaFeed, error) {
+	if dc.Source != "orca" || kind == "layer4" {
+		return nil, nil
+	}
+	p, err := dc.orcaPeriods("peer_rate_limit: ")
+	if err != nil {
+		return nil, err
+	}
+	return acquireORCAFeed(stateKey(kind, name), name, p)
+}
+
+// releaseORCA lets go of the generation's hold on its feed, once (a
+// failed acquire has released its lease already).
+func (ds *dynamicSettings) releaseORCA(kind, name string) {
+	if ds.orca != nil && !ds.orcaReleased {
+		ds.orcaReleased = true
+		orcaFeeds.Delete(stateKey(kind, name))
+	}
 }

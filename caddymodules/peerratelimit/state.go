@@ -123,6 +123,9 @@ func (l *lease) release() error {
 	l.at.Detach()
 	hs := l.hs
 	hs.publishLevel()
+	if l.gen != nil && l.gen.dynamic != nil {
+		l.gen.dynamic.releaseORCA(hs.kind, hs.name)
+	}
 	hs.mu.Lock()
 	if i := slices.Index(hs.gens, l.gen); i >= 0 {
 		hs.gens = slices.Delete(hs.gens, i, i+1)

@@ -1,9 +1,6 @@
 package portrange
 
 import (
-	"encoding/json"
-	"net/http"
-
 	"github.com/caddyserver/caddy/v2"
 
 	"github.com/edgesteer/edgesteer/caddymodules/internal/live"
@@ -33,7 +30,7 @@ func (Admin) CaddyModule() caddy.ModuleInfo {
 
 // Routes returns the admin routes.
 func (Admin) Routes() []caddy.AdminRoute {
-	return []caddy.AdminRoute{{Pattern: "/port_range/", Handler: caddy.AdminHandlerFunc(serveAdmin)}}
+	return []caddy.AdminRoute{{Pattern: "/port_range/", Handler: views.Handler(transportViews)}}
 }
 
 // TransportView is one transport in the admin API's answer.
@@ -48,14 +45,6 @@ type TransportView struct {
 	SkippedTotal   uint64 `json:"skipped_total"`
 	ExhaustedTotal uint64 `json:"exhausted_total"`
 	Error          string `json:"error,omitempty"`
-}
-
-func serveAdmin(w http.ResponseWriter, r *http.Request) error {
-	if r.Method != http.MethodGet {
-		return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed}
-	}
-	w.Header().Set("Content-Type", "application/json")
-	return json.NewEncoder(w).Encode(transportViews())
 }
 
 // transportViews is the admin API's answer (and the dashboard's).

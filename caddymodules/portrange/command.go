@@ -9,7 +9,7 @@ import (
 	caddycmd "github.com/caddyserver/caddy/v2/cmd"
 	"github.com/spf13/cobra"
 
-	"github.com/edgesteer/edgesteer/internal/portrange"
+	"github.com/edgesteer/edgesteer/internal/srcports"
 )
 
 func init() {
@@ -31,7 +31,7 @@ replaces what it installed.
 			cmd.Flags().String("tier-map", "", "The tier map JSON file (required)")
 			cmd.Flags().String("shared-ip", "", "The lower tier's shared source address (required)")
 			cmd.Flags().StringSlice("via", nil, "node=address, once per node of the map")
-			cmd.Flags().Int("table-base", portrange.DefaultTableBase, "Node i uses routing table and mark base+1+i")
+			cmd.Flags().Int("table-base", srcports.DefaultTableBase, "Node i uses routing table and mark base+1+i")
 			cmd.RunE = caddycmd.WrapCommandFuncForCobra(cmdTierRoutes)
 		},
 	})
@@ -42,7 +42,7 @@ func cmdTierRoutes(fl caddycmd.Flags) (int, error) {
 	if path == "" {
 		return caddy1(fmt.Errorf("--tier-map is required"))
 	}
-	m, err := portrange.Load(path)
+	m, err := srcports.Load(path)
 	if err != nil {
 		return caddy1(err)
 	}
@@ -66,7 +66,7 @@ func cmdTierRoutes(fl caddycmd.Flags) (int, error) {
 		}
 		gateways[name] = ip
 	}
-	script, err := portrange.RouterScript(m, shared, gateways, fl.Int("table-base"))
+	script, err := srcports.RouterScript(m, shared, gateways, fl.Int("table-base"))
 	if err != nil {
 		return caddy1(err)
 	}

@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -144,22 +143,13 @@ func TestTransportRangeExhaustedEndToEnd(t *testing.T) {
 // statuses; an error fails the test.
 func burst(n int, f func(i int) (int, error)) []int {
 	statuses := make([]int, n)
-	start := make(chan struct{})
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			st, err := f(i)
-			if err != nil {
-				st = -1
-			}
-			statuses[i] = st
-		}()
-	}
-	close(start)
-	wg.Wait()
+	e2e.Together(n, func(i int) {
+		st, err := f(i)
+		if err != nil {
+			st = -1
+		}
+		statuses[i] = st
+	})
 	return statuses
 }
 

@@ -8,7 +8,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/mholt/caddy-l4/layer4"
 
-	"github.com/edgesteer/edgesteer/internal/portrange"
+	"github.com/edgesteer/edgesteer/internal/srcports"
 )
 
 func init() {
@@ -28,7 +28,7 @@ type MatchPortRange struct {
 	Ports []string `json:"ports,omitempty"`
 	TierMapSource
 
-	ranges []portrange.Range
+	ranges []srcports.Range
 }
 
 // CaddyModule returns the Caddy module information.
@@ -49,7 +49,7 @@ func (m *MatchPortRange) Provision(caddy.Context) error {
 		return fmt.Errorf("port_range matcher: side %q: want remote or local", m.Side)
 	}
 	for _, s := range m.Ports {
-		r, err := portrange.Parse(s)
+		r, err := srcports.Parse(s)
 		if err != nil {
 			return fmt.Errorf("port_range matcher: ports: %w", err)
 		}

@@ -9,7 +9,7 @@ import (
 	"github.com/mholt/caddy-l4/layer4"
 	"go.uber.org/zap"
 
-	"github.com/edgesteer/edgesteer/internal/portrange"
+	"github.com/edgesteer/edgesteer/internal/srcports"
 )
 
 // A real TCP connection from a chosen source port, matched on either side.
@@ -40,7 +40,7 @@ func TestMatchRemoteAndLocalPorts(t *testing.T) {
 	cx := layer4.WrapConnection(server, nil, zap.NewNop())
 	local := l.Addr().(*net.TCPAddr).Port
 
-	tiers := &portrange.Map{Range: &portrange.Range{Lo: 20000, Hi: 21999}, Nodes: []portrange.Node{{Name: "x"}, {Name: "y"}}}
+	tiers := &srcports.Map{Range: &srcports.Range{Lo: 20000, Hi: 21999}, Nodes: []srcports.Node{{Name: "x"}, {Name: "y"}}}
 	cases := []struct {
 		name string
 		m    MatchPortRange

@@ -3,13 +3,13 @@
 // lower-tier node whose exclusive range holds its port) and
 // http.reverse_proxy.transport.port_range (a lower-tier node's outgoing
 // connections take source ports from its own range). The tier map and the
-// dialer are internal/portrange.
+// dialer are internal/srcports.
 package portrange
 
 import (
 	"fmt"
 
-	"github.com/edgesteer/edgesteer/internal/portrange"
+	"github.com/edgesteer/edgesteer/internal/srcports"
 )
 
 // TierMapSource names a tier map: a JSON file both tiers load (so they
@@ -20,7 +20,7 @@ type TierMapSource struct {
 	// without ports share the range evenly, in listed order.
 	TierMapFile string `json:"tier_map_file,omitempty"`
 	// TierMap is the same map inline.
-	TierMap *portrange.Map `json:"tier_map,omitempty"`
+	TierMap *srcports.Map `json:"tier_map,omitempty"`
 	// Node is this map's node whose ports are meant.
 	Node string `json:"node,omitempty"`
 }
@@ -29,25 +29,25 @@ func (s *TierMapSource) set() bool { return s.TierMapFile != "" || s.TierMap != 
 
 // nodeRange loads the map and returns Node's range. what names the module
 // in errors.
-func (s *TierMapSource) nodeRange(what string) (portrange.Range, *portrange.Map, error) {
+func (s *TierMapSource) nodeRange(what string) (srcports.Range, *srcports.Map, error) {
 	if s.TierMapFile != "" && s.TierMap != nil {
-		return portrange.Range{}, nil, fmt.Errorf("%s: give tier_map_file or tier_map, not both", what)
+		return srcports.Range{}, nil, fmt.Errorf("%s: give tier_map_file or tier_map, not both", what)
 	}
 	m := s.TierMap
 	if s.TierMapFile != "" {
 		var err error
-		if m, err = portrange.Load(s.TierMapFile); err != nil {
-			return portrange.Range{}, nil, fmt.Errorf("%s: %w", what, err)
+		if m, err = srcports.Load(s.TierMapFile); err != nil {
+			return srcports.Range{}, nil, fmt.Errorf("%s: %w", what, err)
 		}
 	} else if err := m.Resolve(); err != nil {
-		return portrange.Range{}, nil, fmt.Errorf("%s: tier_map: %w", what, err)
+		return srcports.Range{}, nil, fmt.Errorf("%s: tier_map: %w", what, err)
 	}
 	if s.Node == "" {
-		return portrange.Range{}, nil, fmt.Errorf("%s: a tier map needs node (one of %v)", what, m.Names())
+		return srcports.Range{}, nil, fmt.Errorf("%s: a tier map needs node (one of %v)", what, m.Names())
 	}
 	n, ok := m.Node(s.Node)
 	if !ok {
-		return portrange.Range{}, nil, fmt.Errorf("%s: node %q is not in the tier map (nodes %v)", what, s.Node, m.Names())
+		return srcports.Range{}, nil, fmt.Errorf("%s: node %q is not in the tier map (nodes %v)", what, s.Node, m.Names())
 	}
 	return *n.Ports, m, nil
 }

@@ -14,7 +14,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 
-	"github.com/edgesteer/edgesteer/internal/portrange"
+	"github.com/edgesteer/edgesteer/internal/srcports"
 )
 
 func init() {
@@ -46,7 +46,7 @@ type Transport struct {
 	// proxy_protocol are not available here.
 	HTTP *reverseproxy.HTTPTransport `json:"http,omitempty"`
 
-	dialer *portrange.Dialer
+	dialer *srcports.Dialer
 }
 
 // CaddyModule returns the Caddy module information.
@@ -61,7 +61,7 @@ func (*Transport) CaddyModule() caddy.ModuleInfo {
 // port-range dialer.
 func (t *Transport) Provision(ctx caddy.Context) error {
 	const what = "port_range transport"
-	var r portrange.Range
+	var r srcports.Range
 	switch {
 	case t.set() && t.Ports != "":
 		return fmt.Errorf("%s: give ports or tier_map, not both", what)
@@ -72,13 +72,13 @@ func (t *Transport) Provision(ctx caddy.Context) error {
 		}
 	case t.Ports != "":
 		var err error
-		if r, err = portrange.Parse(t.Ports); err != nil {
+		if r, err = srcports.Parse(t.Ports); err != nil {
 			return fmt.Errorf("%s: ports: %w", what, err)
 		}
 	default:
 		return fmt.Errorf("%s: give ports or tier_map and node", what)
 	}
-	t.dialer = portrange.NewDialer(r)
+	t.dialer = srcports.NewDialer(r)
 	if t.LocalIP != "" {
 		ip, err := netip.ParseAddr(t.LocalIP)
 		if err != nil {
@@ -127,7 +127,7 @@ func (t *Transport) dial(ctx context.Context, network, addr string) (net.Conn, e
 	}
 	c, err := t.dialer.DialFrom(ctx, network, addr, src)
 	if err != nil {
-		if errors.Is(err, portrange.ErrExhausted) {
+		if errors.Is(err, srcports.ErrExhausted) {
 			exhausted.WithLabelValues(t.dialer.Ports.String()).Inc()
 		}
 		return nil, reverseproxy.NewDialError(err)
@@ -174,7 +174,7 @@ func (t *Transport) Cleanup() error {
 }
 
 // Range is the source port range in use (after Provision).
-func (t *Transport) Range() portrange.Range { return t.dialer.Ports }
+func (t *Transport) Range() srcports.Range { return t.dialer.Ports }
 
 // Interface guards
 var (

@@ -176,7 +176,7 @@ func (Admin) CaddyModule() caddy.ModuleInfo {
 // Routes returns the admin routes.
 func (Admin) Routes() []caddy.AdminRoute {
 	return []caddy.AdminRoute{
-		{Pattern: "/tenant_route/", Handler: caddy.AdminHandlerFunc(serveView)},
+		{Pattern: "/tenant_route/", Handler: views.Handler(handlerViews)},
 		{Pattern: "/tenant_route/partitions", Handler: caddy.AdminHandlerFunc(servePartitions)},
 		{Pattern: "/tenant_route/placement", Handler: caddy.AdminHandlerFunc(servePlacement)},
 	}
@@ -253,14 +253,6 @@ type TenantAt struct {
 	// connection's first) over the last whole second, on connections that
 	// count as load.
 	RequestsPerSecond float64 `json:"requests_per_second"`
-}
-
-func serveView(w http.ResponseWriter, r *http.Request) error {
-	if r.Method != http.MethodGet {
-		return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed}
-	}
-	w.Header().Set("Content-Type", "application/json")
-	return json.NewEncoder(w).Encode(handlerViews())
 }
 
 // handlerViews is the admin API's answer (and the dashboard's).

@@ -2,7 +2,6 @@ package tenantroute_test
 
 import (
 	"slices"
-	"sync"
 	"testing"
 
 	"github.com/go-ldap/ldap/v3"
@@ -67,25 +66,17 @@ func testTwoRouters(t *testing.T, membership string) {
 			}
 		}
 	}
-	start := make(chan struct{})
-	var wg sync.WaitGroup
-	for _, h := range all {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			if err := h.conn.Bind("uid=alice,o="+h.tenant+",dc=example", "pw-"+h.tenant); err != nil {
-				t.Errorf("bind %s via router %d: %v", h.tenant, h.router, err)
-				return
-			}
-			var err error
-			if h.node, err = searchOn(h.conn); err != nil {
-				t.Errorf("search %s via router %d: %v", h.tenant, h.router, err)
-			}
-		}()
-	}
-	close(start)
-	wg.Wait()
+	e2e.Together(len(all), func(i int) {
+		h := all[i]
+		if err := h.conn.Bind("uid=alice,o="+h.tenant+",dc=example", "pw-"+h.tenant); err != nil {
+			t.Errorf("bind %s via router %d: %v", h.tenant, h.router, err)
+			return
+		}
+		var err error
+		if h.node, err = searchOn(h.conn); err != nil {
+			t.Errorf("search %s via router %d: %v", h.tenant, h.router, err)
+		}
+	})
 	if t.Failed() {
 		t.FailNow()
 	}

@@ -296,6 +296,39 @@ func TestTenantFromPlaceholder(t *testing.T) {
 	}
 }
 
+// With the tenant from a placeholder the first message may be any
+// operation: a search first (no bind) is answered whole, and the node's
+// stream is framed from its first message on, so a bind and a search after
+// it are answered too, on the same node, and the connection counts on it.
+func TestPlaceholderTenantSearchFirst(t *testing.T) {
+	e2e.SkipShort(t)
+	addrs, names := startNodes(t, 2, ldif)
+	front := e2e.Addr(t)
+	c := e2e.StartCaddy(t, "caddyfile", fmt.Sprintf("{\n\tlayer4 {\n\t\t%s {\n\t\t\troute {\n\t\t\t\ttenant_route {\n"+
+		"\t\t\t\t\tname ldap\n\t\t\t\t\tnodes %s\n\t\t\t\t\tpartitions 1\n\t\t\t\t\ttenant {l4.conn.local_addr}\n"+
+		"\t\t\t\t}\n\t\t\t}\n\t\t}\n\t}\n}\n", front, strings.Join(addrs, " ")))
+	c.WaitTCP(t, front)
+	want := names[placement.Rank(front, addrs)[0]]
+	conn, err := ldap.DialURL("ldap://" + front)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for i := range 3 {
+		if i == 1 {
+			if err := conn.Bind("uid=alice,o=acme,dc=example", "pw-acme"); err != nil {
+				t.Fatalf("bind after a search: %v", err)
+			}
+		}
+		if node, err := searchOn(conn); err != nil || node != want {
+			t.Fatalf("search %d: %q, %v; want %s", i+1, node, err, want)
+		}
+	}
+	if v := adminView(t, c); v.OpenConnections[placement.Rank(front, addrs)[0]] != 1 {
+		t.Fatalf("counts %v", v.OpenConnections)
+	}
+}
+
 // LDAPS: caddy-l4's tls handler first (certificates from Caddy's internal
 // CA), the tenant from the TLS server name. go-ldap dials with TLS and SNI.
 func TestLDAPSWithTenantFromServerName(t *testing.T) {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -59,20 +58,11 @@ func TestIdleConnectionsHoldNoGoroutine(t *testing.T) {
 	const n = 200
 	conns := make([]*ldap.Conn, n)
 	burst := func(what string, do func(i int) error) {
-		start := make(chan struct{})
-		var wg sync.WaitGroup
-		for i := range conns {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				if err := do(i); err != nil {
-					t.Errorf("%s %d: %v", what, i, err)
-				}
-			}()
-		}
-		close(start)
-		wg.Wait()
+		e2e.Together(len(conns), func(i int) {
+			if err := do(i); err != nil {
+				t.Errorf("%s %d: %v", what, i, err)
+			}
+		})
 		if t.Failed() {
 			t.FailNow()
 		}

@@ -18,9 +18,9 @@ import (
 	"github.com/edgesteer/edgesteer/internal/placement"
 )
 
-// ldapRouter is a Caddyfile with one tenant_route named ldap behind the
-// LDAP bind matcher, with the given options.
-func ldapRouter(front string, nodes []string, options string) string {
+// bindRoute is a Caddyfile whose one layer4 server on front routes the
+// LDAP binds that are not anonymous to one tenant_route with options.
+func bindRoute(front, options string) string {
 	return fmt.Sprintf(`{
 	layer4 {
 		%s {
@@ -30,15 +30,18 @@ func ldapRouter(front string, nodes []string, options string) string {
 			}
 			route @bind {
 				tenant_route {
-					name ldap
-					nodes %s
 					%s
 				}
 			}
 		}
 	}
 }
-`, front, strings.Join(nodes, " "), options)
+`, front, options)
+}
+
+// ldapRouter is bindRoute with a tenant_route named ldap over nodes.
+func ldapRouter(front string, nodes []string, options string) string {
+	return bindRoute(front, "name ldap\nnodes "+strings.Join(nodes, " ")+"\n"+options)
 }
 
 // routerConfig is ldapRouter with k partitions. dial is a per-generation

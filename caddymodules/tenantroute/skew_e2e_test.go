@@ -96,8 +96,15 @@ func TestSkewThroughRouter(t *testing.T) {
 	}
 	// Both auto modes keep fewer tenants per node than k = N; the target
 	// keeps the spread. The share trigger grows only tenants whose
-	// connections per node exceed the router's mean (in this mix it grows
-	// none, so its spread is fixed k = 2's: 1.07–1.55 between runs).
+	// connections per node exceed the router's mean. In this mix only the
+	// hottest tenant comes near (70 of 240 connections, 29 %, against 33 %
+	// at k = 2 of 6), and only while the router is cold: among the first
+	// few connections (from 6 on, README rule) it may hold 3 of 7. Whether
+	// it does depends on whether binds of the first wave are answered while
+	// the wave still arrives (a busy host): replayed in process with
+	// shuffled orders, answers one bind behind grew it in 98 of 200, all
+	// binds before any answer in 0. So share_factor 1 grows at most the
+	// hottest tenant, by at most two steps.
 	for _, auto := range out[2:] {
 		if auto.tenantsMean >= fixedN.tenantsMean {
 			t.Errorf("%s: %.1f tenants per node, k=N %.1f", auto.mode, auto.tenantsMean, fixedN.tenantsMean)
@@ -123,34 +130,20 @@ func TestSkewThroughRouter(t *testing.T) {
 		{"auto target: the hottest tenant's k", float64(auto.topK), 5, 6},
 		{"auto target: nodes its connections reached", float64(auto.topNodes), 4, 6},
 		{"auto target: tenants per node ÷ k=N's", auto.tenantsMean / fixedN.tenantsMean, 0.55, 0.92},
-		{"share_factor 1: tenants grown", float64(share.grown), 0, 0},
+		{"share_factor 1: tenants grown", float64(share.grown), 0, 1},
+		{"share_factor 1: the hottest tenant's k", float64(share.topK), 2, 4},
 	} {
 		if c.got < c.lo || c.got > c.hi {
 			t.Errorf("%s = %.3g, want %g–%g (BENCHMARKS.md)", c.what, c.got, c.lo, c.hi)
 		}
 	}
+	if share.grown > 0 && share.topK == 2 {
+		t.Errorf("share_factor 1 grew %d tenants, not the hottest", share.grown)
+	}
 }
 
 func skewConfig(front string, nodes []string, name, partitions, extra string) string {
-	return fmt.Sprintf(`{
-	layer4 {
-		%s {
-			@bind ldap {
-				operation bind
-				anonymous false
-			}
-			route @bind {
-				tenant_route {
-					name %s
-					nodes %s
-					partitions %s
-					%s
-				}
-			}
-		}
-	}
-}
-`, front, name, strings.Join(nodes, " "), partitions, extra)
+	return bindRoute(front, fmt.Sprintf("name %s\nnodes %s\npartitions %s\n%s", name, strings.Join(nodes, " "), partitions, extra))
 }
 
 // skewRun opens seq's connections in concurrent waves, records which node

@@ -290,9 +290,7 @@ func (o *OGS) view(now time.Time) serverView {
 		if l.FromReplica {
 			lv.Source = "shared"
 		}
-		for _, i := range res.Order {
-			lv.Order = append(lv.Order, res.Gateways[i].Name)
-		}
+		lv.Order = append(lv.Order, res.Names()...)
 		for i, rtt := range res.RTTs {
 			if rtt > 0 {
 				lv.RTTsMs[res.Gateways[i].Name] = math.Round(float64(rtt)/float64(time.Millisecond)*10) / 10
@@ -333,9 +331,7 @@ func (o *OGS) reportsView(now time.Time) *reportsView {
 			AgeSeconds: math.Round(now.Sub(l.Latest).Seconds()*10) / 10, Source: "probed", Order: []string{}, RTTsMs: map[string]float64{}}
 		if res := l.Result; res != nil {
 			lv.Source = "reports"
-			for _, i := range res.Order {
-				lv.Order = append(lv.Order, res.Gateways[i].Name)
-			}
+			lv.Order = append(lv.Order, res.Names()...)
 			for i, rtt := range res.RTTs {
 				if rtt > 0 {
 					lv.RTTsMs[res.Gateways[i].Name] = math.Round(float64(rtt)/float64(time.Millisecond)*10) / 10

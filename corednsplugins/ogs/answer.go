@@ -10,15 +10,16 @@ import (
 	"github.com/coredns/coredns/request"
 	"github.com/miekg/dns"
 
-	"github.com/edgesteer/edgesteer/internal/ogs"
+	"github.com/edgesteer/edgesteer/internal/gatewayorder"
+	"github.com/edgesteer/edgesteer/internal/gatewaysel"
 )
 
 // answer gives the gateways' records in the selected order. Two gateways on
 // one IP (different ports) give one A or AAAA record, at the first one's
 // place; SRV keeps both (the port differs). records bounds the records.
-func (o *OGS) answer(qname string, qtype uint16, res *ogs.Result, ttl uint32) []dns.RR {
+func (o *OGS) answer(qname string, qtype uint16, res *gatewayorder.Result, ttl uint32) []dns.RR {
 	var out []dns.RR
-	for pos, g := range ogs.Targets(res) {
+	for pos, g := range gatewayorder.Targets(res) {
 		if o.records > 0 && len(out) >= o.records {
 			break
 		}
@@ -146,7 +147,7 @@ func (o *OGS) glue(zone string, state request.Request, only string, types ...uin
 
 // results renders a location's "OGS Selection Results" as one TXT record;
 // the layout is in the README (Diagnostics).
-func (o *OGS) results(qname, loc string, sel ogs.Selection) dns.RR {
+func (o *OGS) results(qname, loc string, sel gatewaysel.Selection) dns.RR {
 	gws := sel.Gateways
 	txt := []string{"OGS Selection Results", "location " + loc, lastServer(sel.LastServer), happened(sel, o.cfg.Wait())}
 	reasons := sel.Reasons
@@ -186,7 +187,7 @@ func (o *OGS) results(qname, loc string, sel ogs.Selection) dns.RR {
 			txt = append(txt, fmt.Sprintf("%s %s backup of %s, not probed", u.Name, u.Addr, first.Name))
 		}
 	}
-	if sel.Source == ogs.Configured {
+	if sel.Source == gatewaysel.Configured {
 		txt = append(txt, "No optimal server: configured order.")
 	} else if len(sel.Order) > 0 {
 		txt = append(txt, fmt.Sprintf("Selected '%s' as the optimal server.", gws[sel.Order[0]].Name))
@@ -207,24 +208,24 @@ func lastServer(name string) string {
 }
 
 // happened says in one line where the selection came from.
-func happened(sel ogs.Selection, deadline time.Duration) string {
+func happened(sel gatewaysel.Selection, deadline time.Duration) string {
 	switch sel.Source {
-	case ogs.Cached:
+	case gatewaysel.Cached:
 		return "Results obtained from OGS cache. No ping tests were performed."
-	case ogs.FromReplica:
+	case gatewaysel.FromReplica:
 		return "Results obtained from the shared OGS cache (another replica's ping tests). No ping tests were performed."
-	case ogs.Probed:
+	case gatewaysel.Probed:
 		return "OGS ping tests performed."
-	case ogs.Reported:
+	case gatewaysel.Reported:
 		return fmt.Sprintf("Results obtained from client reports (source reports): %d reporters. No ping tests were performed.", sel.Reporters)
 	}
 	var what string
 	switch sel.Why {
-	case ogs.WhyDeadline:
+	case gatewaysel.WhyDeadline:
 		what = fmt.Sprintf("OGS ping tests still running at the %v answer deadline", deadline)
-	case ogs.WhyNoAnswer:
+	case gatewaysel.WhyNoAnswer:
 		what = "OGS ping tests performed: no gateway answered"
-	case ogs.WhyRetryWait:
+	case gatewaysel.WhyRetryWait:
 		what = "No gateway answered the last OGS ping tests"
 		if sel.Failed != nil {
 			what += " (" + sel.Failed.At.UTC().Format(time.RFC3339) + ")"
@@ -233,10 +234,10 @@ func happened(sel ogs.Selection, deadline time.Duration) string {
 	default:
 		what = "Shutting down"
 	}
-	if sel.Source == ogs.Partial {
+	if sel.Source == gatewaysel.Partial {
 		return what + "; gateways answered so far used."
 	}
-	if sel.Source == ogs.Previous {
+	if sel.Source == gatewaysel.Previous {
 		return what + "; previous selection (" + sel.At.UTC().Format(time.RFC3339) + ") used."
 	}
 	return what + "; no previous selection, configured order used."
@@ -245,7 +246,7 @@ func happened(sel ogs.Selection, deadline time.Duration) string {
 // logRun logs a probe run, one line per gateway with its probes' RTTs (and a
 // failing gateway's last error) and then the gateway selected, and records
 // its metrics.
-func (o *OGS) logRun(run ogs.Run) {
+func (o *OGS) logRun(run gatewaysel.Run) {
 	gws := run.Gateways
 	for i, rs := range run.RTTs {
 		var ms []string
@@ -262,7 +263,7 @@ func (o *OGS) logRun(run ogs.Run) {
 		}
 		line := fmt.Sprintf("OGS ping results for %s (location %s): (%s)", gws[i].Name, run.Location, strings.Join(ms, " "))
 		if err := run.Errors[i]; err != nil {
-			line += fmt.Sprintf(" last error: %s: %v", ogs.Reason(err), err)
+			line += fmt.Sprintf(" last error: %s: %v", gatewaysel.Reason(err), err)
 		}
 		log.Info(line)
 	}
@@ -280,7 +281,7 @@ func (o *OGS) logRun(run ogs.Run) {
 }
 
 // logRecheck logs a re-check that changed a gateway's state, and counts all.
-func (o *OGS) logRecheck(c ogs.Recheck) {
+func (o *OGS) logRecheck(c gatewaysel.Recheck) {
 	if c.Err != nil {
 		rechecks.WithLabelValues(c.Gateway.Name, "failed").Inc()
 		probeFailures.WithLabelValues(c.Gateway.Name, c.Reason).Inc()

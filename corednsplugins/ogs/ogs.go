@@ -1,7 +1,9 @@
 // Package ogs is the CoreDNS plugin ogs: it answers A, AAAA (and SRV) queries
 // for its names with gateways ordered by probed round-trip time, per client
 // location, the way Cisco AnyConnect's Optimal Gateway Selection orders its
-// headends. The selection itself lives in internal/ogs.
+// headends. The selection itself lives in internal/gatewaysel (probe runs,
+// cache, cluster claim), internal/gatewayorder (the order rule) and
+// internal/rttreports (client reports).
 package ogs
 
 import (
@@ -17,7 +19,7 @@ import (
 	"github.com/coredns/coredns/request"
 	"github.com/miekg/dns"
 
-	"github.com/edgesteer/edgesteer/internal/ogs"
+	"github.com/edgesteer/edgesteer/internal/gatewaysel"
 	"github.com/edgesteer/edgesteer/internal/redisconn"
 )
 
@@ -37,16 +39,16 @@ type OGS struct {
 	hasV4       bool // some gateway has an IPv4 address
 	hasV6       bool
 	soa         soaConfig
-	ns          []nsConfig      // empty: ns.dns.ZONE at the local address
-	resolv      *ogs.ResolvConf // location from resolver config, when set
-	networks    *ogs.Networks
+	ns          []nsConfig             // empty: ns.dns.ZONE at the local address
+	resolv      *gatewaysel.ResolvConf // location from resolver config, when set
+	networks    *gatewaysel.Networks
 	lastWarn    atomic.Int64 // unix ns of the last resolver-config warning
 
 	// Process state, adopted across reloads (setup.go).
-	cfg    ogs.Config // this configuration's selector settings
-	state  string     // the name the state is kept under
-	lease  *ogs.Lease
-	sel    *ogs.Selector
+	cfg    gatewaysel.Config // this configuration's selector settings
+	state  string            // the name the state is kept under
+	lease  *gatewaysel.Lease
+	sel    *gatewaysel.Table
 	mark   uint64 // states.Mark() when a reload began
 	marked bool
 
@@ -114,19 +116,19 @@ func (o *OGS) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (i
 
 // selectFor runs the selection for loc (from its clients' reports under
 // reportKey, when there are enough) and counts it.
-func (o *OGS) selectFor(ctx context.Context, loc, reportKey string) ogs.Selection {
+func (o *OGS) selectFor(ctx context.Context, loc, reportKey string) gatewaysel.Selection {
 	sel := o.sel.SelectReported(ctx, loc, reportKey)
 	server := metrics.WithServer(ctx)
 	switch sel.Source {
-	case ogs.Reported:
+	case gatewaysel.Reported:
 		reportAnswers.WithLabelValues(server).Inc()
-	case ogs.Cached:
+	case gatewaysel.Cached:
 		cacheHits.WithLabelValues(server).Inc()
 		storeHits.WithLabelValues("local").Inc()
 		if sel.FirstHit { // once per result, not per query
 			log.Infof("OGS was already performed, previous selection will be used (location %s, '%s' first).", loc, sel.Gateways[sel.Order[0]].Name)
 		}
-	case ogs.FromReplica:
+	case gatewaysel.FromReplica:
 		cacheHits.WithLabelValues(server).Inc()
 		storeHits.WithLabelValues("redis").Inc()
 	default:
@@ -143,7 +145,7 @@ func (o *OGS) selectFor(ctx context.Context, loc, reportKey string) ogs.Selectio
 // ask again soon and get the measured order; and no answer outlives the
 // hold on its first choice (rounded up to a second), so resolvers drop the
 // held order when the hold ends.
-func (o *OGS) ttlOf(sel ogs.Selection) uint32 {
+func (o *OGS) ttlOf(sel gatewaysel.Selection) uint32 {
 	ttl := o.ttl
 	if !sel.Source.Fresh() {
 		ttl = min(o.fallbackTTL, o.ttl)
@@ -238,8 +240,17 @@ func (o *OGS) location(state request.Request) (string, *dns.EDNS0_SUBNET) {
 	if ip == nil {
 		return "unknown", nil
 	}
-	if v4 := ip.To4(); v4 != nil {
-		return "src:" + (&net.IPNet{IP: v4.Mask(net.CIDRMask(o.v4Prefix, 32)), Mask: net.CIDRMask(o.v4Prefix, 32)}).String(), nil
+	return "src:" + maskedNet(ip, o.v4Prefix, o.v6Prefix), nil
+}
+
+// maskedNet is ip's network of v4Len or v6Len bits ("a.b.c.0/24"): the key
+// of a location, a report's network and a reporter's source ("": no ip).
+func maskedNet(ip net.IP, v4Len, v6Len int) string {
+	if ip == nil {
+		return ""
 	}
-	return "src:" + (&net.IPNet{IP: ip.Mask(net.CIDRMask(o.v6Prefix, 128)), Mask: net.CIDRMask(o.v6Prefix, 128)}).String(), nil
+	if v4 := ip.To4(); v4 != nil {
+		return (&net.IPNet{IP: v4.Mask(net.CIDRMask(v4Len, 32)), Mask: net.CIDRMask(v4Len, 32)}).String()
+	}
+	return (&net.IPNet{IP: ip.Mask(net.CIDRMask(v6Len, 128)), Mask: net.CIDRMask(v6Len, 128)}).String()
 }

@@ -12,7 +12,8 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/edgesteer/edgesteer/internal/cfvalue"
-	"github.com/edgesteer/edgesteer/internal/ogs"
+	"github.com/edgesteer/edgesteer/internal/gatewayorder"
+	"github.com/edgesteer/edgesteer/internal/gatewaysel"
 )
 
 // option is one option of an ogs block: its syntax (the error for a wrong
@@ -170,21 +171,21 @@ func parseGateway(l *optionLine) error {
 }
 
 // target reads a gateway's or a backup server's NAME and IP:PORT.
-func (l *optionLine) target(name, addr string) (ogs.Gateway, error) {
+func (l *optionLine) target(name, addr string) (gatewayorder.Gateway, error) {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
-		return ogs.Gateway{}, l.bad("%v", err)
+		return gatewayorder.Gateway{}, l.bad("%v", err)
 	}
 	ip := net.ParseIP(host)
 	if ip == nil {
-		return ogs.Gateway{}, l.bad("the address %s must be an IP: answers carry it", addr)
+		return gatewayorder.Gateway{}, l.bad("the address %s must be an IP: answers carry it", addr)
 	}
 	if _, err := cfvalue.Int(port, 1, 65535); err != nil {
-		return ogs.Gateway{}, l.bad("bad port %q: %v", port, err)
+		return gatewayorder.Gateway{}, l.bad("bad port %q: %v", port, err)
 	}
 	l.o.hasV4 = l.o.hasV4 || ip.To4() != nil
 	l.o.hasV6 = l.o.hasV6 || ip.To4() == nil
-	return ogs.Gateway{Name: name, Addr: addr, IP: ip}, nil
+	return gatewayorder.Gateway{Name: name, Addr: addr, IP: ip}, nil
 }
 
 func parseProbe(l *optionLine) error {
@@ -223,8 +224,8 @@ func parseLocation(l *optionLine) error {
 	if len(l.args) == 2 {
 		path = l.args[1]
 	}
-	l.o.resolv = &ogs.ResolvConf{Path: path}
-	l.o.networks = ogs.NewNetworks(10_000)
+	l.o.resolv = &gatewaysel.ResolvConf{Path: path}
+	l.o.networks = gatewaysel.NewNetworks(10_000)
 	return nil
 }
 
@@ -297,7 +298,7 @@ func parseAdmin(l *optionLine) (err error) {
 // configuration must be there at load, as Caddy's and CoreDNS's own file
 // options must (tls, hosts); a typo would otherwise refuse every report.
 func parseReportTokens(l *optionLine) (err error) {
-	if l.rc.tokens, err = ogs.LoadTokens(l.args[0]); err != nil {
+	if l.rc.tokens, err = LoadTokens(l.args[0]); err != nil {
 		return l.bad("%v", err)
 	}
 	if err := l.rc.tokens.Err(); err != nil {

@@ -9,7 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/edgesteer/edgesteer/internal/ogs"
+	"github.com/edgesteer/edgesteer/internal/gatewaysel"
 	"github.com/edgesteer/edgesteer/internal/redisconn"
 )
 
@@ -39,16 +39,18 @@ func (r *redisStore) lockKey(location string) string {
 
 // keyPattern is the pattern of the keys k names, for logs and the admin
 // view.
-func (r *redisStore) keyPattern(k ogs.StoreKeys) string {
+func (r *redisStore) keyPattern(k gatewaysel.StoreKeys) string {
 	switch k {
-	case ogs.KeysValue:
+	case gatewaysel.KeysValue:
 		return r.ns + "*"
-	case ogs.KeysLock:
+	case gatewaysel.KeysLock:
 		return r.ns + "lock:*"
-	case ogs.KeysBoth:
+	case gatewaysel.KeysBoth:
 		return r.ns + "* (values and locks)"
-	case ogs.KeysReports:
+	case gatewaysel.KeysReports:
 		return r.reportsNS() + "*"
+	case gatewaysel.KeysGeneration:
+		return r.generationKey()
 	}
 	return "every key (the connection)"
 }
@@ -97,13 +99,42 @@ var (
 	unlock = redis.NewScript(`if redis.call("GET", KEYS[1]) == ARGV[1] then return redis.call("DEL", KEYS[1]) end return 0`)
 )
 
-func (r *redisStore) GetOrLock(ctx context.Context, location, token string, ttl time.Duration, skip []byte) (ogs.Claim, error) {
+// generation: KEYS marker; ARGV token. The marker is set to token when
+// there is none; it returns {marker, 1 if set}.
+var generation = redis.NewScript(`
+local set = redis.call('SET', KEYS[1], ARGV[1], 'NX')
+return {redis.call('GET', KEYS[1]), set and 1 or 0}`)
+
+// generationKey is NS:generation{H} (H: the hash reportsNS uses), the
+// store's generation marker: a store restarted empty or flushed has none,
+// or another (gatewaysel.GenerationStore).
+func (r *redisStore) generationKey() string {
+	ns := r.reportsNS() // NS + "reports{H}:"
+	return r.ns + "generation" + strings.TrimSuffix(ns[len(r.ns)+len("reports"):], ":")
+}
+
+// Generation reads the generation marker, writing token where there is
+// none (gatewaysel.GenerationStore).
+func (r *redisStore) Generation(ctx context.Context, token string) (string, bool, error) {
+	res, err := generation.Run(ctx, r.client, []string{r.generationKey()}, token).Slice()
+	if err != nil {
+		return "", false, r.trouble(ctx, "generation", err, "", gatewaysel.KeysGeneration)
+	}
+	if len(res) != 2 {
+		return "", false, fmt.Errorf("generation: %d values in the answer", len(res))
+	}
+	gen, _ := res[0].(string)
+	created, _ := res[1].(int64)
+	return gen, created == 1, nil
+}
+
+func (r *redisStore) GetOrLock(ctx context.Context, location, token string, ttl time.Duration, skip []byte) (gatewaysel.Claim, error) {
 	keys := []string{r.valueKey(location), r.lockKey(location)}
 	res, err := getOrLock.Run(ctx, r.client, keys, token, ttl.Milliseconds(), string(skip)).Slice()
 	if err != nil {
-		return ogs.Claim{}, r.trouble(ctx, "get_or_lock", err, location, ogs.KeysBoth)
+		return gatewaysel.Claim{}, r.trouble(ctx, "get_or_lock", err, location, gatewaysel.KeysBoth)
 	}
-	var c ogs.Claim
+	var c gatewaysel.Claim
 	code, _ := res[0].(int64)
 	switch {
 	case code == 0 && len(res) == 2:
@@ -113,7 +144,7 @@ func (r *redisStore) GetOrLock(ctx context.Context, location, token string, ttl 
 		c.Locked = true
 	}
 	if code != 0 && len(res) == 2 && res[1] == int64(1) {
-		c.Malformed = fmt.Errorf("%w: %s holds a key of another type", ogs.ErrMalformed, keys[0])
+		c.Malformed = fmt.Errorf("%w: %s holds a key of another type", gatewaysel.ErrMalformed, keys[0])
 	}
 	return c, nil
 }
@@ -121,7 +152,7 @@ func (r *redisStore) GetOrLock(ctx context.Context, location, token string, ttl 
 func (r *redisStore) Extend(ctx context.Context, location, token string, ttl time.Duration) (bool, error) {
 	n, err := extend.Run(ctx, r.client, []string{r.lockKey(location)}, token, ttl.Milliseconds()).Int64()
 	if err != nil {
-		return false, r.trouble(ctx, "extend", err, location, ogs.KeysLock)
+		return false, r.trouble(ctx, "extend", err, location, gatewaysel.KeysLock)
 	}
 	return n == 1, nil
 }
@@ -130,7 +161,7 @@ func (r *redisStore) Publish(ctx context.Context, location, token string, value 
 	keys := []string{r.valueKey(location), r.lockKey(location)}
 	res, err := publish.Run(ctx, r.client, keys, token, string(value), ttl.Milliseconds(), string(skip)).Slice()
 	if err != nil {
-		return nil, false, r.trouble(ctx, "publish", err, location, ogs.KeysBoth)
+		return nil, false, r.trouble(ctx, "publish", err, location, gatewaysel.KeysBoth)
 	}
 	if code, _ := res[0].(int64); code == 1 {
 		return nil, true, nil
@@ -144,7 +175,7 @@ func (r *redisStore) Publish(ctx context.Context, location, token string, value 
 
 func (r *redisStore) Unlock(ctx context.Context, location, token string) error {
 	if err := unlock.Run(ctx, r.client, []string{r.lockKey(location)}, token).Err(); err != nil {
-		return r.trouble(ctx, "unlock", err, location, ogs.KeysLock)
+		return r.trouble(ctx, "unlock", err, location, gatewaysel.KeysLock)
 	}
 	return nil
 }
@@ -155,17 +186,17 @@ func (r *redisStore) Unlock(ctx context.Context, location, token string) error {
 // refuses a script whose declared keys an ACL user may not touch without
 // saying which: then one EXISTS per key (cheap, and only on that error)
 // tells which keys are refused.
-func (r *redisStore) trouble(ctx context.Context, op string, err error, location string, keys ogs.StoreKeys) error {
+func (r *redisStore) trouble(ctx context.Context, op string, err error, location string, keys gatewaysel.StoreKeys) error {
 	if redisconn.Classify(err) == redisconn.Malformed {
-		return fmt.Errorf("%w: %v", ogs.ErrMalformed, err)
+		return fmt.Errorf("%w: %v", gatewaysel.ErrMalformed, err)
 	}
 	reason := redisconn.Reason(err)
 	if reason == "" {
 		reason = "other"
 	}
-	if keys == ogs.KeysBoth && reason == "noperm" {
-		refused := ogs.StoreKeys(0)
-		for k, key := range map[ogs.StoreKeys]string{ogs.KeysValue: r.valueKey(location), ogs.KeysLock: r.lockKey(location)} {
+	if keys == gatewaysel.KeysBoth && reason == "noperm" {
+		refused := gatewaysel.StoreKeys(0)
+		for k, key := range map[gatewaysel.StoreKeys]string{gatewaysel.KeysValue: r.valueKey(location), gatewaysel.KeysLock: r.lockKey(location)} {
 			if e := r.client.Exists(ctx, key).Err(); redisconn.Reason(e) == "noperm" {
 				refused |= k
 			}
@@ -175,28 +206,28 @@ func (r *redisStore) trouble(ctx context.Context, op string, err error, location
 		}
 	}
 	if reason != "noperm" && reason != "error_reply" && reason != "oom" && reason != "readonly" {
-		keys = ogs.KeysAny // the store as a whole, not these keys
+		keys = gatewaysel.KeysAny // the store as a whole, not these keys
 	}
-	return &ogs.StoreTrouble{Op: op, Keys: keys, Reason: reason, Err: err}
+	return &gatewaysel.StoreTrouble{Op: op, Keys: keys, Reason: reason, Err: err}
 }
 
 // onStore counts what happened with the store and logs its transitions
 // (keys in trouble, answering again) once each.
-func (o *OGS) onStore(ev ogs.StoreEvent) {
+func (o *OGS) onStore(ev gatewaysel.StoreEvent) {
 	switch ev.Kind {
-	case ogs.StoreError:
+	case gatewaysel.StoreError:
 		t := ev.Trouble
 		storeErrors.WithLabelValues(t.Op, t.Keys.String(), t.Reason).Inc()
-	case ogs.StoreMalformed:
+	case gatewaysel.StoreMalformed:
 		storeMalformed.Inc()
 		log.Warningf("store redis: value of location %s ignored: %v", ev.Location, ev.Err)
-	case ogs.StoreStale:
+	case gatewaysel.StoreStale:
 		storeStale.Inc()
-	case ogs.StoreLockWait:
+	case gatewaysel.StoreLockWait:
 		lockWaits.Inc()
-	case ogs.StoreAdopted:
+	case gatewaysel.StoreAdopted:
 		storeAdopted.Inc()
-	case ogs.StoreDown:
+	case gatewaysel.StoreDown:
 		t := ev.Trouble
 		fallback := "probing locally"
 		if t.Op == "put_reports" || t.Op == "sync_reports" {
@@ -204,7 +235,7 @@ func (o *OGS) onStore(ev ogs.StoreEvent) {
 		}
 		log.Warningf("store redis %s: %s failed on %s (%s, location %s): %v; %s until it answers again",
 			strings.Join(o.redis.Addresses, ","), t.Op, o.store.keyPattern(t.Keys), t.Reason, ev.Location, errors.Unwrap(t), fallback)
-	case ogs.StoreUp:
+	case gatewaysel.StoreUp:
 		log.Infof("store redis %s: answering again on %s", strings.Join(o.redis.Addresses, ","), o.store.keyPattern(ev.Trouble.Keys))
 	}
 }

@@ -6,13 +6,15 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/coredns/coredns/request"
 	"github.com/miekg/dns"
 
-	"github.com/edgesteer/edgesteer/internal/ogs"
+	"github.com/edgesteer/edgesteer/internal/gatewaysel"
+	"github.com/edgesteer/edgesteer/internal/rttreports"
 )
 
 // Report endpoint defaults (README, "Reports").
@@ -31,7 +33,7 @@ const (
 
 // reportConfig is the endpoint's part of an ogs block.
 type reportConfig struct {
-	tokens   *ogs.Tokens
+	tokens   *Tokens
 	listen   string // reports HOST:PORT; "": on the admin listener
 	on       bool   // registered on listen
 	v4Source int    // source network prefix lengths (report_source_prefix)
@@ -40,8 +42,8 @@ type reportConfig struct {
 	rate     float64
 	burst    int
 	trusted  []*net.IPNet
-	byToken  *ogs.ReportLimiter
-	bySource *ogs.ReportLimiter
+	byToken  *ReportLimiter
+	bySource *ReportLimiter
 }
 
 // reportKey is the network a client's reports and queries share: its
@@ -60,22 +62,12 @@ func (o *OGS) reportKey(state request.Request, ecs *dns.EDNS0_SUBNET) string {
 		if int(ecs.SourceNetmask) < bits {
 			return ""
 		}
-		return o.maskedKey(ecs.Address)
+		return maskedNet(ecs.Address, o.v4Prefix, o.v6Prefix)
 	}
 	if o.resolv != nil {
 		return ""
 	}
-	return o.maskedKey(net.ParseIP(state.IP()))
-}
-
-func (o *OGS) maskedKey(ip net.IP) string {
-	if ip == nil {
-		return ""
-	}
-	if v4 := ip.To4(); v4 != nil {
-		return (&net.IPNet{IP: v4.Mask(net.CIDRMask(o.v4Prefix, 32)), Mask: net.CIDRMask(o.v4Prefix, 32)}).String()
-	}
-	return (&net.IPNet{IP: ip.Mask(net.CIDRMask(o.v6Prefix, 128)), Mask: net.CIDRMask(o.v6Prefix, 128)}).String()
+	return maskedNet(net.ParseIP(state.IP()), o.v4Prefix, o.v6Prefix)
 }
 
 // reportAnswer is the endpoint's JSON answer.
@@ -119,7 +111,7 @@ func (l *adminListener) serveReports(w http.ResponseWriter, r *http.Request) {
 		if b.reports == nil || b.sel == nil || (l.kind == kindAdmin && b.reports.listen != "") {
 			continue
 		}
-		if zone == "." || containsName(b.names, zone) {
+		if zone == "." || slices.Contains(b.names, zone) {
 			cands = append(cands, b)
 		}
 	}
@@ -133,15 +125,6 @@ func (l *adminListener) serveReports(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	cands[0].serveReport(w, r)
-}
-
-func containsName(names []string, n string) bool {
-	for _, x := range names {
-		if x == n {
-			return true
-		}
-	}
-	return false
 }
 
 func (o *OGS) serveReport(w http.ResponseWriter, r *http.Request) {
@@ -186,20 +169,20 @@ func (o *OGS) serveReport(w http.ResponseWriter, r *http.Request) {
 		refuse(w, http.StatusBadRequest, "malformed", "reading the body: "+err.Error())
 		return
 	}
-	rep, err := ogs.DecodeReport(body)
-	key := o.maskedKey(src)
+	rep, err := rttreports.DecodeReport(body)
+	key := maskedNet(src, o.v4Prefix, o.v6Prefix)
 	reporter := id + "|" + srcNet
 	if err == nil {
 		err = o.sel.AddReport(key, reporter, rep, now)
 	}
-	var trouble *ogs.StoreTrouble
+	var trouble *gatewaysel.StoreTrouble
 	if errors.As(err, &trouble) {
 		// Accepted here, answered from this replica's reports; counted
 		// (store_errors_total, through onStore) and written again once
 		// Redis answers.
 		err = nil
 	}
-	var ref *ogs.Refusal
+	var ref *rttreports.Refusal
 	if errors.As(err, &ref) {
 		refuse(w, http.StatusBadRequest, ref.Reason, ref.Detail)
 		return
@@ -247,10 +230,7 @@ func (rc *reportConfig) source(r *http.Request) net.IP {
 // sourceNet is src masked to the source prefix: the key of the per-source
 // rate limit, and with the token id a reporter's identity.
 func (rc *reportConfig) sourceNet(src net.IP) string {
-	if v4 := src.To4(); v4 != nil {
-		return (&net.IPNet{IP: v4.Mask(net.CIDRMask(rc.v4Source, 32)), Mask: net.CIDRMask(rc.v4Source, 32)}).String()
-	}
-	return (&net.IPNet{IP: src.Mask(net.CIDRMask(rc.v6Source, 128)), Mask: net.CIDRMask(rc.v6Source, 128)}).String()
+	return maskedNet(src, rc.v4Source, rc.v6Source)
 }
 
 func (rc *reportConfig) isTrusted(ip net.IP) bool {

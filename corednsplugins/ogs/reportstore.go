@@ -9,7 +9,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/edgesteer/edgesteer/internal/ogs"
+	"github.com/edgesteer/edgesteer/internal/gatewaysel"
+	"github.com/edgesteer/edgesteer/internal/rttreports"
 )
 
 // The client reports in Redis (ogs.ReportStore), under NS = key_prefix +
@@ -90,7 +91,7 @@ end
 redis.call('PEXPIRE', KEYS[3], ttl)
 return now`)
 
-func (r *redisStore) PutVotes(ctx context.Context, location, reporter string, votes []ogs.StoredVote, latest time.Time, ttl time.Duration, b ogs.StoreBounds) error {
+func (r *redisStore) PutVotes(ctx context.Context, location, reporter string, votes []rttreports.StoredVote, latest time.Time, ttl time.Duration, b rttreports.Bounds) error {
 	base := r.reportsNS()
 	args := []any{reporter, latest.UnixMilli(), ttl.Milliseconds(), b.Reporters, b.Locations, location, base, b.PerToken}
 	for _, v := range votes {
@@ -98,20 +99,20 @@ func (r *redisStore) PutVotes(ctx context.Context, location, reporter string, vo
 	}
 	err := putVotes.Run(ctx, r.client, []string{base + "v:" + location, base + "r:" + location, base + "idx"}, args...).Err()
 	if err != nil {
-		return r.trouble(ctx, "put_reports", err, location, ogs.KeysReports)
+		return r.trouble(ctx, "put_reports", err, location, gatewaysel.KeysReports)
 	}
 	return nil
 }
 
-func (r *redisStore) Changed(ctx context.Context, since int64, limit int) ([]ogs.ChangedLocation, error) {
+func (r *redisStore) Changed(ctx context.Context, since int64, limit int) ([]rttreports.ChangedLocation, error) {
 	zs, err := r.client.ZRangeByScoreWithScores(ctx, r.reportsNS()+"idx", &redis.ZRangeBy{Min: strconv.FormatInt(since, 10), Max: "+inf", Count: int64(limit)}).Result()
 	if err != nil {
-		return nil, r.trouble(ctx, "sync_reports", err, "", ogs.KeysReports)
+		return nil, r.trouble(ctx, "sync_reports", err, "", gatewaysel.KeysReports)
 	}
-	out := make([]ogs.ChangedLocation, 0, len(zs))
+	out := make([]rttreports.ChangedLocation, 0, len(zs))
 	for _, z := range zs {
 		if loc, ok := z.Member.(string); ok {
-			out = append(out, ogs.ChangedLocation{Location: loc, At: int64(z.Score)})
+			out = append(out, rttreports.ChangedLocation{Location: loc, At: int64(z.Score)})
 		}
 	}
 	return out, nil
@@ -120,7 +121,7 @@ func (r *redisStore) Changed(ctx context.Context, since int64, limit int) ([]ogs
 func (r *redisStore) Votes(ctx context.Context, location string) (map[string]string, error) {
 	m, err := r.client.HGetAll(ctx, r.reportsNS()+"v:"+location).Result()
 	if err != nil {
-		return nil, r.trouble(ctx, "sync_reports", err, location, ogs.KeysReports)
+		return nil, r.trouble(ctx, "sync_reports", err, location, gatewaysel.KeysReports)
 	}
 	return m, nil
 }

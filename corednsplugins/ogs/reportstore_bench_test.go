@@ -11,7 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/edgesteer/edgesteer/internal/e2e"
-	"github.com/edgesteer/edgesteer/internal/ogs"
+	"github.com/edgesteer/edgesteer/internal/rttreports"
 )
 
 // usedMemory is redis-server's INFO memory used_memory.
@@ -47,9 +47,9 @@ func BenchmarkReportsRedis(b *testing.B) {
 			ctx := context.Background()
 			before := usedMemory(b, c)
 			now := time.Now()
-			var votes []ogs.StoredVote
+			var votes []rttreports.StoredVote
 			for g := range gateways {
-				votes = append(votes, ogs.StoredVote{Gateway: fmt.Sprintf("gw%02d.example.test", g), Value: ogs.EncodeVote(time.Duration(10+g)*time.Millisecond+123*time.Microsecond, false, now), At: now})
+				votes = append(votes, rttreports.StoredVote{Gateway: fmt.Sprintf("gw%02d.example.test", g), Value: rttreports.EncodeVote(time.Duration(10+g)*time.Millisecond+123*time.Microsecond, false, now), At: now})
 			}
 			b.ResetTimer()
 			start := time.Now()
@@ -57,7 +57,7 @@ func BenchmarkReportsRedis(b *testing.B) {
 				for l := range locations {
 					loc := fmt.Sprintf("10.%d.%d.0/24", l/256, l%256)
 					for r := range reporters {
-						if err := st.PutVotes(ctx, loc, fmt.Sprintf("office|10.%d.%d.%d", l/256, l%256, r+1), votes, now, 4*time.Hour, ogs.StoreBounds{Reporters: 32, PerToken: 32, Locations: 10_000_000}); err != nil {
+						if err := st.PutVotes(ctx, loc, fmt.Sprintf("office|10.%d.%d.%d", l/256, l%256, r+1), votes, now, 4*time.Hour, rttreports.Bounds{Reporters: 32, PerToken: 32, Locations: 10_000_000}); err != nil {
 							b.Fatal(err)
 						}
 					}

@@ -11,7 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/edgesteer/edgesteer/internal/e2e"
-	"github.com/edgesteer/edgesteer/internal/ogs"
+	"github.com/edgesteer/edgesteer/internal/rttreports"
 )
 
 // Redis bounds a location's reporters by the local table's rule: a token
@@ -26,10 +26,10 @@ func TestRedisReportersBoundedPerToken(t *testing.T) {
 	st := &redisStore{client: c, ns: "t:ogs:vpn.example.test.:"}
 	ctx := context.Background()
 	t0 := time.Now().Add(-time.Hour)
-	for _, b := range []ogs.StoreBounds{{Reporters: 5, PerToken: 2, Locations: 100}, {Reporters: 4, PerToken: 4, Locations: 100}} {
+	for _, b := range []rttreports.Bounds{{Reporters: 5, PerToken: 2, Locations: 100}, {Reporters: 4, PerToken: 4, Locations: 100}} {
 		loc := fmt.Sprintf("10.%d.0.0/24", b.Reporters)
 		put := func(who string, at time.Time) {
-			v := []ogs.StoredVote{{Gateway: "gw1", Value: ogs.EncodeVote(time.Millisecond, false, at), At: at}}
+			v := []rttreports.StoredVote{{Gateway: "gw1", Value: rttreports.EncodeVote(time.Millisecond, false, at), At: at}}
 			if err := st.PutVotes(ctx, loc, who, v, at, 4*time.Hour, b); err != nil {
 				t.Fatal(err)
 			}

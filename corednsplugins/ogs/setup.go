@@ -14,7 +14,8 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/edgesteer/edgesteer/internal/cfvalue"
-	"github.com/edgesteer/edgesteer/internal/ogs"
+	"github.com/edgesteer/edgesteer/internal/gatewayorder"
+	"github.com/edgesteer/edgesteer/internal/gatewaysel"
 	"github.com/edgesteer/edgesteer/internal/redisconn"
 )
 
@@ -27,7 +28,7 @@ func init() { plugin.Register(pluginName, setup) }
 // states holds each ogs block's process state (cached locations, probe runs
 // in flight, background work) by its state name, so that a reload, which
 // starts the new configuration before stopping the old, hands it over.
-var states = ogs.NewPool()
+var states = gatewaysel.NewPool()
 
 // stateNames is the instance storage key of the state names (and cache
 // files) in use by one configuration: two ogs blocks sharing one would fight
@@ -88,7 +89,7 @@ func (o *OGS) start() error {
 		o.releaseClient()
 		return plugin.Error(pluginName, err)
 	}
-	o.lease, o.sel = a.Lease, a.Selector()
+	o.lease, o.sel = a.Lease, a.Table()
 	if err := adminAcquire(o); err != nil {
 		o.lease.Release()
 		o.lease = nil
@@ -148,7 +149,7 @@ func (o *OGS) restartFailed() error {
 // options gather before parse puts them together.
 type block struct {
 	o           *OGS
-	cfg         ogs.Config
+	cfg         gatewaysel.Config
 	probe       string // probe kind
 	path        string // the path of http and https probes
 	verify      bool   // probe_verify_tls
@@ -241,8 +242,8 @@ func (b *block) reports(c *caddy.Controller) error {
 	}
 	b.cfg.Reports.Enabled = true
 	b.cfg.Reports.Probe = b.probe
-	b.rc.byToken = ogs.NewReportLimiter(b.rc.rate, b.rc.burst, ogs.MaxTokens)
-	b.rc.bySource = ogs.NewReportLimiter(b.rc.rate, b.rc.burst, reportSources)
+	b.rc.byToken = NewReportLimiter(b.rc.rate, b.rc.burst, MaxTokens)
+	b.rc.bySource = NewReportLimiter(b.rc.rate, b.rc.burst, reportSources)
 	b.o.reports = b.rc
 	return nil
 }
@@ -250,7 +251,7 @@ func (b *block) reports(c *caddy.Controller) error {
 // prober sets the probe: the same prober as the reporter's
 // (builds/ogs-report).
 func (b *block) prober(c *caddy.Controller) error {
-	prober, probeTimeout, err := ogs.NewProber(b.probe, b.path, b.verify, b.checkStatus)
+	prober, probeTimeout, err := gatewaysel.NewProber(b.probe, b.path, b.verify, b.checkStatus)
 	if err != nil {
 		return c.Errf("ogs: %v", err)
 	}
@@ -297,7 +298,7 @@ func (b *block) store() {
 func (b *block) finish(c *caddy.Controller) (*OGS, error) {
 	o, cfg := b.o, b.cfg
 	cfg.OnRun = o.logRun
-	cfg.OnProbeStart = func(loc string, g ogs.Gateway) {
+	cfg.OnProbeStart = func(loc string, g gatewayorder.Gateway) {
 		log.Infof("OGS starting thread named %s (%s) for location %s", g.Name, g.Addr, loc)
 	}
 	cfg.OnRecheck = o.logRecheck

@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"strconv"
 
 	"github.com/fiorix/go-diameter/v4/diam"
@@ -319,4 +320,24 @@ func Request(cmd, app, reqType, hopByHop, endToEnd uint32, session, originHost, 
 		m.NewAVP(avp.CCRequestNumber, avp.Mbit, 0, datatype.Unsigned32(0))
 	}
 	return m.Serialize()
+}
+
+// vendor3GPP is 3GPP's vendor id, under which Gx is vendor-specific.
+const vendor3GPP = 10415
+
+// AddCapabilities adds what a test peer's or load tool's CER or CEA
+// carries: Origin-Host and Origin-Realm, 127.0.0.1 as Host-IP-Address,
+// 3GPP as Vendor-Id, product as Product-Name, Gy as an auth application
+// and Gx as a 3GPP vendor-specific one.
+func AddCapabilities(m *diam.Message, host, realm, product string) {
+	m.NewAVP(avp.OriginHost, avp.Mbit, 0, datatype.DiameterIdentity(host))
+	m.NewAVP(avp.OriginRealm, avp.Mbit, 0, datatype.DiameterIdentity(realm))
+	m.NewAVP(avp.HostIPAddress, avp.Mbit, 0, datatype.Address(net.IPv4(127, 0, 0, 1).To4()))
+	m.NewAVP(avp.VendorID, avp.Mbit, 0, datatype.Unsigned32(vendor3GPP))
+	m.NewAVP(avp.ProductName, 0, 0, datatype.UTF8String(product))
+	m.NewAVP(avp.AuthApplicationID, avp.Mbit, 0, datatype.Unsigned32(AppGy))
+	m.NewAVP(avp.VendorSpecificApplicationID, avp.Mbit, 0, &diam.GroupedAVP{AVP: []*diam.AVP{
+		diam.NewAVP(avp.VendorID, avp.Mbit, 0, datatype.Unsigned32(vendor3GPP)),
+		diam.NewAVP(avp.AuthApplicationID, avp.Mbit, 0, datatype.Unsigned32(AppGx)),
+	}})
 }

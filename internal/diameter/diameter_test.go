@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"net"
 	"testing"
 
 	"github.com/fiorix/go-diameter/v4/diam"
@@ -197,4 +198,39 @@ func FuzzFramer(f *testing.F) {
 			}
 		}
 	})
+}
+
+// A CER built with AddCapabilities reads back, in go-diameter's dictionary,
+// with the identity, address, vendor, product, Gy and 3GPP's Gx.
+func TestAddCapabilities(t *testing.T) {
+	cer := diam.NewRequest(CmdCapabilitiesExchange, 0, dict.Default)
+	AddCapabilities(cer, "pgw1.example", "example", "load")
+	b, err := cer.Serialize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := diam.ReadMessage(bytes.NewReader(b), dict.Default)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		OriginHost    datatype.DiameterIdentity `avp:"Origin-Host"`
+		OriginRealm   datatype.DiameterIdentity `avp:"Origin-Realm"`
+		HostIPAddress datatype.Address          `avp:"Host-IP-Address"`
+		VendorID      datatype.Unsigned32       `avp:"Vendor-Id"`
+		ProductName   datatype.UTF8String       `avp:"Product-Name"`
+		AuthAppID     datatype.Unsigned32       `avp:"Auth-Application-Id"`
+		VendorApp     struct {
+			VendorID  datatype.Unsigned32 `avp:"Vendor-Id"`
+			AuthAppID datatype.Unsigned32 `avp:"Auth-Application-Id"`
+		} `avp:"Vendor-Specific-Application-Id"`
+	}
+	if err := m.Unmarshal(&got); err != nil {
+		t.Fatal(err)
+	}
+	if got.OriginHost != "pgw1.example" || got.OriginRealm != "example" || net.IP(got.HostIPAddress).String() != "127.0.0.1" ||
+		got.VendorID != 10415 || got.ProductName != "load" || got.AuthAppID != AppGy ||
+		got.VendorApp.VendorID != 10415 || got.VendorApp.AuthAppID != AppGx {
+		t.Fatalf("CER reads back as %+v", got)
+	}
 }

@@ -5,12 +5,15 @@ import (
 	"hash/maphash"
 	"io"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/edgesteer/edgesteer/internal/bounded"
+	"github.com/edgesteer/edgesteer/internal/diambind"
+	"github.com/edgesteer/edgesteer/internal/diameter"
+	"github.com/edgesteer/edgesteer/internal/doic"
+	"github.com/edgesteer/edgesteer/internal/olrshare"
 )
 
 // Options are the agent's surroundings: its clock, how it dials upstream
@@ -36,10 +39,15 @@ type Agent struct {
 	downs       map[string]*downstream // by the CER's Origin-Host, lowercased
 	nextID      uint32
 	closed      bool
+	started     bool
 	sweeper     Timer
+	throttlers  map[string]*throttler // by group name, across generations
 
 	seed     maphash.Seed
-	bindings *bounded.Table[uint32] // Session-Id hash → upstream id
+	oc       *overload                       // DOIC reports in force, across generations
+	bindings *bounded.Table[uint32]          // Session-Id hash → upstream id (bindshare.go: with an epoch tag)
+	shared   atomic.Pointer[diambind.Shared] // the bindings' store level (nil: local only)
+	reports  atomic.Pointer[olrshare.Sharer] // the DOIC reports' store level (nil: local only)
 
 	counts counters
 }
@@ -49,7 +57,7 @@ type counters struct {
 	late, undelivered, timedOut, loops       atomic.Int64
 	realmNotServed, unableToDeliver, tooBusy atomic.Int64
 	ingressRefused, bindingsEnded            atomic.Int64
-	downstreamDWR                            atomic.Int64
+	downstreamDWR, downstreamDPR             atomic.Int64
 }
 
 // generation is one configuration, compiled for routing.
@@ -76,7 +84,7 @@ func New(cfg Config, opts Options) (*Agent, error) {
 	}
 	a := &Agent{clock: opts.Clock, dial: opts.Dial, log: opts.Logger,
 		peers: map[string]*upstream{}, groupStates: map[string]*groupState{}, downs: map[string]*downstream{},
-		seed: maphash.MakeSeed()}
+		throttlers: map[string]*throttler{}, seed: maphash.MakeSeed()}
 	if a.clock == nil {
 		a.clock = realClock{}
 	}
@@ -87,6 +95,7 @@ func New(cfg Config, opts Options) (*Agent, error) {
 		a.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	a.bindings = bounded.New[uint32](cfg.MaxBindings)
+	a.oc = &overload{table: doic.NewTable(0)}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.install(cfg)
@@ -101,6 +110,10 @@ func (a *Agent) Start() {
 		u.start()
 	}
 	a.scheduleSweep()
+	a.started = true
+	for _, t := range a.throttlers {
+		t.schedule(a.gen.Load())
+	}
 }
 
 // Update applies a new configuration from the next request on. Peers
@@ -135,7 +148,7 @@ func (a *Agent) install(cfg Config) []*upstream {
 	kept := map[string]*upstream{}
 	for _, pc := range cfg.Peers {
 		u := a.peers[pc.Host]
-		if u == nil || u.cfg != pc {
+		if u == nil || !samePeer(u.cfg, pc) {
 			a.nextID++
 			u = newUpstream(a, pc, a.nextID)
 		}
@@ -191,11 +204,23 @@ func (a *Agent) install(cfg Config) []*upstream {
 		}
 	}
 	a.bindings.SetLimits(cfg.MaxBindings, max(1, int64(cfg.BindingTTL/time.Second)))
+	if cfg.DOIC != nil {
+		a.oc.table.SetMax(cfg.DOIC.MaxReports)
+	}
+	a.installDynamic(g)
+	a.installBindingStore(cfg.BindingStore, cfg.BindingTTL)
+	a.installReportStore(&cfg)
 	a.gen.Store(g)
 	return removed
 }
 
-// Close disconnects every peer (DPR upstream) and stops.
+// closeWait bounds how long Close waits for the DPAs.
+const closeWait = time.Second
+
+// Close disconnects every peer with a DPR (RFC 6733 §5.4: a node shutting
+// down says so to each peer), upstream and downstream, and stops. It
+// returns once each peer answered its DPA (or closed), or after closeWait:
+// a process exiting right after would otherwise cut them off.
 func (a *Agent) Close() {
 	a.mu.Lock()
 	if a.closed {
@@ -206,16 +231,41 @@ func (a *Agent) Close() {
 	if a.sweeper != nil {
 		a.sweeper.Stop()
 	}
+	a.closeBindingStore()
+	a.closeReportStore()
 	peers := a.peers
 	downs := a.downs
 	a.downs = map[string]*downstream{}
 	a.mu.Unlock()
+	var links []*link
 	for _, u := range peers {
-		u.stop()
+		if l := u.stop(); l != nil {
+			links = append(links, l)
+		}
 	}
 	for _, d := range downs {
-		d.link.close()
+		a.disconnect(d.link, a.gen.Load().cfg.Watchdog)
+		links = append(links, d.link)
 	}
+	deadline := time.NewTimer(closeWait)
+	defer deadline.Stop()
+	for _, l := range links {
+		select {
+		case <-l.done:
+		case <-deadline.C:
+			return
+		}
+	}
+}
+
+// disconnect sends l the agent's DPR; l closes at the DPA, or grace later.
+func (a *Agent) disconnect(l *link, grace time.Duration) {
+	dpr, err := buildDPR(&a.gen.Load().cfg.Identity, l.hbh())
+	if err != nil {
+		l.close()
+		return
+	}
+	l.disconnect(dpr, a.clock, grace)
 }
 
 // scheduleSweep drops idle bindings every quarter TTL (a.mu held).
@@ -243,6 +293,12 @@ func (a *Agent) bind(key uint64, u *upstream) { a.bindings.Put(key, u.id, a.seco
 // answerSelf answers a request with the agent's identity: the refusals,
 // 3xxx with the E bit.
 func (a *Agent) answerSelf(to *link, in *msgInfo, code uint32, text string) {
+	a.answerSelfWith(to, in, code, text, nil)
+}
+
+// answerSelfWith is answerSelf with add (if not nil) given the answer's
+// bytes to append AVPs to.
+func (a *Agent) answerSelfWith(to *link, in *msgInfo, code uint32, text string, add func([]byte) []byte) {
 	g := a.gen.Load()
 	switch code {
 	case ResultUnableToDeliver:
@@ -259,35 +315,14 @@ func (a *Agent) answerSelf(to *link, in *msgInfo, code uint32, text string) {
 		a.log.Warn("building an answer", "result_code", code, "error", err)
 		return
 	}
+	if add != nil {
+		b = add(b)
+	}
 	if !to.send(b) {
 		a.counts.undelivered.Add(1)
 	}
 }
 
-// lookupLower finds key in m, ignoring ASCII case, without allocating
-// when key is lowercase already (identities and realms mostly are).
-func lookupLower[V any](m map[string]V, key []byte) (V, bool) {
-	if v, ok := m[string(key)]; ok {
-		return v, true
-	}
-	var buf [256]byte
-	if len(key) > len(buf) {
-		v, ok := m[strings.ToLower(string(key))]
-		return v, ok
-	}
-	low := buf[:len(key)]
-	changed := false
-	for i, c := range key {
-		if 'A' <= c && c <= 'Z' {
-			c += 'a' - 'A'
-			changed = true
-		}
-		low[i] = c
-	}
-	if !changed {
-		var zero V
-		return zero, false
-	}
-	v, ok := m[string(low)]
-	return v, ok
-}
+// lookupLower finds key in m, ignoring ASCII case (internal/diameter's
+// LookupFold: no allocation when key is lowercase already).
+func lookupLower[V any](m map[string]V, key []byte) (V, bool) { return diameter.LookupFold(m, key) }

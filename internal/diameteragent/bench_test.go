@@ -51,26 +51,41 @@ func BenchmarkRouteAndAnswer(b *testing.B) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := range b.N {
-				msg := msgs[i%sessions]
-				if err := scan(msg, "dra.example", &d.info); err != nil {
-					b.Fatal(err)
-				}
-				a.route(d, msg, &d.info)
-				var l *link
-				for _, u := range a.gen.Load().groups["pcrf"].members {
-					if c := u.link.Load(); c.count.Load() > 0 {
-						l = c
-					}
-				}
-				if l == nil {
-					b.Fatal("not forwarded")
-				}
-				setHopByHop(answer, l.nextHbh)
-				a.answered(l, answer)
-				drainOut(l, d.link)
+				routeAndAnswer(b, a, d, msgs[i%sessions], answer, nil)
 			}
 		})
 	}
+}
+
+// routeAndAnswer scans and routes msg from d, then takes answer back from
+// the server it went to; ans, if not nil, is where the answer is scanned
+// as the upstream reader does (with DOIC's reading of it).
+func routeAndAnswer(b *testing.B, a *Agent, d *downstream, msg, answer []byte, ans *msgInfo) {
+	if err := scan(msg, "dra.example", &d.info); err != nil {
+		b.Fatal(err)
+	}
+	a.route(d, msg, &d.info)
+	var l *link
+	var to *upstream
+	for _, u := range a.gen.Load().groups["pcrf"].members {
+		if c := u.link.Load(); c.count.Load() > 0 {
+			l, to = c, u
+		}
+	}
+	if l == nil {
+		b.Fatal("not forwarded")
+	}
+	setHopByHop(answer, l.nextHbh)
+	if ans != nil {
+		if err := scan(answer, "dra.example", ans); err != nil {
+			b.Fatal(err)
+		}
+		if a.gen.Load().cfg.DOIC != nil && ans.hasOC {
+			a.readReports(to, answer, ans)
+		}
+	}
+	a.answered(l, answer, ans)
+	drainOut(l, d.link)
 }
 
 func drainOut(ls ...*link) {

@@ -33,13 +33,19 @@
 //     application in common (the Relay id 0xffffffff on either side
 //     matches all): 5010 and close. No Origin-Host or Origin-Realm: 5005
 //     and close. A second CER: 5012 DIAMETER_UNABLE_TO_COMPLY, the
-//     connection stays. DWR: DWA 2001. DPR: DPA 2001, then close. A peer
+//     connection stays. DWR: DWA 2001. DPR: DPA 2001 (counted), then close. A peer
 //     is known by its CER's Origin-Host; a newer connection with the same
 //     one takes over the name (server-initiated requests go to it).
 //   - Upstream: the agent dials each server of the peer table (dial
-//     timeout Tw), sends its CER and waits Tw for the CEA. A CEA whose
-//     Result-Code is not 2001 leaves the peer down with the reason as its
-//     last error. Reconnects back off from reconnect_min (1 s), doubling,
+//     timeout Tw), sends its CER and waits Tw for the CEA. The CER offers
+//     the server's own applications (the peer table's applications, each
+//     one of the agent's; none listed: all of the agent's). A CEA whose
+//     Result-Code is not 2001, or that lists none of the applications
+//     offered (RFC 6733 §5.3, DIAMETER_NO_COMMON_APPLICATION; the Relay id
+//     matches all), leaves the peer down with the reason as its last
+//     error. A route for an application must name one of the agent's
+//     applications, and a group it routes to must not hold a server whose
+//     applications leave that one out (refused at load). Reconnects back off from reconnect_min (1 s), doubling,
 //     to reconnect_max (30 s); a successful CEA resets the backoff.
 //   - Watchdog per upstream connection, RFC 3539's algorithm with Tw
 //     (default 30 s, at least 6 s, not jittered): the timer is set again
@@ -73,9 +79,11 @@
 //     names the realm, else 3002 (the realm is served, not for this
 //     application).
 //  6. The Session-Id's binding, while its server is an OKAY member of the
-//     group (3004 if that server is full). Otherwise the group's policy picks among its OKAY members
-//     with room: round_robin, or least_outstanding (fewest pending, ties in
-//     turn). None OKAY: 3002; all OKAY ones full: 3004.
+//     group (3004 if that server is full). Otherwise the group's policy picks among its OKAY
+//     members with room: round_robin, least_outstanding (fewest pending,
+//     ties in turn) or latency_bucket (the lowest internal/latency bucket,
+//     bucket_width wide (32 ms), of the moving average of its answer
+//     latency; no answer yet counts as the lowest; ties in turn). None OKAY: 3002; all OKAY ones full: 3004.
 //  7. The group's bound on pending requests (max_pending, default 4096):
 //     when reached, 3004 DIAMETER_TOO_BUSY at once, never a queue; each
 //     server also has its own bound (max_pending_per_peer, default 1024).
@@ -130,6 +138,17 @@
 // Keys are 64-bit hashes of the Session-Id: about 44 bytes a binding
 // (BenchmarkBindingBytes).
 //
+// With Config.BindingStore the replicas of one agent share bindings
+// through a store (internal/diambind; bindshare.go): a local hit asks
+// nothing of it; a local miss of a request that is not a CCR-Initial
+// reads it once, bounded by its timeout; new, moved and ended bindings
+// are written off the request's path (SET NX: the first writer wins, and
+// a replica that lost adopts the winner; SET; DEL), with binding_ttl as
+// the entry's expiry, renewed once per TTL/2 of use. While the store is
+// down the bindings stay local and those writes are queued (bounded), to
+// be written when it answers again. The module README's Cluster section
+// gives the whole rule.
+//
 // # Connections and back-pressure
 //
 // Each connection has one writer goroutine fed by a bounded queue (4096
@@ -142,7 +161,62 @@
 // The agent answers downstream peers' DWRs but sends them none: a
 // downstream peer's own watchdog watches that link.
 //
+// # Overload control and load (Config.DOIC; RFC 7683, 8581, 8583)
+//
+// Off (no doic block), DOIC and Load AVPs pass through untouched. On, the
+// agent is the reacting node for every request it routes and a reporting
+// node towards its clients; internal/doic states how AVPs are read, which
+// are ignored (counted by reason) and the sequence, expiry and loss rules.
+//
+//   - Reacting. Each answer from a server is read for OC-OLR and Load.
+//     A HOST report is kept under the answer's Origin-Host, a REALM report
+//     under its Origin-Realm, a PEER report under the server's host when
+//     its SourceID names that server. Before a request is forwarded: a
+//     REALM report of its Destination-Realm throttles it by the loss
+//     algorithm; then the HOST or PEER report (the larger reduction) of
+//     the server picked throttles it. A throttled request whose server was
+//     picked by the group's policy goes to the member the policy picks
+//     next, unless that one's report throttles it too (the diversion takes
+//     no turn of the policy, so the reported server's share falls by
+//     exactly its reduction); one whose server was fixed by its
+//     Destination-Host or Session-Id binding, or throttled by a REALM
+//     report, is answered by the doic refusal (default 3004 "overload:
+//     throttled by DOIC", or dropped).
+//   - Advertising and stripping (RFC 7683 §5.2). A request from a client
+//     without OC-Supported-Features is forwarded with the agent's
+//     (OLR_DEFAULT_ALGO and OLR_PEER_REPORT, SourceID the agent); a
+//     client's own is left as it is. The servers' OC-OLR,
+//     OC-Supported-Features and Load are taken out of every answer the
+//     agent relays, since the agent has acted on them.
+//   - Reporting. To a client that advertised OC-Supported-Features the
+//     agent's answers (relayed ones, and its refusals of requests routed
+//     to a group: the egress limit's and the doic refusal) carry its own
+//     OC-Supported-Features and, while the
+//     routed group's dynamic throttle is above 0, a PEER report (RFC 8581,
+//     SourceID the agent's Origin-Host) of the throttle percent, if the
+//     client listed OLR_PEER_REPORT, and a REALM report of it with
+//     report_realm. (A HOST report in a relayed answer would name the
+//     server's Origin-Host, so the agent reports itself as a peer.) The
+//     sequence number is the time in ms the throttle last changed; the
+//     validity is doic.validity, or else the group's reversal_hold (the
+//     throttle cannot drop sooner), whole seconds in 1 s–24 h. When the
+//     throttle falls to 0 the report is sent once more with validity 0
+//     (ended) for a validity's time. Clients without DOIC get refusals
+//     by the egress limit as before.
+//   - Load. Every relayed answer carries the agent's Load (PEER, SourceID
+//     the agent): 65 535 × the larger of the routed group's pending over
+//     max_pending and its dynamic load source's last reading. A server's
+//     Load (PEER from it, or HOST naming a peer of the table) is kept as
+//     its last value; the least_loaded policy spreads new sessions over
+//     the members in proportion to 65 536 − Load-Value (a member without
+//     one counts at the mean of those with one), so 10 000 and 60 000
+//     give 90.9 % and 9.1 %.
+//
 // # Reloads
+//
+// Close sends a DPR to every peer, upstream and downstream (RFC 6733
+// §5.4), and returns once each DPA came (at most a second later); a DPR
+// it sent ends its connection at the DPA, or Tw later.
 //
 // Update installs a new configuration from the next request on. Servers
 // whose host, realm and address are unchanged keep their connection and

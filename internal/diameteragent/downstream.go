@@ -77,6 +77,7 @@ func (a *Agent) Serve(conn net.Conn) error {
 				a.counts.downstreamDWR.Add(1)
 				a.answerSelf(l, in, ResultSuccess, "")
 			case cmdDPR:
+				a.counts.downstreamDPR.Add(1)
 				a.answerSelf(l, in, ResultSuccess, "")
 				l.closeAfterQueued(a.clock, g.cfg.Watchdog)
 				<-l.done
@@ -84,11 +85,13 @@ func (a *Agent) Serve(conn net.Conn) error {
 			default:
 				a.answerSelf(l, in, ResultUnableToComply, "capabilities already exchanged")
 			}
+		case isDPA(in) && l.dprSent.Load(): // the answer to the agent's DPR
+			return nil
 		case in.base(): // DWA, DPA
 		case in.request:
 			a.route(d, msg, in)
 		default:
-			a.answered(l, msg)
+			a.answered(l, msg, nil)
 		}
 	}
 }
@@ -163,7 +166,7 @@ func (a *Agent) fromUpstream(u *upstream, l *link, msg []byte, in *msgInfo, g *g
 		a.answerSelf(l, in, ResultUnableToDeliver, "Destination-Host is not a connected peer of the agent")
 		return
 	}
-	p := &pending{from: l, origHbh: in.hdr.HopByHopID, msg: forwarded(msg, u.cfg.Host), sent: a.clock.Now()}
+	p := &pending{from: l, origHbh: in.hdr.HopByHopID, msg: forwarded(msg, u.cfg.Host, nil), sent: a.clock.Now()}
 	switch a.forward(p, d.link, DefaultMaxPending, g.cfg.ServerRequestTimeout) {
 	case full:
 		a.answerSelf(l, in, ResultTooBusy, "the destination peer has too many requests pending")

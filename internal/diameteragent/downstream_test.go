@@ -121,12 +121,26 @@ func TestDownstreamMessageTooLong(t *testing.T) {
 	}
 }
 
-// Close disconnects the upstream peers with a DPR.
+// Close disconnects every peer with a DPR, upstream and downstream
+// (RFC 6733 §5.4), and returns once they are written.
 func TestCloseSendsDPR(t *testing.T) {
 	h := newHarness(t, baseConfig())
 	h.start()
+	c := h.connect("pgw1.example")
+	go func() {
+		for range c.answers { // the pipe is unbuffered: the DPR is read
+		}
+	}()
 	h.agent.Close()
 	for host, s := range h.srv {
 		eventually(t, host+" DPR", func() bool { return s.count(cmdDPR, true) == 1 })
+	}
+	select {
+	case m := <-c.reqs:
+		if m.cmd != cmdDPR || m.origin != "dra.example" {
+			t.Fatalf("downstream got command %d from %s, want a DPR from dra.example", m.cmd, m.origin)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no DPR downstream")
 	}
 }

@@ -29,7 +29,7 @@ func FuzzScan(f *testing.F) {
 		if !in.request {
 			return
 		}
-		out := forwarded(b, "dra.example")
+		out := forwarded(b, "dra.example", nil)
 		var again msgInfo
 		if err := scan(out, "dra.example", &again); err != nil {
 			t.Fatalf("forwarded message does not scan: %v", err)
@@ -62,6 +62,9 @@ func drain(l *link) (msgs [][]byte) {
 // at once (one answer, the sender's Hop-by-Hop and End-to-End ids) or
 // forwarded to exactly one server (one request, pending there); the
 // server's answer then reaches the sender once, and nothing stays pending.
+// DOIC is on: the request comes back as its own answer, so whatever
+// DOIC and Load AVPs the input holds are read as a server's, and the
+// answer relayed (stripped, the agent's added) must still be well formed.
 func FuzzRoute(f *testing.F) {
 	for _, r := range []req{
 		{app: diameter.AppGx, ccType: 1, session: "s;1", e2e: 1},
@@ -74,6 +77,7 @@ func FuzzRoute(f *testing.F) {
 		f.Add(r.bytes(f))
 	}
 	cfg := baseConfig()
+	cfg.DOIC = &DOIC{}
 	a, err := New(cfg, Options{Clock: newFakeClock()})
 	if err != nil {
 		f.Fatal(err)
@@ -112,9 +116,27 @@ func FuzzRoute(f *testing.F) {
 		}
 		ans := append([]byte(nil), fwd[0]...)
 		ans[4] &^= 0x80
-		a.answered(at, ans)
-		if back := drain(d.link); len(back) != 1 || hopByHop(back[0]) != hbh {
+		var ain msgInfo
+		if err := scan(ans, "dra.example", &ain); err != nil {
+			t.Fatalf("the forwarded request does not scan: %v", err)
+		}
+		var from *upstream
+		for _, u := range a.gen.Load().peers {
+			if u.link.Load() == at {
+				from = u
+			}
+		}
+		if ain.hasOC {
+			a.readReports(from, ans, &ain)
+		}
+		a.answered(at, ans, &ain)
+		back := drain(d.link)
+		if len(back) != 1 || hopByHop(back[0]) != hbh {
 			t.Fatalf("%d answers back", len(back))
+		}
+		var bin msgInfo
+		if err := scan(back[0], "", &bin); err != nil {
+			t.Fatalf("the relayed answer does not scan: %v", err)
 		}
 		for _, g := range a.gen.Load().groups {
 			if g.st.pending.Load() != 0 {

@@ -120,7 +120,8 @@ func readOne(t testing.TB, raw []byte) message {
 type server struct {
 	t     testing.TB
 	host  string
-	cea   uint32 // Result-Code of its CEA (0: 2001)
+	cea   uint32   // Result-Code of its CEA (0: 2001)
+	apps  []uint32 // applications its CEA lists (nil: those of the CER)
 	mu    sync.Mutex
 	conn  net.Conn
 	got   []message
@@ -128,6 +129,7 @@ type server struct {
 	held  []message
 	mute  bool // answer nothing, not even DWR
 	conns int
+	reply func(m message) []byte // its answers to application requests (nil: answerTo's)
 }
 
 func (s *server) serve(conn net.Conn) {
@@ -155,7 +157,7 @@ func (s *server) serve(conn net.Conn) {
 			if code == 0 {
 				code = ResultSuccess
 			}
-			s.write(answerTo(s.t, m, code, s.host))
+			s.write(ceaTo(s.t, m, code, s.host, s.apps))
 		case m.cmd == cmdDWR || m.cmd == cmdDPR:
 			s.write(answerTo(s.t, m, ResultSuccess, s.host))
 		case hold:
@@ -163,7 +165,14 @@ func (s *server) serve(conn net.Conn) {
 			s.held = append(s.held, m)
 			s.mu.Unlock()
 		default:
-			s.write(answerTo(s.t, m, ResultSuccess, s.host))
+			s.mu.Lock()
+			reply := s.reply
+			s.mu.Unlock()
+			if reply != nil {
+				s.write(reply(m))
+			} else {
+				s.write(answerTo(s.t, m, ResultSuccess, s.host))
+			}
 		}
 	}
 }
@@ -219,6 +228,23 @@ func (s *server) setMute(m bool) { s.mu.Lock(); s.mute = m; s.mu.Unlock() }
 func answerTo(t testing.TB, m message, code uint32, host string) []byte {
 	in := m.in
 	b, err := diameter.Refusal(in.info(), code, host, "example.net", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// ceaTo is a server's CEA listing apps (nil: those m, the CER, offers).
+func ceaTo(t testing.TB, m message, code uint32, host string, apps []uint32) []byte {
+	if apps == nil {
+		apps = m.in.apps
+	}
+	var list []Application
+	for _, id := range apps {
+		list = append(list, Application{ID: id})
+	}
+	id := Identity{OriginHost: host, OriginRealm: "example.net", HostIPAddresses: []netip.Addr{netip.MustParseAddr("127.0.0.1")}}
+	b, err := buildAnswer(&m.in, &id, list, code, "")
 	if err != nil {
 		t.Fatal(err)
 	}

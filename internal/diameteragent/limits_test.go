@@ -1,8 +1,10 @@
 package diameteragent
 
 import (
+	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -148,5 +150,94 @@ func TestEgressRefusalResultCode(t *testing.T) {
 		if last.result != code || (last.flags&diam.ErrorFlag != 0) != (code < 4000) || last.errMsg != DefaultErrorMessage || last.origin != "dra.example" {
 			t.Errorf("refusal with result_code %d: %d E=%v %q from %s", code, last.result, last.flags&diam.ErrorFlag != 0, last.errMsg, last.origin)
 		}
+	}
+}
+
+// fakeLoad is a load source a test sets.
+type fakeLoad struct {
+	mu   sync.Mutex
+	load float64
+	err  error
+}
+
+func (f *fakeLoad) set(load float64, err error) {
+	f.mu.Lock()
+	f.load, f.err = load, err
+	f.mu.Unlock()
+}
+func (f *fakeLoad) String() string { return "fake" }
+func (f *fakeLoad) Read(context.Context) (float64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.load, f.err
+}
+
+// Dynamic throttling of a group's egress limit, with peer_rate_limit's
+// engine: the load sampled every interval sets the throttle by the table
+// (70 % → 40 % withheld: 60 of 100/s admitted); a reload carries the level
+// over; an unreadable source keeps it; below the reversal load for the
+// hold, it steps back.
+func TestEgressDynamicThrottling(t *testing.T) {
+	src := &fakeLoad{}
+	ctl := func() *ratelimit.Dynamic {
+		c, err := ratelimit.NewDynamic([]ratelimit.Step{{AtLeast: 60, Throttle: 40}}, 50, 3*time.Second, 40)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	cfg := baseConfig()
+	overall := rule(t, "overall", 100)
+	cfg.Groups[0].Egress = ratelimit.NewProfile("pcrf", overall, nil, 16)
+	cfg.Groups[0].Dynamic = &Dynamic{Source: src, Interval: time.Second, Controller: ctl()}
+	h := newHarness(t, cfg)
+	h.start()
+	c := h.connect("pgw1.example")
+	n := 0
+	admitted := func(requests int) int { // over one second
+		ok := 0
+		for range requests {
+			n++
+			if a := c.call(req{app: diameter.AppGx, e2e: uint32(n)}.bytes(t)); a.result == ResultSuccess {
+				ok++
+			}
+			h.clock.Advance(time.Second / time.Duration(requests))
+		}
+		return ok
+	}
+	throttle := func() int {
+		d := h.agent.View().Groups[0].Dynamic
+		if d == nil {
+			t.Fatal("no dynamic view")
+		}
+		return d.ThrottlePercent
+	}
+	src.set(70, nil)
+	h.clock.Advance(time.Second)
+	if got := throttle(); got != 40 || overall.Throttle() != 40 {
+		t.Fatalf("load 70 %%: throttle %d %%, rule %d %%; want 40", got, overall.Throttle())
+	}
+	h.clock.Advance(time.Second)
+	if got := admitted(300); got < 60 || got > 66 {
+		t.Fatalf("throttled 40 %%: %d of 300 admitted in a second, want 60-66", got)
+	}
+	cfg2 := baseConfig()
+	cfg2.Groups[0].Egress = cfg.Groups[0].Egress
+	cfg2.Groups[0].Dynamic = &Dynamic{Source: src, Interval: time.Second, Controller: ctl()}
+	if err := h.agent.Update(cfg2); err != nil {
+		t.Fatal(err)
+	}
+	src.set(0, fmt.Errorf("unreachable"))
+	h.clock.Advance(2 * time.Second)
+	if d := h.agent.View().Groups[0].Dynamic; d.ThrottlePercent != 40 || d.Errors < 2 || d.LastError != "unreachable" {
+		t.Fatalf("after a reload and failed reads: %+v, want 40 %% kept and the errors counted", d)
+	}
+	src.set(10, nil)
+	h.clock.Advance(5 * time.Second)
+	if got := throttle(); got != 0 || overall.Throttle() != 0 {
+		t.Fatalf("after the reversal hold: throttle %d %%, rule %d %%; want 0", got, overall.Throttle())
+	}
+	if got := admitted(300); got < 100 || got > 107 {
+		t.Fatalf("unthrottled: %d of 300 admitted in a second, want 100-107", got)
 	}
 }

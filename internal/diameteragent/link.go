@@ -27,6 +27,8 @@ type link struct {
 	done chan struct{}
 	once sync.Once
 
+	dprSent atomic.Bool // the agent sent a DPR: its DPA ends the connection
+
 	mu      sync.Mutex
 	pending map[uint32]*pending
 	nextHbh uint32
@@ -65,6 +67,18 @@ func (l *link) closeAfterQueued(c Clock, grace time.Duration) {
 	default:
 		l.close()
 	}
+}
+
+// disconnect sends the agent's DPR and closes the connection when the DPA
+// comes (the reader sees it: dprSent), or after grace (RFC 6733 §5.4: the
+// DPR's sender closes the connection once it has the answer).
+func (l *link) disconnect(dpr []byte, c Clock, grace time.Duration) {
+	l.dprSent.Store(true)
+	if !l.send(dpr) {
+		l.close()
+		return
+	}
+	c.AfterFunc(grace, l.close)
 }
 
 func (l *link) close() {

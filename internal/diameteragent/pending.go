@@ -13,20 +13,22 @@ import (
 // Lock order: pending.mu, then a link's mu. Nothing takes a pending's
 // lock while holding a link's.
 type pending struct {
-	mu       sync.Mutex
-	msg      []byte // as forwarded (Route-Record appended)
-	from     *link  // where the answer goes
-	origHbh  uint32 // the sender's Hop-by-Hop id
-	owner    *link
-	hbh      uint32
-	peer     *upstream // nil for a request to a downstream peer
-	group    *group    // nil for a request to a downstream peer
-	session  uint64    // binding key (0: none)
-	ends     bool      // the request ends its session
-	timer    Timer
-	sent     time.Time
-	retried  bool
-	finished bool
+	mu      sync.Mutex
+	msg     []byte // as forwarded (Route-Record appended)
+	from    *link  // where the answer goes
+	origHbh uint32 // the sender's Hop-by-Hop id
+	owner   *link
+	hbh     uint32
+	peer    *upstream // nil for a request to a downstream peer
+	group   *group    // nil for a request to a downstream peer
+	session uint64    // binding key (0: none)
+	ends    bool      // the request ends its session
+	// clientFeatures: the sender's OC-Feature-Vector (0: no DOIC)
+	clientFeatures uint64
+	timer          Timer
+	sent           time.Time
+	retried        bool
+	finished       bool
 }
 
 // finish marks p answered, under p.mu; false if it already was.
@@ -75,7 +77,9 @@ func (a *Agent) refusePending(p *pending, msg []byte, code uint32, text string) 
 
 // answered passes an answer that came on l back to the sender of the
 // request it answers; an answer to nothing pending is late, and dropped.
-func (a *Agent) answered(l *link, msg []byte) {
+// in is the answer as scanned when it came from a server (nil from a
+// client).
+func (a *Agent) answered(l *link, msg []byte, in *msgInfo) {
 	p := l.take(hopByHop(msg))
 	if p == nil {
 		a.counts.late.Add(1)
@@ -91,7 +95,10 @@ func (a *Agent) answered(l *link, msg []byte) {
 	if p.peer != nil {
 		p.peer.observe(a.clock.Now().Sub(p.sent))
 	}
-	if !p.from.send(answerCopy(msg, p.origHbh)) {
+	if p.group == nil {
+		in = nil
+	}
+	if !p.from.send(a.relayAnswer(p, msg, in)) {
 		a.counts.undelivered.Add(1)
 	}
 }
@@ -136,7 +143,7 @@ func (a *Agent) failover(u *upstream, ps []*pending) {
 		}
 		p.group.st.failedOver.Add(1)
 		if p.session != 0 && !p.ends {
-			a.bind(p.session, to)
+			a.rebind(p, to)
 		}
 		p.mu.Unlock()
 	}

@@ -68,6 +68,10 @@ func TestConfigErrors(t *testing.T) {
 		{func(c *Config) { c.Groups[0].Refusal.ResultCode = 42 }, "result_code 42"},
 		{func(c *Config) { c.DefaultGroup = "x" }, `default_group "x"`},
 		{func(c *Config) { c.Applications = nil }, "applications"},
+		{func(c *Config) { c.Peers[0].Applications = []uint32{5} }, "peer pcrf1.example: application 5: not among the agent's applications"},
+		{func(c *Config) { c.Routes[0].Applications = []uint32{5} }, "route pcrf.example pcrf: application 5: not among the agent's applications"},
+		{func(c *Config) { c.Peers[1].Applications = []uint32{diameter.AppGy} },
+			"route pcrf.example pcrf: application 16777238: peer pcrf2.example of the group does not list it"},
 	} {
 		cfg := baseConfig()
 		tc.edit(&cfg)

@@ -2,6 +2,7 @@ package diameteragent
 
 import (
 	"fmt"
+	"time"
 )
 
 // route decides and forwards a request from downstream peer d, in order:
@@ -19,33 +20,74 @@ import (
 //  6. the Session-Id's binding, while its server is OKAY in that group;
 //     else the group's policy picks a server (3002 if none is OKAY, 3004
 //     if those OKAY are all full);
-//  7. the group's pending bound: 3004 DIAMETER_TOO_BUSY at once when full;
-//  8. the group's egress limit (key: the group's name);
-//  9. forward with a Route-Record naming d and the agent's own Hop-by-Hop
+//  7. (DOIC on) the overload reports in force (doc.go): a throttled
+//     request goes to another member or gets the doic refusal (3004);
+//  8. the group's pending bound: 3004 DIAMETER_TOO_BUSY at once when full;
+//  9. the group's egress limit (key: the group's name);
+//  10. forward with a Route-Record naming d and the agent's own Hop-by-Hop
 //     id; bind the session to the server, or end the binding if the
 //     request ends the session (CCR-T, STR).
 func (a *Agent) route(d *downstream, msg []byte, in *msgInfo) {
 	g := a.gen.Load()
-	if in.loop {
-		a.answerSelf(d.link, in, ResultLoopDetected, "the agent's identity is in the Route-Record")
+	now := a.clock.Now()
+	if !a.screen(d, in, g, now) {
 		return
 	}
-	now := a.clock.Now()
+	r, ok := a.destination(d, in, g)
+	if !ok || !a.server(d, in, &r, now) {
+		return
+	}
+	if oc := g.cfg.DOIC; oc != nil && !a.oc.table.Empty() {
+		if r.target = a.react(r.gr, r.target, in.destRealm, r.pinned, now); r.target == nil {
+			a.oc.throttled.Add(1)
+			a.refuseReporting(d, msg, in, r.gr, oc.Refusal)
+			return
+		}
+	}
+	if a.reserve(d, msg, in, r.gr, now) {
+		a.send(d, msg, in, g, &r, now)
+	}
+}
+
+// routing is a request's routing decision as route takes it.
+type routing struct {
+	gr      *group
+	target  *upstream // the server; nil until one is known
+	pinned  bool      // target fixed by the Destination-Host or the binding
+	key     uint64    // the Session-Id's binding key (0: no Session-Id)
+	boundTo uint32    // the server id of the binding found (0: none)
+}
+
+// screen applies steps 1–3: the loop check, the ingress limit and the
+// Destination-Realm's presence. False: the request was answered (or
+// dropped).
+func (a *Agent) screen(d *downstream, in *msgInfo, g *generation, now time.Time) bool {
+	if in.loop {
+		a.answerSelf(d.link, in, ResultLoopDetected, "the agent's identity is in the Route-Record")
+		return false
+	}
 	if p := g.cfg.Ingress; p != nil {
 		if ok, _ := p.Decide(d.host, in.info().Type(), now.UnixNano()); !ok {
 			a.counts.ingressRefused.Add(1)
 			a.refuse(d, in, g.cfg.IngressRefusal)
-			return
+			return false
 		}
 	}
-	if !in.hasDestRealm {
-		if in.hasDestHost {
-			a.answerSelf(d.link, in, ResultUnableToDeliver, "Destination-Host without Destination-Realm")
-		} else {
-			a.answerSelf(d.link, in, ResultMissingAVP, "Destination-Realm missing")
-		}
-		return
+	switch {
+	case in.hasDestRealm:
+		return true
+	case in.hasDestHost:
+		a.answerSelf(d.link, in, ResultUnableToDeliver, "Destination-Host without Destination-Realm")
+	default:
+		a.answerSelf(d.link, in, ResultMissingAVP, "Destination-Realm missing")
 	}
+	return false
+}
+
+// destination applies steps 4–5: the group by the realm routing table and
+// the server a Destination-Host names. False: no route (answered 3003 or
+// 3002).
+func (a *Agent) destination(d *downstream, in *msgInfo, g *generation) (routing, bool) {
 	gr, known := g.lookup(in.destRealm, in.hdr.ApplicationID)
 	var target *upstream
 	if in.hasDestHost {
@@ -58,56 +100,87 @@ func (a *Agent) route(d *downstream, msg []byte, in *msgInfo) {
 			}
 		}
 	}
-	if gr == nil {
-		if known {
-			a.answerSelf(d.link, in, ResultUnableToDeliver, fmt.Sprintf("no route for application %d in realm %s", in.hdr.ApplicationID, in.destRealm))
-		} else {
-			a.answerSelf(d.link, in, ResultRealmNotServed, "realm not served: "+string(in.destRealm))
-		}
-		return
+	switch {
+	case gr != nil:
+		return routing{gr: gr, target: target, pinned: target != nil}, true
+	case known:
+		a.answerSelf(d.link, in, ResultUnableToDeliver, fmt.Sprintf("no route for application %d in realm %s", in.hdr.ApplicationID, in.destRealm))
+	default:
+		a.answerSelf(d.link, in, ResultRealmNotServed, "realm not served: "+string(in.destRealm))
 	}
-	var key uint64
-	var boundTo uint32 // the binding found (ids start at 1)
+	return routing{}, false
+}
+
+// server applies step 6: the session's binding while its server is OKAY
+// in the group, else the group's policy. False: no server (answered 3004
+// or 3002).
+func (a *Agent) server(d *downstream, in *msgInfo, r *routing, now time.Time) bool {
 	if len(in.sessionID) > 0 {
-		key = a.sessionKey(in.sessionID)
-		if target == nil {
-			if id, ok := a.bindings.Get(key, uint32(now.Unix())); ok {
-				boundTo = id
-				if u := gr.member(id); u != nil && u.current() != nil {
-					target = u
+		r.key = a.sessionKey(in.sessionID)
+		if r.target == nil {
+			if id, ok := a.boundServer(r.key, in, now); ok {
+				r.boundTo = id
+				if u := r.gr.member(id); u != nil && u.current() != nil {
+					r.target, r.pinned = u, true
 				}
 			}
 		}
 	}
-	if target == nil {
-		var full bool
-		if target, full = gr.pick(nil); target == nil {
-			if full {
-				gr.st.busy.Add(1)
-				a.answerSelf(d.link, in, ResultTooBusy, "every server of group "+gr.Name+" has its maximum of pending requests")
-			} else {
-				gr.st.unavailable.Add(1)
-				a.answerSelf(d.link, in, ResultUnableToDeliver, "no server of group "+gr.Name+" is available")
-			}
-			return
-		}
+	if r.target != nil {
+		return true
 	}
+	gr := r.gr
+	target, full := gr.pick(nil)
+	switch {
+	case target != nil:
+		r.target = target
+		return true
+	case full:
+		gr.st.busy.Add(1)
+		a.answerSelf(d.link, in, ResultTooBusy, "every server of group "+gr.Name+" has its maximum of pending requests")
+	default:
+		gr.st.unavailable.Add(1)
+		a.answerSelf(d.link, in, ResultUnableToDeliver, "no server of group "+gr.Name+" is available")
+	}
+	return false
+}
+
+// reserve applies steps 8–9: a place among the group's pending requests,
+// then its egress limit. True: the place is taken (send releases it).
+func (a *Agent) reserve(d *downstream, msg []byte, in *msgInfo, gr *group, now time.Time) bool {
 	if gr.st.pending.Add(1) > int64(gr.MaxPending) {
 		gr.st.pending.Add(-1)
 		gr.st.busy.Add(1)
 		a.answerSelf(d.link, in, ResultTooBusy, "group "+gr.Name+" has its maximum of pending requests")
-		return
+		return false
 	}
 	if p := gr.Egress; p != nil {
 		if ok, _ := p.Decide(gr.Name, in.info().Type(), now.UnixNano()); !ok {
 			gr.st.pending.Add(-1)
 			gr.st.refused.Add(1)
-			a.refuse(d, in, gr.Refusal)
-			return
+			a.refuseReporting(d, msg, in, gr, gr.Refusal)
+			return false
 		}
 	}
-	p := &pending{from: d.link, origHbh: in.hdr.HopByHopID, msg: forwarded(msg, d.host), sent: now,
-		group: gr, session: key, ends: in.isTermination()}
+	return true
+}
+
+// send applies step 10: it forwards the request to r's server, or, when
+// that one has gone since, to another the group's policy picks, and
+// records the binding.
+func (a *Agent) send(d *downstream, msg []byte, in *msgInfo, g *generation, r *routing, now time.Time) {
+	gr, target := r.gr, r.target
+	var extra []byte
+	var features uint64
+	if g.cfg.DOIC != nil {
+		// The agent is the reacting node for every request it routes: it
+		// advertises DOIC for a client that did not (RFC 7683 §5.2).
+		if features = clientFeatures(msg, in); features == 0 {
+			extra, _, _ = a.oc.encodings(g.cfg.OriginHost)
+		}
+	}
+	p := &pending{from: d.link, origHbh: in.hdr.HopByHopID, msg: forwarded(msg, d.host, extra), sent: now,
+		group: gr, session: r.key, ends: in.isTermination(), clientFeatures: features}
 	// The server picked may have gone since: pick again, among the others.
 	for tried := 0; ; tried++ {
 		res := closed
@@ -137,13 +210,8 @@ func (a *Agent) route(d *downstream, msg []byte, in *msgInfo) {
 		}
 	}
 	gr.st.admitted.Add(1)
-	if key != 0 {
-		if p.ends {
-			a.bindings.Delete(key)
-			a.counts.bindingsEnded.Add(1)
-		} else if boundTo != target.id { // a hit was marked used by Get
-			a.bindings.Put(key, target.id, uint32(now.Unix()))
-		}
+	if r.key != 0 {
+		a.bound(r.key, in, r.boundTo, target, p.ends, now)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fiorix/go-diameter/v4/diam"
 
@@ -141,9 +142,50 @@ func TestBalancingPolicies(t *testing.T) {
 	}
 }
 
+// latency_bucket sends new requests to the server in the lowest bucket
+// of its answer latency (internal/latency, 32 ms wide): pcrf1, answering
+// in 100 ms (bucket [64,128)), gets none while pcrf2 answers at once; when
+// pcrf2 slows to 300 ms (bucket [256,512)), pcrf1 takes them.
+func TestLatencyBucketPolicy(t *testing.T) {
+	cfg := baseConfig()
+	cfg.Groups[0].Policy = LatencyBucket
+	h := newHarness(t, cfg)
+	h.start()
+	c := h.connect("pgw1.example")
+	slow := func(host string, d time.Duration) { // one request answered d late
+		s := h.srv[host]
+		s.setHold(true)
+		before := len(s.requests())
+		c.send(req{app: diameter.AppGx, destHost: host, e2e: 100}.bytes(t))
+		eventually(t, "held at "+host, func() bool { return len(s.requests()) > before })
+		h.clock.Advance(d)
+		s.release()
+		if a := c.next(); a.origin != host {
+			t.Fatalf("answer from %s, want %s", a.origin, host)
+		}
+	}
+	slow("pcrf1.example", 100*time.Millisecond)
+	from := func() map[string]int {
+		seen := map[string]int{}
+		for i := range 8 {
+			seen[c.call(req{app: diameter.AppGx, e2e: uint32(200 + i)}.bytes(t)).origin]++
+		}
+		return seen
+	}
+	if seen := from(); seen["pcrf2.example"] != 8 {
+		t.Fatalf("pcrf1 at 100 ms, pcrf2 at once: spread %v, want all on pcrf2", seen)
+	}
+	for range 30 { // the average (1/8 a sample) climbs past 256 ms
+		slow("pcrf2.example", 300*time.Millisecond)
+	}
+	if seen := from(); seen["pcrf1.example"] != 8 {
+		t.Fatalf("pcrf1 at 100 ms, pcrf2 at 300 ms: spread %v, want all on pcrf1", seen)
+	}
+}
+
 func TestForwardedAppendsRouteRecord(t *testing.T) {
 	m := req{app: diameter.AppGx, e2e: 1, session: "x"}.bytes(t)
-	out := forwarded(m, "pgw7.example")
+	out := forwarded(m, "pgw7.example", nil)
 	var in msgInfo
 	if err := scan(out, "pgw7.EXAMPLE", &in); err != nil || !in.loop || in.routeRecords != 1 || !bytes.Equal(out[:4][1:], []byte{byte(len(out) >> 16), byte(len(out) >> 8), byte(len(out))}) {
 		t.Fatalf("forwarded: %v loop %v records %d", err, in.loop, in.routeRecords)

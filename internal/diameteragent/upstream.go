@@ -44,6 +44,7 @@ type upstream struct {
 	link     atomic.Pointer[link] // the open connection (after its CEA)
 	lastRecv atomic.Int64         // unix ns of the last message received
 	latency  atomic.Int64         // answer latency, ns (EWMA, 1/8)
+	load     atomic.Int64         // RFC 8583 Load-Value + 1 (0: none reported)
 	// watchdog exchanges: DWRs sent, DWAs received, the peer's DWRs
 	dwrSent, dwaRecv, dwrRecv atomic.Int64
 
@@ -129,7 +130,7 @@ func (u *upstream) open() {
 	u.timerGen++
 	u.arm(tw) // the CEA's deadline
 	g := u.a.gen.Load()
-	cer, err := buildCER(&g.cfg.Identity, g.cfg.Applications, l.hbh())
+	cer, err := buildCER(&g.cfg.Identity, g.cfg.advertised(u.cfg), l.hbh())
 	u.mu.Unlock()
 	if err == nil && l.send(cer) {
 		go u.read(l)
@@ -188,8 +189,9 @@ func (u *upstream) downAfter(l *link, reason string, flush bool) {
 }
 
 // stop disconnects the peer for good (removed from the configuration, or
-// the agent closing): DPR, then close once it is written.
-func (u *upstream) stop() {
+// the agent closing): DPR, then close once it is written. It returns the
+// connection it ends, if there was one.
+func (u *upstream) stop() *link {
 	u.mu.Lock()
 	u.stopped = true
 	u.timerGen++
@@ -199,14 +201,11 @@ func (u *upstream) stop() {
 	u.setState(StateDown)
 	u.mu.Unlock()
 	if l == nil {
-		return
+		return nil
 	}
-	g := u.a.gen.Load()
-	if dpr, err := buildDPR(&g.cfg.Identity, l.hbh()); err == nil {
-		l.send(dpr)
-	}
-	l.closeAfterQueued(u.a.clock, u.tw()) // the DPA is not waited for: the agent is done with the peer
+	u.a.disconnect(l, u.tw())
 	u.a.failover(u, l.drain(true))
+	return l
 }
 
 // read handles the messages of connection l until it ends.
@@ -214,10 +213,10 @@ func (u *upstream) read(l *link) {
 	g := u.a.gen.Load()
 	fr := diameter.NewFramer(l.conn, 0, g.cfg.MaxLength)
 	var in msgInfo
-	for {
+	for first := true; ; first = false {
 		msg, err := fr.Next()
 		if err == nil {
-			in.wantApps = false
+			in.wantApps = first // the CEA's applications are checked
 			err = scan(msg, u.a.gen.Load().cfg.OriginHost, &in)
 		}
 		if err != nil {
@@ -236,6 +235,13 @@ func (u *upstream) handle(l *link, msg []byte, in *msgInfo) bool {
 	u.mu.Lock()
 	if u.conn != l {
 		u.mu.Unlock()
+		if l.dprSent.Load() { // the agent is leaving: read on until the DPA
+			if isDPA(in) {
+				l.close()
+				return false
+			}
+			return true
+		}
 		return false
 	}
 	if !u.capDone {
@@ -275,7 +281,10 @@ func (u *upstream) handle(l *link, msg []byte, in *msgInfo) bool {
 	case in.request:
 		u.a.fromUpstream(u, l, msg, in, g)
 	default:
-		u.a.answered(l, msg)
+		if g.cfg.DOIC != nil && in.hasOC {
+			u.a.readReports(u, msg, in)
+		}
+		u.a.answered(l, msg, in)
 	}
 	return true
 }
@@ -287,7 +296,13 @@ func (u *upstream) capabilities(l *link, in *msgInfo) bool {
 		u.down(l, fmt.Sprintf("first message is command %d, not a CEA", in.hdr.CommandCode))
 		return false
 	case in.resultCode != ResultSuccess:
-		u.down(l, fmt.Sprintf("CEA Result-Code %d: %s", in.resultCode, in.errorMessage))
+		u.down(l, fmt.Sprintf("CEA Result-Code %d%s: %s", in.resultCode, resultName(in.resultCode), in.errorMessage))
+		return false
+	}
+	if ours := u.a.gen.Load().cfg.advertised(u.cfg); !commonApplication(in.apps, ours) {
+		// RFC 6733 §5.3: with no application in common the connection
+		// is of no use; the CER's receiver should have answered 5010.
+		u.down(l, fmt.Sprintf("CEA shares no application with the %d advertised (DIAMETER_NO_COMMON_APPLICATION): it lists %v", len(ours), in.apps))
 		return false
 	}
 	u.mu.Lock()

@@ -3,6 +3,8 @@ package diameteragent
 import (
 	"sort"
 	"time"
+
+	"github.com/edgesteer/edgesteer/internal/diambind"
 )
 
 // View is the agent's state for an admin endpoint.
@@ -15,21 +17,28 @@ type View struct {
 	Bindings    int              `json:"bindings"`
 	MaxBindings int              `json:"max_bindings"`
 	Counts      Counts           `json:"counts"`
+	// DOIC is overload control (absent: off).
+	DOIC *DOICView `json:"doic,omitempty"`
+	// BindingStore is the bindings' shared level (absent: local only).
+	BindingStore *diambind.View `json:"binding_store,omitempty"`
 }
 
 // PeerView is an upstream peer: its watchdog state, requests awaiting an
 // answer, answer latency (moving average) and the last error.
 type PeerView struct {
-	Host        string        `json:"host"`
-	Realm       string        `json:"realm"`
-	Address     string        `json:"address"`
-	State       string        `json:"state"`
-	Outstanding int           `json:"outstanding"`
-	Latency     time.Duration `json:"latency_ns"`
-	LastError   string        `json:"last_error,omitempty"`
-	DWRSent     int64         `json:"dwr_sent"`     // the agent's watchdog requests
-	DWAReceived int64         `json:"dwa_received"` // their answers
-	DWRReceived int64         `json:"dwr_received"` // the peer's, answered
+	Host    string `json:"host"`
+	Realm   string `json:"realm"`
+	Address string `json:"address"`
+	// Applications the agent's CER to it advertises (absent: all).
+	Applications []uint32      `json:"applications,omitempty"`
+	State        string        `json:"state"`
+	Outstanding  int           `json:"outstanding"`
+	Latency      time.Duration `json:"latency_ns"`
+	LastError    string        `json:"last_error,omitempty"`
+	DWRSent      int64         `json:"dwr_sent"`       // the agent's watchdog requests
+	DWAReceived  int64         `json:"dwa_received"`   // their answers
+	DWRReceived  int64         `json:"dwr_received"`   // the peer's, answered
+	Load         *uint64       `json:"load,omitempty"` // its last RFC 8583 Load-Value
 }
 
 // GroupView is a peer group's counts.
@@ -43,6 +52,10 @@ type GroupView struct {
 	Unavailable int64  `json:"unavailable"` // no server OKAY: 3002
 	FailedOver  int64  `json:"failed_over"` // re-sent with the T flag
 	TimedOut    int64  `json:"timed_out"`   // answered 3002 at request_timeout
+	// Dynamic is the group's dynamic throttling (absent: none).
+	Dynamic *DynamicView `json:"dynamic,omitempty"`
+	// Report is the agent's DOIC report for the group (absent: none).
+	Report *SentReportView `json:"doic_report,omitempty"`
 }
 
 // DownstreamView is a connected client peer.
@@ -64,6 +77,7 @@ type Counts struct {
 	IngressRefused  int64 `json:"ingress_refused"`
 	BindingsEnded   int64 `json:"bindings_ended"` // by CCR-T or STR
 	DownstreamDWR   int64 `json:"downstream_dwr"` // downstream peers' DWRs, answered
+	DownstreamDPR   int64 `json:"downstream_dpr"` // downstream peers' DPRs, answered
 }
 
 // View returns the agent's state now.
@@ -73,9 +87,9 @@ func (a *Agent) View() View {
 	for _, pc := range g.cfg.Peers {
 		u := g.peers[pc.Host]
 		u.mu.Lock()
-		pv := PeerView{Host: pc.Host, Realm: pc.Realm, Address: pc.Address, State: State(u.state.Load()).String(),
+		pv := PeerView{Host: pc.Host, Realm: pc.Realm, Address: pc.Address, Applications: pc.Applications, State: State(u.state.Load()).String(),
 			Latency: time.Duration(u.latency.Load()), LastError: u.lastErr,
-			DWRSent: u.dwrSent.Load(), DWAReceived: u.dwaRecv.Load(), DWRReceived: u.dwrRecv.Load()}
+			DWRSent: u.dwrSent.Load(), DWAReceived: u.dwaRecv.Load(), DWRReceived: u.dwrRecv.Load(), Load: u.loadValue()}
 		if l := u.link.Load(); l != nil {
 			pv.Outstanding = int(l.count.Load())
 		}
@@ -86,7 +100,15 @@ func (a *Agent) View() View {
 		st := g.groups[gc.Name].st
 		v.Groups = append(v.Groups, GroupView{Name: gc.Name, Policy: gc.Policy, Pending: st.pending.Load(),
 			Admitted: st.admitted.Load(), Refused: st.refused.Load(), Busy: st.busy.Load(), Unavailable: st.unavailable.Load(),
-			FailedOver: st.failedOver.Load(), TimedOut: st.timedOut.Load()})
+			FailedOver: st.failedOver.Load(), TimedOut: st.timedOut.Load(), Report: st.sentView()})
+		if d := g.groups[gc.Name].Dynamic; d != nil {
+			a.mu.Lock()
+			t := a.throttlers[gc.Name]
+			a.mu.Unlock()
+			if t != nil {
+				v.Groups[len(v.Groups)-1].Dynamic = t.view(d.Source)
+			}
+		}
 	}
 	a.mu.Lock()
 	for _, d := range a.downs {
@@ -98,6 +120,10 @@ func (a *Agent) View() View {
 	v.Counts = Counts{Late: c.late.Load(), Undelivered: c.undelivered.Load(), TimedOut: c.timedOut.Load(), Loops: c.loops.Load(),
 		RealmNotServed: c.realmNotServed.Load(), UnableToDeliver: c.unableToDeliver.Load(), TooBusy: c.tooBusy.Load(),
 		IngressRefused: c.ingressRefused.Load(), BindingsEnded: c.bindingsEnded.Load(),
-		DownstreamDWR: c.downstreamDWR.Load()}
+		DownstreamDWR: c.downstreamDWR.Load(), DownstreamDPR: c.downstreamDPR.Load()}
+	if g.cfg.DOIC != nil {
+		v.DOIC = a.doicView(a.clock.Now())
+	}
+	v.BindingStore = a.BindingStoreView()
 	return v
 }

@@ -1,6 +1,7 @@
 package diameteragent
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -115,6 +116,51 @@ func TestCEARefusedMarksDown(t *testing.T) {
 	for i := range 3 {
 		if a := c.call(req{app: diameter.AppGy, realm: "ocs.example", e2e: uint32(i + 1)}.bytes(t)); a.origin != "ocs1.example" {
 			t.Fatalf("answered by %s", a.origin)
+		}
+	}
+}
+
+// Each server's CER offers the applications of its peer table entry (none
+// listed: all of the agent's). A CEA sharing none of them leaves the server
+// down with the reason (RFC 6733 §5.3) and it is not routed to; a CEA with
+// the Relay id matches every application.
+func TestPeerApplications(t *testing.T) {
+	cfg := baseConfig()
+	cfg.Peers[2].Applications = []uint32{diameter.AppGy} // ocs1
+	cfg.Peers[3].Applications = []uint32{diameter.AppGy} // ocs2
+	h := newHarness(t, cfg)
+	h.srv["ocs2.example"].apps = []uint32{diameter.AppGx}
+	h.srv["pcrf2.example"].apps = []uint32{relayApp}
+	h.agent.Start()
+	for _, host := range []string{"ocs1.example", "pcrf1.example", "pcrf2.example"} {
+		h.waitState(host, StateOkay)
+	}
+	u := h.peer("ocs2.example")
+	eventually(t, "ocs2 refused", func() bool { return strings.Contains(u.lastError(), "DIAMETER_NO_COMMON_APPLICATION") })
+	if st := State(u.state.Load()); st == StateOkay {
+		t.Fatalf("ocs2 %v with no application in common", st)
+	}
+	offered := func(host string) []uint32 {
+		s := h.srv[host]
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for _, m := range s.got {
+			if m.cmd == cmdCER && m.flags&diam.RequestFlag != 0 {
+				return m.in.apps
+			}
+		}
+		return nil
+	}
+	if got := offered("ocs1.example"); !slices.Equal(got, []uint32{diameter.AppGy}) {
+		t.Errorf("CER to ocs1 offers %v, want [4]", got)
+	}
+	if got := offered("pcrf1.example"); !slices.Equal(got, []uint32{diameter.AppGx, diameter.AppGy}) {
+		t.Errorf("CER to pcrf1 offers %v, want the agent's [16777238 4]", got)
+	}
+	c := h.connect("pgw1.example")
+	for i := range 4 {
+		if a := c.call(req{app: diameter.AppGy, realm: "ocs.example", e2e: uint32(i + 1)}.bytes(t)); a.origin != "ocs1.example" {
+			t.Fatalf("Gy answered by %s", a.origin)
 		}
 	}
 }

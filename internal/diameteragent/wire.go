@@ -12,6 +12,7 @@ import (
 	"github.com/fiorix/go-diameter/v4/diam/dict"
 
 	"github.com/edgesteer/edgesteer/internal/diameter"
+	"github.com/edgesteer/edgesteer/internal/doic"
 )
 
 // Command codes the agent acts on.
@@ -22,6 +23,7 @@ const (
 	cmdCCR = diameter.CmdCreditControl
 	cmdSTR = 275
 
+	ccInitial   = 1 // CC-Request-Type INITIAL_REQUEST
 	ccTerminate = 3 // CC-Request-Type TERMINATION_REQUEST
 
 	relayApp = 0xffffffff // the Relay Application Id (RFC 6733 §2.4)
@@ -39,6 +41,20 @@ const (
 	ResultUnableToComply      = 5012
 )
 
+// resultName names the result codes a CEA refusal most often carries, for
+// the reason a peer is down (" DIAMETER_…", or "").
+func resultName(code uint32) string {
+	switch code {
+	case ResultNoCommonApplication:
+		return " DIAMETER_NO_COMMON_APPLICATION"
+	case 3010:
+		return " DIAMETER_UNKNOWN_PEER"
+	case ResultUnableToComply:
+		return " DIAMETER_UNABLE_TO_COMPLY"
+	}
+	return ""
+}
+
 // msgInfo is what the agent reads of a message: the header and the
 // top-level AVPs it routes by. Byte fields are slices of the message (valid
 // while it is). scan fills it without allocating.
@@ -54,6 +70,7 @@ type msgInfo struct {
 	hasDestRealm, hasDestHost bool
 	wantApps                  bool // collect the advertised applications (CER/CEA only)
 	routeRecords              int
+	hasOC                     bool // an OC-Supported-Features, OC-OLR or Load (doic.Scan finds them)
 }
 
 // scan walks msg's header and top-level AVPs, checking every length. self
@@ -90,6 +107,8 @@ func scan(msg []byte, self string, in *msgInfo) error {
 			in.destRealm, in.hasDestRealm = data, true
 		case avp.ErrorMessage:
 			in.errorMessage = data
+		case doic.CodeSupportedFeatures, doic.CodeOLR, doic.CodeLoad:
+			in.hasOC = true
 		case avp.RouteRecord:
 			in.routeRecords++
 			if bytes.EqualFold(data, []byte(self)) {
@@ -172,6 +191,9 @@ func (in *msgInfo) base() bool {
 	return false
 }
 
+// isDPA reports whether the message answers a DPR.
+func isDPA(in *msgInfo) bool { return !in.request && in.base() && in.hdr.CommandCode == cmdDPR }
+
 // info is the message as internal/diameter names and refuses it.
 func (in *msgInfo) info() diameter.Info {
 	return diameter.Info{Header: &in.hdr, Request: in.request, CCRequestType: in.ccRequestType, SessionIDRaw: in.sessionID}
@@ -186,12 +208,14 @@ func setHopByHop(msg []byte, v uint32) { binary.BigEndian.PutUint32(msg[12:16], 
 func setRetransmitted(msg []byte) { msg[4] |= diam.RetransmittedFlag }
 
 // forwarded copies msg with a Route-Record AVP naming from (the peer the
-// request came from, RFC 6733 §6.7.1) appended, and the length fixed.
-func forwarded(msg []byte, from string) []byte {
+// request came from, RFC 6733 §6.7.1) and extra (encoded AVPs) appended,
+// and the length fixed.
+func forwarded(msg []byte, from string, extra []byte) []byte {
 	l := 8 + len(from)
 	padded := (l + 3) &^ 3
-	out := make([]byte, len(msg)+padded)
+	out := make([]byte, len(msg)+padded+len(extra))
 	copy(out, msg)
+	copy(out[len(msg)+padded:], extra)
 	a := out[len(msg):]
 	binary.BigEndian.PutUint32(a[0:4], avp.RouteRecord)
 	a[4] = avp.Mbit

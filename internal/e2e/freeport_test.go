@@ -75,3 +75,18 @@ func TestFreePortAcrossProcesses(t *testing.T) {
 		}
 	}
 }
+
+// Chromium's refused ports are never handed out: a dashboard test on one
+// fails with net::ERR_UNSAFE_PORT (seen once on 10080, in FreePort's range).
+func TestFreePortSkipsPortsBrowsersRefuse(t *testing.T) {
+	for _, p := range []int{10080, 6000, 5060, 80} {
+		if !browserRefuses(p) {
+			t.Errorf("port %d: Chromium refuses it, FreePort may hand it out", p)
+		}
+	}
+	for _, p := range []int{10081, 15000, 19999} {
+		if browserRefuses(p) {
+			t.Errorf("port %d refused, Chromium loads it", p)
+		}
+	}
+}

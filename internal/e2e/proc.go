@@ -166,6 +166,18 @@ func freeRange() (lo, hi int) {
 	return 10000, min(first, 20000)
 }
 
+// browserRefuses says whether Chromium refuses to load pages from port
+// (net::ERR_UNSAFE_PORT): the dashboard tests open test addresses in it.
+// The list is Chromium's restricted ports at or above 1024.
+func browserRefuses(port int) bool {
+	switch port {
+	case 1719, 1720, 1723, 2049, 3659, 4045, 4190, 5060, 5061, 6000, 6566,
+		6665, 6666, 6667, 6668, 6669, 6679, 6697, 10080:
+		return true
+	}
+	return port > 0 && port < 1024
+}
+
 // FreePort returns a loopback TCP port that was free a moment ago, whose
 // UDP twin is free too (so it can serve DNS on both), and that no earlier
 // call in this process, nor in another test process running meanwhile,
@@ -180,7 +192,7 @@ func FreePort(t testing.TB) int {
 		if hi > lo {
 			port = lo + rand.IntN(hi-lo)
 		}
-		if handedOut.ports[port] {
+		if handedOut.ports[port] || browserRefuses(port) {
 			continue
 		}
 		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
@@ -191,6 +203,10 @@ func FreePort(t testing.TB) int {
 			continue // in use
 		}
 		port = l.Addr().(*net.TCPAddr).Port
+		if browserRefuses(port) {
+			l.Close()
+			continue
+		}
 		u, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port))
 		l.Close()
 		if err == nil && !handedOut.ports[port] && claim(port) {

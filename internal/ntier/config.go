@@ -8,7 +8,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/edgesteer/edgesteer/internal/portrange"
+	"github.com/edgesteer/edgesteer/internal/srcports"
 )
 
 // Defaults of Config and Health.
@@ -27,11 +27,23 @@ const (
 // Node is one lower-tier node as the upper tier sees it.
 type Node struct {
 	Name string
-	// NextHop is the node's address on a link of the upper tier: intercepted
-	// packets are routed to it unchanged.
-	NextHop netip.Addr
-	// Health is the host:port a TCP connect checks; empty: NextHop:80.
+	// NextHop and NextHop6 are the node's IPv4 and IPv6 addresses on a link
+	// of the upper tier: intercepted packets are routed to them unchanged.
+	// A node gives one or both; a family is intercepted when the nodes have
+	// next hops of it, and then every node must have one.
+	NextHop  netip.Addr
+	NextHop6 netip.Addr
+	// Health is the host:port a TCP connect checks; empty: NextHop:80 (or
+	// [NextHop6]:80).
 	Health string
+}
+
+// hop returns n's first next hop (IPv4 before IPv6).
+func (n Node) hop() netip.Addr {
+	if n.NextHop.IsValid() {
+		return n.NextHop
+	}
+	return n.NextHop6
 }
 
 // Config is what the upper tier intercepts and where it sends it.
@@ -39,7 +51,7 @@ type Config struct {
 	Nodes []Node
 	// Ports are the intercepted TCP destination ports, for any destination
 	// address that is not the upper tier's own.
-	Ports []portrange.Range
+	Ports []srcports.Range
 	// Interfaces, if given, limit interception to packets arriving on them.
 	Interfaces []string
 	Buckets    int    // hash buckets of client addresses (DefaultBuckets)
@@ -88,8 +100,8 @@ func (c Config) WithDefaults() Config {
 	}
 	c.Nodes = slices.Clone(c.Nodes)
 	for i, n := range c.Nodes {
-		if n.Health == "" && n.NextHop.IsValid() {
-			c.Nodes[i].Health = netip.AddrPortFrom(n.NextHop, 80).String()
+		if n.Health == "" && n.hop().IsValid() {
+			c.Nodes[i].Health = netip.AddrPortFrom(n.hop().Unmap(), 80).String()
 		}
 	}
 	return c
@@ -107,18 +119,26 @@ func (c Config) Validate() error {
 			return errors.New("nodes: a node has no name")
 		case names[n.Name]:
 			return fmt.Errorf("nodes: node %q listed twice", n.Name)
-		case !n.NextHop.IsValid():
+		case !n.hop().IsValid():
 			return fmt.Errorf("node %q: no next_hop (the address the upper tier routes its clients' packets to)", n.Name)
-		case !n.NextHop.Unmap().Is4():
-			return fmt.Errorf("node %q: next_hop %s: only IPv4 is supported", n.Name, n.NextHop)
-		case hops[n.NextHop.Unmap()] != "":
-			return fmt.Errorf("node %q: next_hop %s is also node %q's", n.Name, n.NextHop, hops[n.NextHop.Unmap()])
+		case n.NextHop.IsValid() && !n.NextHop.Unmap().Is4():
+			return fmt.Errorf("node %q: next_hop %s: not an IPv4 address (give an IPv6 next hop as next_hop6)", n.Name, n.NextHop)
+		case n.NextHop6.IsValid() && (!n.NextHop6.Is6() || n.NextHop6.Is4In6()):
+			return fmt.Errorf("node %q: next_hop6 %s: not an IPv6 address", n.Name, n.NextHop6)
+		}
+		for _, h := range []netip.Addr{n.NextHop.Unmap(), n.NextHop6} {
+			if other := hops[h]; h.IsValid() && other != "" {
+				return fmt.Errorf("node %q: next_hop %s is also node %q's", n.Name, h, other)
+			}
+			hops[h] = n.Name
 		}
 		names[n.Name] = true
-		hops[n.NextHop.Unmap()] = n.Name
 		if _, _, err := net.SplitHostPort(n.Health); err != nil {
 			return fmt.Errorf("node %q: health %q: want host:port", n.Name, n.Health)
 		}
+	}
+	if err := c.checkFamilies(); err != nil {
+		return err
 	}
 	if err := checkPorts(c.Ports); err != nil {
 		return err
@@ -151,13 +171,38 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// families reports which address families the nodes have next hops of:
+// those the upper tier intercepts.
+func (c Config) families() (v4, v6 bool) {
+	for _, n := range c.Nodes {
+		v4, v6 = v4 || n.NextHop.IsValid(), v6 || n.NextHop6.IsValid()
+	}
+	return v4, v6
+}
+
+// checkFamilies wants every node to have a next hop of each family any
+// node has: the hash sends a client of that family to any node, and a node
+// without one would have nowhere to route it.
+func (c Config) checkFamilies() error {
+	v4, v6 := c.families()
+	for _, n := range c.Nodes {
+		switch {
+		case v4 && !n.NextHop.IsValid():
+			return fmt.Errorf("node %q: no IPv4 next_hop, while other nodes have one: IPv4 clients hashed to it would have nowhere to go", n.Name)
+		case v6 && !n.NextHop6.IsValid():
+			return fmt.Errorf("node %q: no IPv6 next_hop6, while other nodes have one: IPv6 clients hashed to it would have nowhere to go", n.Name)
+		}
+	}
+	return nil
+}
+
 // checkPorts wants 1 to MaxPorts ranges, none overlapping another.
-func checkPorts(ports []portrange.Range) error {
+func checkPorts(ports []srcports.Range) error {
 	if len(ports) == 0 || len(ports) > MaxPorts {
 		return fmt.Errorf("ports: %d ranges given, want 1 to %d", len(ports), MaxPorts)
 	}
 	sorted := slices.Clone(ports)
-	slices.SortFunc(sorted, func(a, b portrange.Range) int { return int(a.Lo) - int(b.Lo) })
+	slices.SortFunc(sorted, func(a, b srcports.Range) int { return int(a.Lo) - int(b.Lo) })
 	for i, r := range sorted {
 		if r.Lo == 0 || r.Hi < r.Lo {
 			return fmt.Errorf("ports: %s is not a range of ports", r)

@@ -264,7 +264,7 @@ func (c *Controller) Run(ctx context.Context, onErr func(error)) {
 }
 
 // NodeFor returns the node a client address goes to now ("" for an
-// address the rules do not hash, i.e. not IPv4).
+// invalid address).
 func (c *Controller) NodeFor(a netip.Addr) string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -288,6 +288,7 @@ type View struct {
 type NodeView struct {
 	Name        string    `json:"name"`
 	NextHop     string    `json:"next_hop"`
+	NextHop6    string    `json:"next_hop6,omitempty"`
 	Mark        uint32    `json:"mark"`
 	Up          bool      `json:"up"`
 	Since       time.Time `json:"since"`
@@ -306,11 +307,19 @@ func (c *Controller) View() View {
 	for i, n := range c.cfg.Nodes {
 		s := c.states[n.Name]
 		v.Nodes = append(v.Nodes, NodeView{
-			Name: n.Name, NextHop: n.NextHop.String(), Mark: mark(c.cfg, i), Up: s.up, Since: s.since,
+			Name: n.Name, NextHop: addrString(n.NextHop), NextHop6: addrString(n.NextHop6), Mark: mark(c.cfg, i), Up: s.up, Since: s.since,
 			LastError: s.lastErr, ProbedTotal: s.probedTotal,
 			Documented: (c.cfg.Buckets - i + len(c.cfg.Nodes) - 1) / len(c.cfg.Nodes),
 			Serving:    len(slices.DeleteFunc(slices.Clone(assign), func(x int) bool { return x != i })),
 		})
 	}
 	return v
+}
+
+// addrString is a's text, "" for no address.
+func addrString(a netip.Addr) string {
+	if !a.IsValid() {
+		return ""
+	}
+	return a.String()
 }

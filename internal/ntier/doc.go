@@ -23,13 +23,18 @@
 //	ip rule add fwmark 201 lookup 201 pref 20000;  ip route replace default via <l2a> table 201
 //	ip rule add fwmark 202 lookup 202 pref 20000;  ip route replace default via <l2b> table 202
 //
+// IPv6 has the same rules in `table ip6 edgesteer_ntier` (`jhash ip6
+// saddr`), with `ip -6 rule` and an IPv6 default route via each node's
+// IPv6 next hop in the same tables; a family is installed when the nodes
+// have next hops of it.
+//
 // The packet keeps its addresses; only its next hop (so its destination MAC
 // address: NetScaler's MAC-based redirection) is the lower node's. notrack
 // at raw priority keeps conntrack out, so the upper tier holds nothing per
 // flow; the mark is computed again for every packet from the source address
 // alone, so every packet of a flow takes the same node.
 //
-// IPVS was rejected: even in direct-routing mode without persistence it
+// IPVS is not used: even in direct-routing mode without persistence it
 // keeps a connection entry per flow (ip_vs_conn), which is exactly the
 // session table the seed's sessionless upper tier avoids, it needs a
 // virtual service per destination (or an fwmark service, i.e. nftables

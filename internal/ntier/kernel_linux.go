@@ -4,12 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"slices"
 
 	"github.com/google/nftables"
-	"github.com/google/nftables/binaryutil"
-	"github.com/google/nftables/expr"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
@@ -22,9 +21,49 @@ var ErrNoNetAdmin = errors.New("transparent mode needs CAP_NET_ADMIN (run as roo
 // NetlinkKernel installs rule sets through netlink: the nftables table with
 // google/nftables, the policy routes with vishvananda/netlink. NetNS is
 // the path of the network namespace to work in (empty: the process's).
-type NetlinkKernel struct{ NetNS string }
+//
+// Kernel support is detected by the kernel's answer to the install itself:
+// the batch that creates the table carries every expression the rules use
+// (hash, fib, notrack; tproxy on a lower node), the kernel loads the module
+// of each (nft_tproxy, nf_tproxy_ipv4/ipv6, …) on demand, and refuses the
+// whole batch with ENOENT (unknown expression type) or EOPNOTSUPP when it
+// cannot. The batch commits nothing then, and Apply removes the routes and
+// ip rules it added before it, so a refused first install leaves nothing.
+type NetlinkKernel struct {
+	NetNS string
+	// WithoutTproxy is a test hook: the lower node's rule names, in place of
+	// the tproxy expression, a kernel extension that no kernel has, so the
+	// real kernel refuses the batch exactly as one without nft_tproxy does
+	// (ENOENT after its module autoload fails).
+	WithoutTproxy bool
+}
 
 const bucketMap = "buckets"
+
+// family is what differs between IPv4 and IPv6 in the rules: the nftables
+// table family, the routing family, where the source address lies in the
+// network header, and the default route's prefix.
+type family struct {
+	name        string
+	nf          nftables.TableFamily
+	af          int
+	saddr, alen uint32
+	anyDst      *net.IPNet
+	hop         func(Route) netip.Addr
+}
+
+var (
+	ipv4 = family{"IPv4", nftables.TableFamilyIPv4, unix.AF_INET, 12, 4,
+		&net.IPNet{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 32)}, func(r Route) netip.Addr { return r.NextHop }}
+	ipv6 = family{"IPv6", nftables.TableFamilyIPv6, unix.AF_INET6, 8, 16,
+		&net.IPNet{IP: net.IPv6zero, Mask: net.CIDRMask(0, 128)}, func(r Route) netip.Addr { return r.NextHop6 }}
+	allFamilies = []family{ipv4, ipv6}
+)
+
+// wants reports whether rs installs rules of family f.
+func (rs RuleSet) wants(f family) bool {
+	return f.af == unix.AF_INET && rs.IPv4 || f.af == unix.AF_INET6 && rs.IPv6
+}
 
 // handles opens netlink sockets in k's namespace.
 func (k NetlinkKernel) handles() (*nftables.Conn, *netlink.Handle, func(), error) {
@@ -80,15 +119,17 @@ func (k NetlinkKernel) Apply(rs RuleSet) error {
 		return err
 	}
 	defer done()
-	fresh := false
-	if t, err := findTable(nft, rs.Table); err != nil {
-		return kernelErr("nftables: listing tables", err)
-	} else if t == nil {
-		fresh = true
+	fresh := true
+	for _, f := range allFamilies {
+		if t, err := findTable(nft, rs.Table, f); err != nil {
+			return kernelErr("nftables: listing tables", err)
+		} else if t != nil {
+			fresh = false
+		}
 	}
 	err = syncRoutes(nl, rs)
 	if err == nil {
-		err = replaceTable(nft, rs)
+		err = k.replaceTable(nft, rs)
 	}
 	if err != nil && fresh {
 		if rerr := removeAll(nft, nl, rs); rerr != nil {
@@ -109,8 +150,8 @@ func (k NetlinkKernel) Remove(rs RuleSet) error {
 	return removeAll(nft, nl, rs)
 }
 
-func findTable(nft *nftables.Conn, name string) (*nftables.Table, error) {
-	tables, err := nft.ListTablesOfFamily(nftables.TableFamilyIPv4)
+func findTable(nft *nftables.Conn, name string, f family) (*nftables.Table, error) {
+	tables, err := nft.ListTablesOfFamily(f.nf)
 	if err != nil {
 		return nil, err
 	}
@@ -121,50 +162,63 @@ func findTable(nft *nftables.Conn, name string) (*nftables.Table, error) {
 	return tables[i], nil
 }
 
+// removeAll removes the table and the rules and routes of both families,
+// whichever rs installs: a family a reload dropped goes too.
 func removeAll(nft *nftables.Conn, nl *netlink.Handle, rs RuleSet) error {
-	if t, err := findTable(nft, rs.Table); err != nil {
-		return kernelErr("nftables: listing tables", err)
-	} else if t != nil {
-		nft.DelTable(t)
-		if err := nft.Flush(); err != nil {
-			return kernelErr("nftables: deleting table "+rs.Table, err)
+	for _, f := range allFamilies {
+		if t, err := findTable(nft, rs.Table, f); err != nil {
+			return kernelErr("nftables: listing tables", err)
+		} else if t != nil {
+			nft.DelTable(t)
 		}
 	}
-	ours, err := ourRules(nl, rs.RulePriority)
-	if err != nil {
-		return err
+	if err := nft.Flush(); err != nil {
+		return kernelErr("nftables: deleting table "+rs.Table, err)
 	}
-	tables := map[int]bool{}
-	for _, r := range rs.Routes {
-		tables[int(r.Mark)] = true
-	}
-	for _, r := range ours {
-		if err := nl.RuleDel(&r); err != nil && !errors.Is(err, unix.ENOENT) {
-			return kernelErr(fmt.Sprintf("deleting ip rule fwmark %d lookup %d", r.Mark, r.Table), err)
-		}
-		tables[r.Table] = true
-	}
-	for t := range tables {
-		if err := flushTable(nl, t); err != nil {
+	for _, f := range allFamilies {
+		ours, err := ourRules(nl, f, rs.RulePriority)
+		if err != nil {
 			return err
+		}
+		tables := map[int]bool{}
+		for _, r := range rs.Routes {
+			tables[int(r.Mark)] = true
+		}
+		for _, r := range ours {
+			if err := nl.RuleDel(&r); err != nil && !errors.Is(err, unix.ENOENT) {
+				return kernelErr(fmt.Sprintf("deleting %s rule fwmark %d lookup %d", f.name, r.Mark, r.Table), err)
+			}
+			tables[r.Table] = true
+		}
+		for t := range tables {
+			if err := flushTable(nl, f, t); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
 }
 
-// ourRules lists the IPv4 rules at prio: every rule there is ours.
-func ourRules(nl *netlink.Handle, prio int) ([]netlink.Rule, error) {
-	all, err := nl.RuleList(unix.AF_INET)
+// ourRules lists f's rules at prio: every rule there is ours. A host
+// without IPv6 has none of that family.
+func ourRules(nl *netlink.Handle, f family, prio int) ([]netlink.Rule, error) {
+	all, err := nl.RuleList(f.af)
+	if errors.Is(err, unix.EAFNOSUPPORT) {
+		return nil, nil
+	}
 	if err != nil {
-		return nil, kernelErr("listing ip rules", err)
+		return nil, kernelErr("listing "+f.name+" rules", err)
 	}
 	return slices.DeleteFunc(all, func(r netlink.Rule) bool { return r.Priority != prio }), nil
 }
 
-func flushTable(nl *netlink.Handle, table int) error {
-	routes, err := nl.RouteListFiltered(unix.AF_INET, &netlink.Route{Table: table}, netlink.RT_FILTER_TABLE)
+func flushTable(nl *netlink.Handle, f family, table int) error {
+	routes, err := nl.RouteListFiltered(f.af, &netlink.Route{Table: table}, netlink.RT_FILTER_TABLE)
+	if errors.Is(err, unix.EAFNOSUPPORT) {
+		return nil
+	}
 	if err != nil {
-		return kernelErr(fmt.Sprintf("listing routes of table %d", table), err)
+		return kernelErr(fmt.Sprintf("listing %s routes of table %d", f.name, table), err)
 	}
 	for _, r := range routes {
 		if err := nl.RouteDel(&r); err != nil && !errors.Is(err, unix.ESRCH) {
@@ -174,20 +228,35 @@ func flushTable(nl *netlink.Handle, table int) error {
 	return nil
 }
 
-// syncRoutes makes each node's table hold its default route via the
-// node's next hop, and the rules at the priority exactly one per node.
+// syncRoutes makes, in each family rs installs, each node's table hold its
+// default route via the node's next hop of that family (a local default
+// route for a lower node), and the rules at the priority exactly one per
+// node; a family rs does not install keeps no rule there.
 func syncRoutes(nl *netlink.Handle, rs RuleSet) error {
-	ours, err := ourRules(nl, rs.RulePriority)
+	for _, f := range allFamilies {
+		if err := syncFamily(nl, rs, f); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func syncFamily(nl *netlink.Handle, rs RuleSet, f family) error {
+	ours, err := ourRules(nl, f, rs.RulePriority)
 	if err != nil {
 		return err
 	}
-	for _, r := range rs.Routes {
-		route := &netlink.Route{Table: int(r.Mark), Dst: &net.IPNet{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 32)}}
-		what := fmt.Sprintf("node %q: route via next hop %s in table %d", r.Node, r.NextHop, r.Mark)
-		if r.NextHop.IsValid() {
-			route.Gw = r.NextHop.AsSlice()
+	var want []Route
+	if rs.wants(f) {
+		want = rs.Routes
+	}
+	for _, r := range want {
+		route := &netlink.Route{Family: f.af, Table: int(r.Mark), Dst: f.anyDst}
+		what := fmt.Sprintf("node %q: %s route via next hop %s in table %d", r.Node, f.name, f.hop(r), r.Mark)
+		if hop := f.hop(r); hop.IsValid() {
+			route.Gw = hop.AsSlice()
 		} else {
-			what = fmt.Sprintf("local default route in table %d", r.Mark)
+			what = fmt.Sprintf("%s local default route in table %d", f.name, r.Mark)
 			lo, err := nl.LinkByName("lo")
 			if err != nil {
 				return kernelErr(what, err)
@@ -199,121 +268,26 @@ func syncRoutes(nl *netlink.Handle, rs RuleSet) error {
 		}
 	}
 	for _, r := range ours {
-		if !slices.ContainsFunc(rs.Routes, func(w Route) bool { return int(w.Mark) == r.Table && w.Mark == r.Mark }) {
+		if !slices.ContainsFunc(want, func(w Route) bool { return int(w.Mark) == r.Table && w.Mark == r.Mark }) {
 			if err := nl.RuleDel(&r); err != nil && !errors.Is(err, unix.ENOENT) {
-				return kernelErr(fmt.Sprintf("deleting stale ip rule fwmark %d lookup %d", r.Mark, r.Table), err)
+				return kernelErr(fmt.Sprintf("deleting stale %s rule fwmark %d lookup %d", f.name, r.Mark, r.Table), err)
 			}
-			if err := flushTable(nl, r.Table); err != nil {
+			if err := flushTable(nl, f, r.Table); err != nil {
 				return err
 			}
 		}
 	}
-	for _, w := range rs.Routes {
+	for _, w := range want {
 		if slices.ContainsFunc(ours, func(r netlink.Rule) bool { return int(w.Mark) == r.Table && w.Mark == r.Mark }) {
 			continue
 		}
 		rule := netlink.NewRule()
-		rule.Family, rule.Priority, rule.Mark, rule.Table = unix.AF_INET, rs.RulePriority, w.Mark, int(w.Mark)
+		rule.Family, rule.Priority, rule.Mark, rule.Table = f.af, rs.RulePriority, w.Mark, int(w.Mark)
 		if err := nl.RuleAdd(rule); err != nil {
-			return kernelErr(fmt.Sprintf("node %q: ip rule fwmark %d lookup %d", w.Node, w.Mark, w.Mark), err)
+			return kernelErr(fmt.Sprintf("node %q: %s rule fwmark %d lookup %d", w.Node, f.name, w.Mark, w.Mark), err)
 		}
 	}
 	return nil
-}
-
-// replaceTable adds, deletes and adds the table again with its contents
-// in one batch: the kernel swaps the whole table atomically, and adding
-// first makes the delete succeed when there was none.
-func replaceTable(nft *nftables.Conn, rs RuleSet) error {
-	table := &nftables.Table{Name: rs.Table, Family: nftables.TableFamilyIPv4}
-	nft.AddTable(table)
-	nft.DelTable(table)
-	nft.AddTable(table)
-	var set *nftables.Set
-	priority := nftables.ChainPriorityMangle // tproxy's place
-	if rs.Tproxy == 0 {
-		priority = nftables.ChainPriorityRaw // before conntrack, for notrack
-		set = &nftables.Set{Table: table, Name: bucketMap, IsMap: true,
-			KeyType: nftables.TypeInteger, KeyByteOrder: binaryutil.NativeEndian, DataType: nftables.TypeMark}
-		elems := make([]nftables.SetElement, len(rs.Marks))
-		for b, m := range rs.Marks {
-			elems[b] = nftables.SetElement{Key: binaryutil.NativeEndian.PutUint32(uint32(b)), Val: binaryutil.NativeEndian.PutUint32(m)}
-		}
-		if err := nft.AddSet(set, elems); err != nil {
-			return fmt.Errorf("nftables: map %s: %w", bucketMap, err)
-		}
-	}
-	chain := nft.AddChain(&nftables.Chain{
-		Name: "prerouting", Table: table, Type: nftables.ChainTypeFilter,
-		Hooknum: nftables.ChainHookPrerouting, Priority: priority,
-	})
-	ifaces := rs.Interfaces
-	if len(ifaces) == 0 {
-		ifaces = []string{""}
-	}
-	for _, iface := range ifaces {
-		for _, p := range rs.Ports {
-			nft.AddRule(&nftables.Rule{Table: table, Chain: chain, Exprs: ruleExprs(rs, iface, p.Lo, p.Hi, set)})
-		}
-	}
-	if err := nft.Flush(); err != nil {
-		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.EOPNOTSUPP) {
-			// The batch names no missing object, so this is an expression
-			// type (module) the kernel does not have.
-			need := "nf_tables with hash, fib, notrack"
-			if rs.Tproxy != 0 {
-				need = "nf_tables with fib and tproxy (nft_tproxy, nf_tproxy_ipv4)"
-			}
-			err = fmt.Errorf("the kernel lacks an nftables feature the rules need (%s): %w", need, err)
-		}
-		return kernelErr("nftables: installing table "+rs.Table, err)
-	}
-	return nil
-}
-
-// ruleExprs: [iifname IFACE] tcp dport LO-HI fib daddr type != local, then
-// notrack meta mark set jhash ip saddr mod N seed S map @buckets counter
-// (upper tier) or meta mark set M tproxy to :P counter accept (lower).
-func ruleExprs(rs RuleSet, iface string, lo, hi uint16, set *nftables.Set) []expr.Any {
-	var e []expr.Any
-	if iface != "" {
-		name := make([]byte, unix.IFNAMSIZ)
-		copy(name, iface)
-		e = append(e, &expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
-			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: name})
-	}
-	e = append(e,
-		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_TCP}},
-		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2})
-	if lo == hi {
-		e = append(e, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.BigEndian.PutUint16(lo)})
-	} else {
-		e = append(e, &expr.Range{Op: expr.CmpOpEq, Register: 1,
-			FromData: binaryutil.BigEndian.PutUint16(lo), ToData: binaryutil.BigEndian.PutUint16(hi)})
-	}
-	e = append(e,
-		&expr.Fib{Register: 1, FlagDADDR: true, ResultADDRTYPE: true},
-		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(unix.RTN_LOCAL)})
-	if rs.Tproxy != 0 {
-		// meta mark set M tproxy to :P accept
-		return append(e,
-			&expr.Immediate{Register: 1, Data: binaryutil.NativeEndian.PutUint32(rs.Routes[0].Mark)},
-			&expr.Meta{Key: expr.MetaKeyMARK, SourceRegister: true, Register: 1},
-			&expr.Immediate{Register: 1, Data: binaryutil.BigEndian.PutUint16(rs.Tproxy)},
-			&expr.TProxy{Family: byte(nftables.TableFamilyIPv4), TableFamily: byte(nftables.TableFamilyIPv4), RegPort: 1},
-			&expr.Counter{},
-			&expr.Verdict{Kind: expr.VerdictAccept})
-	}
-	return append(e,
-		&expr.Notrack{},
-		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
-		&expr.Hash{SourceRegister: 1, DestRegister: 1, Length: 4, Modulus: uint32(len(rs.Marks)),
-			Seed: rs.Seed, Type: expr.HashTypeJenkins},
-		&expr.Lookup{SourceRegister: 1, DestRegister: 1, IsDestRegSet: true, SetName: set.Name, SetID: set.ID},
-		&expr.Meta{Key: expr.MetaKeyMARK, SourceRegister: true, Register: 1},
-		&expr.Counter{},
-	)
 }
 
 // kernelErr names what failed and says why in an operator's words for the
@@ -322,8 +296,10 @@ func kernelErr(what string, err error) error {
 	switch {
 	case errors.Is(err, unix.EPERM) || errors.Is(err, os.ErrPermission):
 		return fmt.Errorf("%s: %w: %w", what, ErrNoNetAdmin, err)
-	case errors.Is(err, unix.ENETUNREACH):
+	case errors.Is(err, unix.ENETUNREACH), errors.Is(err, unix.EHOSTUNREACH): // IPv4, IPv6
 		return fmt.Errorf("%s: the next hop is on no link of this host: %w", what, err)
+	case errors.Is(err, unix.EAFNOSUPPORT):
+		return fmt.Errorf("%s: IPv6 is not available on this host (give no IPv6 next hop; on a lower node, ip_versions 4): %w", what, err)
 	}
 	return fmt.Errorf("%s: %w", what, err)
 }

@@ -15,13 +15,16 @@ import (
 	"time"
 
 	"github.com/edgesteer/edgesteer/internal/e2e"
-	"github.com/edgesteer/edgesteer/internal/portrange"
+	"github.com/edgesteer/edgesteer/internal/srcports"
 )
 
 // origin is an address nobody has: the lower nodes take it on their
 // loopback, as their transparent listener would, so only forwarding by next
 // hop (no address rewritten) can bring a client's packets to them.
 const origin = "203.0.113.80"
+
+// origin6 is the IPv6 origin, as unowned.
+const origin6 = "2001:db8:80::80"
 
 // nsProber connects to a node's health address from the upper namespace.
 type nsProber struct{ tp *e2e.Topology }
@@ -42,10 +45,10 @@ const listenPort = 3129
 // connection's local and remote address).
 func lowerNode(t *testing.T, tp *e2e.Topology, host string) (stop func()) {
 	t.Helper()
-	lc := net.ListenConfig{Control: portrange.TransparentControl}
+	lc := net.ListenConfig{Control: srcports.TransparentControl}
 	var ln net.Listener
 	if err := tp.In(host, func() (err error) {
-		ln, err = lc.Listen(context.Background(), "tcp4", fmt.Sprintf(":%d", listenPort))
+		ln, err = lc.Listen(context.Background(), "tcp", fmt.Sprintf(":%d", listenPort)) // both families
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -70,7 +73,11 @@ func lowerNode(t *testing.T, tp *e2e.Topology, host string) (stop func()) {
 func fetch(tp *e2e.Topology, src netip.Addr) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := tp.Dialer("client", &net.TCPAddr{IP: src.AsSlice()})(ctx, "tcp", origin+":80")
+	dst := netip.AddrPortFrom(netip.MustParseAddr(origin), 80)
+	if src.Is6() {
+		dst = netip.AddrPortFrom(netip.MustParseAddr(origin6), 80)
+	}
+	c, err := tp.Dialer("client", &net.TCPAddr{IP: src.AsSlice()})(ctx, "tcp", dst.String())
 	if err != nil {
 		return "", err
 	}
@@ -81,8 +88,8 @@ func fetch(tp *e2e.Topology, src netip.Addr) (string, error) {
 		return "", err
 	}
 	f := strings.Fields(line)
-	if len(f) != 3 || f[1] != origin+":80" || f[2] != c.LocalAddr().String() {
-		return "", fmt.Errorf("the node saw %q; want local %s:80 and remote %s", line, origin, c.LocalAddr())
+	if len(f) != 3 || f[1] != dst.String() || f[2] != c.LocalAddr().String() {
+		return "", fmt.Errorf("the node saw %q; want local %s and remote %s", line, dst, c.LocalAddr())
 	}
 	return f[0], nil
 }
@@ -124,12 +131,14 @@ func nothingInstalled(t *testing.T, tp *e2e.Topology, rs RuleSet, when string) {
 	if out := output(t, tp, "upper", "nft", "list", "tables"); strings.Contains(out, rs.Table) {
 		t.Errorf("%s: nftables still has %s:\n%s", when, rs.Table, out)
 	}
-	if out := output(t, tp, "upper", "ip", "rule", "list", "pref", fmt.Sprint(rs.RulePriority)); strings.TrimSpace(out) != "" {
-		t.Errorf("%s: ip rules left at priority %d:\n%s", when, rs.RulePriority, out)
-	}
-	for _, r := range rs.Routes {
-		if out := routes(tp.Command("upper", "ip", "route", "show", "table", fmt.Sprint(r.Mark))); out != "" {
-			t.Errorf("%s: routes left in table %d:\n%s", when, r.Mark, out)
+	for _, fam := range []string{"-4", "-6"} {
+		if out := output(t, tp, "upper", "ip", fam, "rule", "list", "pref", fmt.Sprint(rs.RulePriority)); strings.TrimSpace(out) != "" {
+			t.Errorf("%s: ip %s rules left at priority %d:\n%s", when, fam, rs.RulePriority, out)
+		}
+		for _, r := range rs.Routes {
+			if out := routes(tp.Command("upper", "ip", fam, "route", "show", "table", fmt.Sprint(r.Mark))); out != "" {
+				t.Errorf("%s: ip %s routes left in table %d:\n%s", when, fam, r.Mark, out)
+			}
 		}
 	}
 }
@@ -143,10 +152,12 @@ func nothingInstalled(t *testing.T, tp *e2e.Topology, rs RuleSet, when string) {
 // back; removal leaves nothing.
 func TestKernelInNamespaces(t *testing.T) {
 	tp := e2e.NewTopology(t, map[string]int{"client": 10, "upper": 1, "l2a": 2, "l2b": 3})
-	clients := tp.ForwardVia(t, "upper", "client", "203.0.113.0/24", 40)
+	tp.EnableIPv6(t)
+	clients := append(tp.ForwardVia(t, "upper", "client", "203.0.113.0/24", 40),
+		tp.ForwardVia6(t, "upper", "client", "2001:db8:80::/64", 16)...)
 	// Each lower node intercepts port 80 for any address into its
 	// transparent listener: TproxyRules, installed by NetlinkKernel.
-	lowerRS, err := TproxyRules(TproxyConfig{Ports: []portrange.Range{{Lo: 80, Hi: 80}}, ListenPort: listenPort})
+	lowerRS, err := TproxyRules(TproxyConfig{Ports: []srcports.Range{{Lo: 80, Hi: 80}}, ListenPort: listenPort})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,8 +172,13 @@ func TestKernelInNamespaces(t *testing.T) {
 	if want := "tcp dport 80 fib daddr type != local meta mark set 0x0000012c tproxy to :3129 counter"; !strings.Contains(tproxyTable, want) {
 		t.Errorf("lower node's table lacks %q:\n%s", want, tproxyTable)
 	}
-	if out := output(t, tp, "l2a", "ip", "route", "show", "table", "300"); !strings.Contains(out, "local default dev lo") {
-		t.Errorf("lower node's table 300: %s", out)
+	if out := output(t, tp, "l2a", "nft", "list", "table", "ip6", DefaultTproxyTable); !strings.Contains(out, "tcp dport 80 fib daddr type != local meta mark set 0x0000012c tproxy to :3129 counter") {
+		t.Errorf("lower node's ip6 table:\n%s", out)
+	}
+	for _, fam := range []string{"-4", "-6"} {
+		if out := output(t, tp, "l2a", "ip", fam, "route", "show", "table", "300"); !strings.Contains(out, "local default dev lo") {
+			t.Errorf("lower node's table 300 (ip %s): %s", fam, out)
+		}
 	}
 	lowerNode(t, tp, "l2a")
 	stopB := lowerNode(t, tp, "l2b")
@@ -170,10 +186,10 @@ func TestKernelInNamespaces(t *testing.T) {
 	kernel := NetlinkKernel{NetNS: "/var/run/netns/" + tp.NS("upper")}
 	cfg := Config{
 		Nodes: []Node{
-			{Name: "l2a", NextHop: netip.MustParseAddr(tp.IP("l2a")), Health: fmt.Sprintf("%s:%d", tp.IP("l2a"), listenPort)},
-			{Name: "l2b", NextHop: netip.MustParseAddr(tp.IP("l2b")), Health: fmt.Sprintf("%s:%d", tp.IP("l2b"), listenPort)},
+			{Name: "l2a", NextHop: netip.MustParseAddr(tp.IP("l2a")), NextHop6: netip.MustParseAddr(tp.IP6("l2a")), Health: fmt.Sprintf("%s:%d", tp.IP("l2a"), listenPort)},
+			{Name: "l2b", NextHop: netip.MustParseAddr(tp.IP("l2b")), NextHop6: netip.MustParseAddr(tp.IP6("l2b")), Health: fmt.Sprintf("%s:%d", tp.IP("l2b"), listenPort)},
 		},
-		Ports:      []portrange.Range{{Lo: 80, Hi: 80}, {Lo: 8000, Hi: 8099}},
+		Ports:      []srcports.Range{{Lo: 80, Hi: 80}, {Lo: 8000, Hi: 8099}},
 		Interfaces: []string{"eth0"},
 	}
 	c, err := New(cfg, kernel, nsProber{tp}, nil)
@@ -198,9 +214,18 @@ func TestKernelInNamespaces(t *testing.T) {
 	if n := strings.Count(table, " : 0x"); n != DefaultBuckets {
 		t.Errorf("the map holds %d buckets, want %d:\n%s", n, DefaultBuckets, table)
 	}
-	ipRules := output(t, tp, "upper", "ip", "rule", "list", "pref", "20000")
-	if !strings.Contains(ipRules, "fwmark 0xc9 lookup 201") || !strings.Contains(ipRules, "fwmark 0xca lookup 202") || strings.Count(ipRules, "\n") != 2 {
-		t.Errorf("ip rules at 20000:\n%s", ipRules)
+	if table6 := output(t, tp, "upper", "nft", "list", "table", "ip6", DefaultTable); !strings.Contains(table6,
+		`iifname "eth0" tcp dport 80 fib daddr type != local notrack meta mark set jhash ip6 saddr mod 256 seed 0x4e544952 map @buckets counter`) {
+		t.Errorf("nft list table ip6:\n%s", table6)
+	}
+	for _, fam := range []string{"-4", "-6"} {
+		ipRules := output(t, tp, "upper", "ip", fam, "rule", "list", "pref", "20000")
+		if !strings.Contains(ipRules, "fwmark 0xc9 lookup 201") || !strings.Contains(ipRules, "fwmark 0xca lookup 202") || strings.Count(ipRules, "\n") != 2 {
+			t.Errorf("ip %s rules at 20000:\n%s", fam, ipRules)
+		}
+	}
+	if out := output(t, tp, "upper", "ip", "-6", "route", "show", "table", "202"); !strings.Contains(out, "default via "+tp.IP6("l2b")) {
+		t.Errorf("ip -6 route table 202: %s", out)
 	}
 
 	served := func(when string) map[netip.Addr]string {
@@ -219,17 +244,20 @@ func TestKernelInNamespaces(t *testing.T) {
 	}
 	before := served("all up")
 	count := map[string]int{}
-	for _, n := range before {
-		count[n]++
+	for a, n := range before {
+		count[n+map[bool]string{true: "/v6", false: "/v4"}[a.Is6()]]++
 	}
-	if count["l2a"] == 0 || count["l2b"] == 0 {
-		t.Fatalf("40 clients all on one node: %v", count)
+	if count["l2a/v4"] == 0 || count["l2b/v4"] == 0 || count["l2a/v6"] == 0 || count["l2b/v6"] == 0 {
+		t.Fatalf("the clients of a family all on one node: %v", count)
 	}
 	if again := served("again"); fmt.Sprint(again) != fmt.Sprint(before) {
 		t.Errorf("a second connection moved clients:\n%v\n%v", before, again)
 	}
 	if ct, _ := tp.Command("upper", "conntrack", "-L", "-d", origin).CombinedOutput(); strings.Contains(string(ct), "dst="+origin) {
 		t.Errorf("the upper tier tracked client flows:\n%s", ct)
+	}
+	if ct, _ := tp.Command("upper", "conntrack", "-L", "-f", "ipv6").CombinedOutput(); strings.Contains(string(ct), "dst="+origin6) {
+		t.Errorf("the upper tier tracked IPv6 client flows:\n%s", ct)
 	}
 	t.Logf("all up: %v", count)
 
@@ -256,7 +284,7 @@ func TestKernelInNamespaces(t *testing.T) {
 	// A reload with a third node adds its rule and route; one without it
 	// again takes them out, and the clients are where they were.
 	three := cfg
-	three.Nodes = append(slices.Clone(cfg.Nodes), Node{Name: "l2c", NextHop: netip.MustParseAddr("10.77.0.4"), Health: "10.77.0.4:3129"})
+	three.Nodes = append(slices.Clone(cfg.Nodes), Node{Name: "l2c", NextHop: netip.MustParseAddr("10.77.0.4"), NextHop6: netip.MustParseAddr("fd77::4"), Health: "10.77.0.4:3129"})
 	if err := c.Reconfigure(three); err != nil {
 		t.Fatal(err)
 	}
@@ -298,22 +326,30 @@ func TestKernelInNamespaces(t *testing.T) {
 	// A node whose next hop is on no link of the upper tier: the error says
 	// so, and the route already added for l2a is taken out again.
 	far := cfg
-	far.Nodes = []Node{cfg.Nodes[0], {Name: "l2c", NextHop: netip.MustParseAddr("192.0.2.99")}}
+	far.Nodes = []Node{cfg.Nodes[0], {Name: "l2c", NextHop: netip.MustParseAddr("192.0.2.99"), NextHop6: netip.MustParseAddr("fd77::4")}}
 	cf, _ := New(far, kernel, nsProber{tp}, nil)
 	if err := cf.Apply(); err == nil || !strings.Contains(err.Error(), `node "l2c"`) || !strings.Contains(err.Error(), "on no link") {
 		t.Errorf("next hop on no link: %v", err)
 	}
 	nothingInstalled(t, tp, rules(cf.cfg, cf.assignment()), "after the failed install")
+	// The same for an IPv6 next hop on no link, after both IPv4 routes went in.
+	far.Nodes[1] = Node{Name: "l2c", NextHop: netip.MustParseAddr("10.77.0.4"), NextHop6: netip.MustParseAddr("2001:db8:99::1")}
+	cf, _ = New(far, kernel, nsProber{tp}, nil)
+	if err := cf.Apply(); err == nil || !strings.Contains(err.Error(), `node "l2c": IPv6 route via next hop 2001:db8:99::1`) || !strings.Contains(err.Error(), "on no link") {
+		t.Errorf("IPv6 next hop on no link: %v", err)
+	}
+	nothingInstalled(t, tp, rules(cf.cfg, cf.assignment()), "after the failed IPv6 install")
 
 	// The lower nodes' rules come out as completely.
 	for _, h := range []string{"l2a", "l2b"} {
 		if err := (NetlinkKernel{NetNS: "/var/run/netns/" + tp.NS(h)}).Remove(lowerRS); err != nil {
 			t.Fatal(err)
 		}
-		if out := output(t, tp, h, "nft", "list", "ruleset") + output(t, tp, h, "ip", "rule", "list", "pref", "20001"); strings.TrimSpace(out) != "" {
+		if out := output(t, tp, h, "nft", "list", "ruleset") + output(t, tp, h, "ip", "rule", "list", "pref", "20001") +
+			output(t, tp, h, "ip", "-6", "rule", "list", "pref", "20001"); strings.TrimSpace(out) != "" {
 			t.Errorf("%s after removing its rules:\n%s", h, out)
 		}
-		if out := routes(tp.Command(h, "ip", "route", "show", "table", "300")); out != "" {
+		if out := routes(tp.Command(h, "ip", "route", "show", "table", "300")) + routes(tp.Command(h, "ip", "-6", "route", "show", "table", "300")); out != "" {
 			t.Errorf("%s: table 300 after removal: %s", h, out)
 		}
 	}
@@ -324,7 +360,7 @@ func TestKernelInNamespaces(t *testing.T) {
 // nothing behind.
 func TestKernelWithoutNetAdmin(t *testing.T) {
 	const marker = "EDGESTEER_NTIER_NO_NET_ADMIN"
-	cfg := Config{Nodes: []Node{{Name: "a", NextHop: netip.MustParseAddr("127.0.0.2")}}, Ports: []portrange.Range{{Lo: 80, Hi: 80}}}.WithDefaults()
+	cfg := Config{Nodes: []Node{{Name: "a", NextHop: netip.MustParseAddr("127.0.0.2")}}, Ports: []srcports.Range{{Lo: 80, Hi: 80}}}.WithDefaults()
 	rs := rules(cfg, Assign([]string{"a"}, []bool{true}, cfg.Buckets))
 	if os.Getenv(marker) != "" {
 		err := NetlinkKernel{}.Apply(rs)
@@ -350,5 +386,42 @@ func TestKernelWithoutNetAdmin(t *testing.T) {
 	}
 	if got := routes(exec.Command("ip", "netns", "exec", ns, "ip", "route", "show", "table", "201")); got != "" {
 		t.Errorf("routes in table 201 after the refused install: %s", got)
+	}
+}
+
+// A kernel that refuses the tproxy expression (WithoutTproxy: the rule
+// names an extension no kernel has, so the real kernel answers the batch
+// as one without nft_tproxy does): Apply fails naming tproxy, and the
+// ip rule and local route it added before the table are taken out again.
+func TestKernelWithoutTproxy(t *testing.T) {
+	ns := e2e.NewNamespace(t)
+	rs, err := TproxyRules(TproxyConfig{Ports: []srcports.Range{{Lo: 80, Hi: 80}}, ListenPort: listenPort})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := NetlinkKernel{NetNS: "/var/run/netns/" + ns, WithoutTproxy: true}
+	err = k.Apply(rs)
+	if err == nil || !strings.Contains(err.Error(), "the kernel lacks an nftables feature") || !strings.Contains(err.Error(), "tproxy (nft_tproxy") {
+		t.Fatalf("Apply on a kernel without tproxy: %v", err)
+	}
+	t.Logf("error: %v", err)
+	in := func(args ...string) string {
+		out, _ := exec.Command("ip", append([]string{"netns", "exec", ns}, args...)...).CombinedOutput()
+		return strings.TrimSpace(string(out))
+	}
+	if got := in("nft", "list", "ruleset") + in("ip", "rule", "list", "pref", "20001"); got != "" {
+		t.Errorf("left after the refused install:\n%s", got)
+	}
+	if got := routes(exec.Command("ip", "netns", "exec", ns, "ip", "route", "show", "table", "300")); got != "" {
+		t.Errorf("table 300 after the refused install: %s", got)
+	}
+	// The same rules without the hook install: the refusal was the tproxy
+	// expression's alone.
+	k.WithoutTproxy = false
+	if err := k.Apply(rs); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Remove(rs); err != nil {
+		t.Fatal(err)
 	}
 }

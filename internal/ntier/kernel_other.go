@@ -5,7 +5,10 @@ package ntier
 import "errors"
 
 // NetlinkKernel needs Linux.
-type NetlinkKernel struct{ NetNS string }
+type NetlinkKernel struct {
+	NetNS         string
+	WithoutTproxy bool
+}
 
 var errNotLinux = errors.New("transparent mode needs Linux (nftables and policy routing)")
 

@@ -4,10 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"strings"
 	"testing"
 
-	"github.com/edgesteer/edgesteer/internal/portrange"
+	"github.com/edgesteer/edgesteer/internal/srcports"
 )
 
 // The seed's layout: four lower-tier devices L2NS1-L2NS4 behind the upper
@@ -18,7 +19,7 @@ func seedConfig() Config {
 			{Name: "L2NS1", NextHop: addr("10.0.2.1")}, {Name: "L2NS2", NextHop: addr("10.0.2.2")},
 			{Name: "L2NS3", NextHop: addr("10.0.2.3")}, {Name: "L2NS4", NextHop: addr("10.0.2.4")},
 		},
-		Ports: []portrange.Range{{Lo: 80, Hi: 80}},
+		Ports: []srcports.Range{{Lo: 80, Hi: 80}},
 	}
 }
 
@@ -256,10 +257,33 @@ func TestValidate(t *testing.T) {
 		want string
 	}{
 		{"ok", func(*Config) {}, ""},
-		{"overlapping ports", func(c *Config) { c.Ports = []portrange.Range{{Lo: 80, Hi: 90}, {Lo: 8000, Hi: 8080}, {Lo: 85, Hi: 85}} }, "ports: 80-90 and 85-85 overlap"},
+		{"overlapping ports", func(c *Config) { c.Ports = []srcports.Range{{Lo: 80, Hi: 90}, {Lo: 8000, Hi: 8080}, {Lo: 85, Hi: 85}} }, "ports: 80-90 and 85-85 overlap"},
 		{"no ports", func(c *Config) { c.Ports = nil }, "ports: 0 ranges"},
 		{"no next hop", func(c *Config) { c.Nodes[3].NextHop = Node{}.NextHop }, `node "L2NS4": no next_hop`},
-		{"IPv6 next hop", func(c *Config) { c.Nodes[0].NextHop = addr("2001:db8::1") }, "only IPv4"},
+		{"IPv6 in next_hop", func(c *Config) { c.Nodes[0].NextHop = addr("2001:db8::1") }, `node "L2NS1": next_hop 2001:db8::1: not an IPv4 address`},
+		{"IPv4 in next_hop6", func(c *Config) { c.Nodes[0].NextHop6 = addr("10.0.9.1") }, `node "L2NS1": next_hop6 10.0.9.1: not an IPv6 address`},
+		{"mapped next_hop6", func(c *Config) { c.Nodes[0].NextHop6 = addr("::ffff:10.0.9.1") }, "not an IPv6 address"},
+		{"one node without IPv6", func(c *Config) {
+			for i := 1; i < len(c.Nodes); i++ {
+				c.Nodes[i].NextHop6 = addr(fmt.Sprintf("2001:db8::%d", i))
+			}
+		}, `node "L2NS1": no IPv6 next_hop6, while other nodes have one`},
+		{"one node IPv6 only", func(c *Config) { c.Nodes[2].NextHop, c.Nodes[2].NextHop6 = Node{}.NextHop, addr("2001:db8::3") }, `node "L2NS1": no IPv6 next_hop6`},
+		{"all dual-stack", func(c *Config) {
+			for i := range c.Nodes {
+				c.Nodes[i].NextHop6 = addr(fmt.Sprintf("2001:db8::%d", i))
+			}
+		}, ""},
+		{"all IPv6 only", func(c *Config) {
+			for i := range c.Nodes {
+				c.Nodes[i].NextHop, c.Nodes[i].NextHop6 = Node{}.NextHop, addr(fmt.Sprintf("2001:db8::%d", i))
+			}
+		}, ""},
+		{"same next_hop6", func(c *Config) {
+			for i := range c.Nodes {
+				c.Nodes[i].NextHop6 = addr(fmt.Sprintf("2001:db8::%d", i%2))
+			}
+		}, `node "L2NS3": next_hop 2001:db8:: is also node "L2NS1"'s`},
 		{"same next hop", func(c *Config) { c.Nodes[1].NextHop = addr("10.0.2.1") }, `next_hop 10.0.2.1 is also node "L2NS1"'s`},
 		{"duplicate name", func(c *Config) { c.Nodes[1].Name = "L2NS1" }, `node "L2NS1" listed twice`},
 		{"no nodes", func(c *Config) { c.Nodes = nil }, "nodes: 0 given"},
@@ -292,7 +316,11 @@ func TestBucket(t *testing.T) {
 	}{
 		{"10.77.0.100", 3, 336}, {"10.77.0.101", 207, 40}, {"192.0.2.1", 235, 856},
 		{"198.51.100.7", 11, 312}, {"0.0.0.0", 44, 850}, {"255.255.255.255", 98, 471},
-		{"::ffff:192.0.2.1", 235, 856}, {"2001:db8::1", -1, -1},
+		{"::ffff:192.0.2.1", 235, 856},
+		// IPv6 (jhash ip6 saddr: 16 bytes, one mixed block and a tail),
+		// checked against the kernel by TestKernelInNamespaces' IPv6 clients.
+		{"2001:db8::1", 107, 118}, {"fd77::1:0", 147, 236}, {"::", 175, 161},
+		{"ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", 36, 694},
 	} {
 		if got := Bucket(addr(tc.addr), DefaultSeed, 256); got != tc.seeded {
 			t.Errorf("Bucket(%s, default seed, 256) = %d, want %d", tc.addr, got, tc.seeded)
@@ -301,28 +329,36 @@ func TestBucket(t *testing.T) {
 			t.Errorf("Bucket(%s, 1, 1000) = %d, want %d", tc.addr, got, tc.seed1k)
 		}
 	}
+	if got := Bucket(netip.Addr{}, DefaultSeed, 256); got != -1 {
+		t.Errorf("Bucket(invalid) = %d, want -1", got)
+	}
 }
 
 func TestTproxyRules(t *testing.T) {
-	ports := []portrange.Range{{Lo: 80, Hi: 80}, {Lo: 8000, Hi: 8099}}
+	ports := []srcports.Range{{Lo: 80, Hi: 80}, {Lo: 8000, Hi: 8099}}
 	rs, err := TproxyRules(TproxyConfig{Ports: ports, ListenPort: 3129})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := RuleSet{Table: DefaultTproxyTable, Ports: ports, RulePriority: DefaultTproxyPriority, Tproxy: 3129,
+	want := RuleSet{Table: DefaultTproxyTable, IPv4: true, IPv6: true, Ports: ports, RulePriority: DefaultTproxyPriority, Tproxy: 3129,
 		Routes: []Route{{Node: "local", Mark: DefaultTproxyMark}}}
 	if !rs.Equal(want) {
 		t.Errorf("rule set %+v, want %+v", rs, want)
+	}
+	if rs, err := TproxyRules(TproxyConfig{Ports: ports, ListenPort: 3129, IPVersions: []int{6}}); err != nil || rs.IPv4 || !rs.IPv6 {
+		t.Errorf("ip_versions 6: %+v, %v", rs, err)
 	}
 	for _, tc := range []struct {
 		cfg  TproxyConfig
 		want string
 	}{
-		{TproxyConfig{Ports: []portrange.Range{{Lo: 80, Hi: 90}, {Lo: 90, Hi: 95}}, ListenPort: 3129}, "ports: 80-90 and 90-95 overlap"},
+		{TproxyConfig{Ports: []srcports.Range{{Lo: 80, Hi: 90}, {Lo: 90, Hi: 95}}, ListenPort: 3129}, "ports: 80-90 and 90-95 overlap"},
 		{TproxyConfig{Ports: ports}, "listen port 0"},
 		{TproxyConfig{Ports: ports, ListenPort: 3129, Mark: 254}, "mark 254"},
 		{TproxyConfig{Ports: ports, ListenPort: 3129, RulePriority: 40000}, "rule_priority 40000"},
 		{TproxyConfig{Ports: ports, ListenPort: 3129, Interfaces: []string{""}}, "interfaces"},
+		{TproxyConfig{Ports: ports, ListenPort: 3129, IPVersions: []int{4, 5}}, "ip_versions [4 5]"},
+		{TproxyConfig{Ports: ports, ListenPort: 3129, IPVersions: []int{6, 6}}, "ip_versions [6 6]"},
 	} {
 		if _, err := TproxyRules(tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: error %v, want %q", tc.cfg, err, tc.want)

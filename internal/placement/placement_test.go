@@ -364,20 +364,3 @@ func TestPlaceAmongMatchesPlaceAfterTheChange(t *testing.T) {
 		t.Fatal("PlaceAmong changed the live set")
 	}
 }
-
-// Recent keeps at most max names, forgetting the least recently touched.
-func TestRecentIsBounded(t *testing.T) {
-	r := NewRecent(3)
-	for _, n := range []string{"a", "b", "c", "a", "d", "e"} {
-		r.Touch(n)
-	}
-	if got := r.Names(); !slices.Equal(got, []string{"e", "d", "a"}) {
-		t.Fatalf("names %v, want [e d a]", got)
-	}
-	for i := range 10000 {
-		r.Touch(fmt.Sprint("client-chosen-", i))
-	}
-	if r.Len() != 3 {
-		t.Fatalf("%d names held, want at most 3", r.Len())
-	}
-}

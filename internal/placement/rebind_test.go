@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -203,6 +204,24 @@ func TestRebindsMeetTheCeilingConcurrently(t *testing.T) {
 		l.Bound(false, now)
 	}
 	held := arrive(t, p, "acme", 2*ceiling, true, now) // acme's two nodes full
+	// Free three places where rebinds wait and two elsewhere when it can:
+	// which node each arrival got depends on scheduling, and five frees on
+	// a node with no rebind waiting would test nothing.
+	waitsOn := map[string]bool{}
+	for _, l := range failed {
+		waitsOn[l.Node] = true
+	}
+	slices.SortStableFunc(held, func(a, b *Lease) int {
+		if waitsOn[a.Node] == waitsOn[b.Node] {
+			return 0
+		}
+		if waitsOn[a.Node] {
+			return -1
+		}
+		return 1
+	})
+	held[3], held[len(held)-1] = held[len(held)-1], held[3]
+	held[4], held[len(held)-2] = held[len(held)-2], held[4]
 	stop := make(chan struct{})
 	var sampled sync.WaitGroup
 	sampled.Add(1)

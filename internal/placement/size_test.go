@@ -8,8 +8,9 @@ import (
 	"time"
 )
 
-// The table of the example: Foxpass sizes a new customer's
-// partitions by its users; the seed gives no numbers.
+// A size table sizes a tenant's partitions by its users, as Foxpass sizes a
+// new customer's (these steps are an example, not Foxpass' numbers): each
+// step holds from its size up to the next, and none holds below the first.
 func TestSizeTable(t *testing.T) {
 	table, err := ParseSizeTable([]string{"0:1", "1000:2", "10000:4"})
 	if err != nil {

@@ -48,7 +48,7 @@ func (t *Tracker) Apply(cfg Config) error {
 			from = latency.Unmeasured
 		}
 		t.derive(&st, tg, &cfg, from, "")
-		tg.status.Store(&st)
+		tg.setStatus(&st)
 		tg.mu.Unlock()
 	}
 	t.gen.Add(1)
@@ -68,7 +68,8 @@ func sameSettings(a, b Config) bool {
 	return a.BucketWidth == b.BucketWidth && a.NoBuckets == b.NoBuckets && a.Hysteresis == b.Hysteresis &&
 		a.Probes == b.Probes && a.Interval == b.Interval && a.Timeout == b.Timeout && a.Window == b.Window &&
 		a.ProbeID == b.ProbeID && a.MaxTargets == b.MaxTargets && maps.Equal(a.Segments, b.Segments) &&
-		a.Source == b.Source && a.HalfLife == b.HalfLife && a.FailureLatency == b.FailureLatency
+		a.Source == b.Source && a.HalfLife == b.HalfLife && a.FailureLatency == b.FailureLatency &&
+		a.ORCA == b.ORCA && a.ORCAPeriods == b.ORCAPeriods
 }
 
 // closeIdle closes the kept-alive connections of a prober being replaced

@@ -11,7 +11,7 @@ func (t *Tracker) remove(tg *target, onRemove func(id uint32)) {
 	tg.removed.Store(true)
 	st := *tg.status.Load()
 	st.Active, st.Label = false, "removed"
-	tg.status.Store(&st)
+	tg.setStatus(&st)
 	if onRemove != nil {
 		onRemove(tg.id)
 	}

@@ -3,6 +3,8 @@ package pubsel
 import (
 	"math/rand/v2"
 	"time"
+
+	"github.com/edgesteer/edgesteer/internal/orca"
 )
 
 // Within is how a pick is made inside the lowest bucket.
@@ -70,68 +72,104 @@ func Estimate(st *Status) time.Duration {
 	return max(e, 1)
 }
 
-// Cost is what a p2c pick minimises: estimate × (requests in flight + 1).
+// Cost is what a p2c pick minimises: estimate × (requests in flight + 1),
+// times LoadFactor of the publisher's own fresh load report with ORCA on.
 // The +1 is the request being placed: an idle fast publisher costs its
 // latency, and a busy one its latency once per request ahead of it.
 func Cost(estimate time.Duration, inFlight int64) time.Duration {
 	return estimate * time.Duration(max(inFlight, 0)+1)
 }
 
-// Load returns target id's requests in flight, latency estimate and cost
-// as a p2c pick would see them now (for the admin view).
-func (t *Tracker) Load(id uint32) (inFlight int64, estimate, cost time.Duration) {
-	byID := *t.byID.Load()
-	if int(id) >= len(byID) || byID[id] == nil {
-		return 0, 0, 0
-	}
-	tg := byID[id]
-	inFlight = max(tg.inFlight.Load(), 0)
-	estimate = Estimate(tg.status.Load())
-	return inFlight, estimate, Cost(estimate, inFlight)
+// setStatus puts st in force for tg, with its Estimate beside the
+// requests in flight, where a pick reads both without following the
+// status pointer.
+func (tg *target) setStatus(st *Status) {
+	tg.estimate.Store(int64(Estimate(st)))
+	tg.status.Store(st)
 }
 
-// cost of member m now; an upstream that is not probed has no figures.
-func (m *member[U]) cost() time.Duration {
+// cost of member m now in ns, before any load factor; an upstream that is
+// not probed has no figures. An integer, so that the pick compares without
+// a branch.
+func (m *member[U]) cost() int64 {
 	if m.tg == nil {
 		return 1
 	}
-	return Cost(Estimate(m.tg.status.Load()), m.tg.inFlight.Load())
+	return int64(Cost(time.Duration(m.tg.estimate.Load()), m.tg.inFlight.Load()))
+}
+
+// factors returns the load factors of a and b at now: each one's
+// LoadFactor if its report is fresh; one without a fresh report (never
+// reported, in blackout, expired, or not probed) takes the other's, so it
+// is neither favoured nor shunned against it (A58 gives an endpoint
+// without a weight the mean weight; against one other, that is the
+// other's); neither fresh, both 1.
+func factors(a, b *target, now int64, p orca.Periods) (fa, fb float64) {
+	fa, oka := a.loadFactor(now, p)
+	fb, okb := b.loadFactor(now, p)
+	switch {
+	case oka && !okb:
+		fb = fa
+	case okb && !oka:
+		fa = fb
+	}
+	return fa, fb
 }
 
 // pickP2C draws two distinct random members of g and takes the available
 // one of lower cost (the first drawn on a tie). If neither is available it
-// falls back to the first available member from a random start.
-func (s *Selector[U]) pickP2C(g []member[U]) (member[U], bool) {
+// falls back to the first available member from a random start. The costs
+// are compared first, so the common case asks the framework about one
+// upstream's availability, not two.
+func (s *Selector[U]) pickP2C(g []member[U], now int64) *member[U] {
 	n := len(g)
 	if n < 2 {
 		return s.pickRandom(g)
 	}
-	i, j := s.two(n)
+	var i, j int
+	if s.IntN != nil {
+		i, j = s.twoFrom(n)
+	} else {
+		i, j = two(rand.Uint64(), n)
+	}
 	a, b := &g[i], &g[j]
-	aok, bok := s.Host.Available(a.u), s.Host.Available(b.u)
-	switch {
-	case aok && bok:
-		if b.cost() < a.cost() {
-			return *b, true
-		}
-		return *a, true
-	case aok:
-		return *a, true
-	case bok:
-		return *b, true
+	ca, cb := a.cost(), b.cost()
+	if cfg := s.Tracker.cfg.Load(); cfg.ORCA && (a.reported() || b.reported()) {
+		fa, fb := factors(a.tg, b.tg, now, cfg.ORCAPeriods)
+		ca, cb = int64(float64(ca)*fa), int64(float64(cb)*fb)
+	}
+	if cb < ca {
+		a, b = b, a
+	}
+	if s.Host.Available(a.u) {
+		return a
+	}
+	if s.Host.Available(b.u) {
+		return b
 	}
 	return s.pickRandom(g)
 }
 
-// two draws two distinct indices below n (n ≥ 2) from one random word:
-// a pick costs one call to the generator, as random's does.
-func (s *Selector[U]) two(n int) (i, j int) {
-	if s.IntN != nil {
-		i, j = s.IntN(n), s.IntN(n-1)
-	} else {
-		x := rand.Uint64()
-		i, j = int(uint32(x)%uint32(n)), int(uint32(x>>32)%uint32(n-1))
+// reported says whether m's backend ever sent a load report: until one
+// does, a pick skips the ORCA factors altogether.
+func (m *member[U]) reported() bool { return m.tg != nil && m.tg.reported.Load() }
+
+// two turns one random word x into two distinct indices below n (n ≥ 2):
+// a pick costs one call to the generator, as random's does. Each half of
+// the word is scaled to its range by a multiply and a shift (Lemire), not
+// a division; the bias, under n/2^32, is nothing next to the draw's own
+// purpose.
+func two(x uint64, n int) (i, j int) {
+	i, j = int((x&0xffffffff)*uint64(n)>>32), int((x>>32)*uint64(n-1)>>32)
+	if j >= i {
+		j++
 	}
+	return i, j
+}
+
+// twoFrom is two with the test hook IntN.
+func (s *Selector[U]) twoFrom(n int) (i, j int) {
+	i, j = s.IntN(n), s.IntN(n-1)
 	if j >= i {
 		j++
 	}

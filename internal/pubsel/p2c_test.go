@@ -65,7 +65,7 @@ func TestP2CPicksLowerCost(t *testing.T) {
 	for _, f := range append(f0, f1...) {
 		f.Done()
 	}
-	if n, _, _ := tr.Load(0); n != 0 {
+	if n := tr.LoadOf(0, 0).InFlight; n != 0 {
 		t.Fatalf("in flight %d after every Done", n)
 	}
 	// The 70 ms publisher, idle, is never a candidate: it is not in the
@@ -87,7 +87,7 @@ func TestP2CEstimateFromTraffic(t *testing.T) {
 	p := pubs(2)
 	measure(t, tr, p[0].addr, 5*ms)
 	measure(t, tr, p[1].addr, 6*ms)
-	if _, e, _ := tr.Load(0); e != 5*ms {
+	if e := tr.LoadOf(0, 0).Estimate; e != 5*ms {
 		t.Fatalf("estimate before traffic %v, want the probe's 5ms", e)
 	}
 	// Publisher 0 answers slowly twice in a row (confirmed): 40 ms.
@@ -97,8 +97,8 @@ func TestP2CEstimateFromTraffic(t *testing.T) {
 		f.Done()
 	}
 	tr.Reevaluate(time.Now())
-	if _, e, c := tr.Load(0); e < 39*ms || e > 41*ms || c != e {
-		t.Fatalf("estimate %v cost %v after two 40 ms answers", e, c)
+	if l := tr.LoadOf(0, 0); l.Estimate < 39*ms || l.Estimate > 41*ms || l.Cost != l.Estimate {
+		t.Fatalf("estimate %v cost %v after two 40 ms answers", l.Estimate, l.Cost)
 	}
 	s := &Selector[*up]{Tracker: tr, Host: upHost{}, Within: WithinP2C, IntN: draws(0, 0)}
 	if u, _, _ := s.SelectUnpinned(p, 0); u != p[1] {
@@ -111,7 +111,7 @@ func TestP2CEstimateFromTraffic(t *testing.T) {
 		f.Done()
 	}
 	tr.Reevaluate(time.Now())
-	if _, e, _ := tr.Load(1); e < 899*ms {
+	if e := tr.LoadOf(1, 0).Estimate; e < 899*ms {
 		t.Fatalf("estimate %v after two failures, want 900ms", e)
 	}
 	if u, _, _ := s.SelectUnpinned(p, 0); u != p[0] {

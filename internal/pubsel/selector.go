@@ -96,6 +96,7 @@ func (s *Selector[U]) currentView(pool []U, now int64) *view[U] {
 	if s.SlowStart > 0 {
 		s.warmup(v, prev, now)
 	}
+	s.publishWarmup(v)
 	s.view.Store(v)
 	return v
 }
@@ -268,21 +269,24 @@ func (s *Selector[U]) sel(pool []U, user, app string, now int64, pinned bool) (u
 		}
 	}
 	for _, g := range v.groups {
-		var m member[U]
-		var found bool
+		var m *member[U]
 		if shared && s.Within == WithinRandom {
-			m, found = s.pickFor(g, skey)
+			m = s.pickFor(g, skey)
 		} else {
-			m, found = s.pick(g)
+			m = s.pick(g, now)
 		}
-		if !found {
+		if m == nil {
 			continue
 		}
 		if m.warmSince != 0 {
 			m = s.temper(g, m, now)
 		}
 		if m.probed {
-			d.Status = s.Tracker.StatusOf(m.id)
+			if m.tg != nil { // its target, as the view was built: one load less
+				d.Status = m.tg.status.Load()
+			} else {
+				d.Status = s.Tracker.StatusOf(m.id)
+			}
 			// A pick made before anything in the pool was measured is not
 			// latency-based: do not pin the pair to it.
 			if pinned && !v.fallback && (d.Status.Measured || s.Tracker.cfg.Load().NoBuckets) {
@@ -294,7 +298,7 @@ func (s *Selector[U]) sel(pool []U, user, app string, now int64, pinned bool) (u
 					if !won {
 						if wm, wst, usable, _ := s.fromStore(v, winner); usable {
 							s.StickyStore.stats.Adopted.Add(1)
-							m, d.Status = wm, wst
+							m, d.Status = &wm, wst
 						} else {
 							_, _, synced = s.StickyStore.claim(skey, d.Status.Addr, true)
 						}
@@ -355,10 +359,10 @@ func (s *Selector[U]) intN(n int) int {
 	return rand.IntN(n)
 }
 
-func (s *Selector[U]) pick(g []member[U]) (member[U], bool) {
+func (s *Selector[U]) pick(g []member[U], now int64) *member[U] {
 	switch s.Within {
 	case WithinP2C:
-		return s.pickP2C(g)
+		return s.pickP2C(g, now)
 	case WithinLeastConn:
 		return s.pickLeastConn(g)
 	}
@@ -366,21 +370,21 @@ func (s *Selector[U]) pick(g []member[U]) (member[U], bool) {
 }
 
 // pickRandom takes the first available member from a random start.
-func (s *Selector[U]) pickRandom(g []member[U]) (member[U], bool) {
+func (s *Selector[U]) pickRandom(g []member[U]) *member[U] {
 	n := len(g)
 	start := 0
 	if n > 1 {
 		start = s.intN(n)
 	}
 	for i := range n {
-		if m := g[(start+i)%n]; s.Host.Available(m.u) {
-			return m, true
+		if m := &g[(start+i)%n]; s.Host.Available(m.u) {
+			return m
 		}
 	}
-	return member[U]{}, false
+	return nil
 }
 
-func (s *Selector[U]) pickLeastConn(g []member[U]) (member[U], bool) {
+func (s *Selector[U]) pickLeastConn(g []member[U]) *member[U] {
 	n := len(g)
 	start := 0
 	if n > 1 {
@@ -397,9 +401,9 @@ func (s *Selector[U]) pickLeastConn(g []member[U]) (member[U], bool) {
 		}
 	}
 	if best < 0 {
-		return member[U]{}, false
+		return nil
 	}
-	return g[best], true
+	return &g[best]
 }
 
 // pickFor is the pick of a pinned pair with a shared level (store key
@@ -409,7 +413,7 @@ func (s *Selector[U]) pickLeastConn(g []member[U]) (member[U], bool) {
 // bucket makes the same pick, so a pick made when the store gave no
 // answer (a slow store on a busy host, or one down) agrees with the pin
 // another replica wrote for the pair all the same.
-func (s *Selector[U]) pickFor(g []member[U], skey string) (member[U], bool) {
+func (s *Selector[U]) pickFor(g []member[U], skey string) *member[U] {
 	h := fnv64(skey)
 	best, bestScore := -1, uint64(0)
 	for i, m := range g {
@@ -421,9 +425,9 @@ func (s *Selector[U]) pickFor(g []member[U], skey string) (member[U], bool) {
 		}
 	}
 	if best < 0 {
-		return member[U]{}, false
+		return nil
 	}
-	return g[best], true
+	return &g[best]
 }
 
 // fnv64 is FNV-1a: stable across processes (unlike maphash), so replicas

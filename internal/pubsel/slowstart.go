@@ -38,6 +38,27 @@ func (s *Selector[U]) warmup(v, prev *view[U], now int64) {
 	}
 }
 
+// publishWarmup copies v's slow starts to its targets, where the admin
+// view reads them (Tracker.LoadOf): the view is the selector's, and one
+// config generation's, but the targets are the state's. Views are rebuilt
+// only when a bucket, an activity or the pool changes.
+func (s *Selector[U]) publishWarmup(v *view[U]) {
+	for _, m := range v.members {
+		if m.tg != nil {
+			m.tg.warmSince.Store(0)
+		}
+	}
+	if len(v.groups) == 0 {
+		return
+	}
+	for _, m := range v.groups[0] {
+		if m.tg != nil && m.warmSince != 0 {
+			m.tg.warmSince.Store(m.warmSince)
+			m.tg.warmWindow.Store(int64(s.SlowStart))
+		}
+	}
+}
+
 // warming reports whether m is in slow start at now.
 func (s *Selector[U]) warming(m *member[U], now int64) bool {
 	return m.warmSince != 0 && now-m.warmSince < int64(s.SlowStart)
@@ -47,8 +68,8 @@ func (s *Selector[U]) warming(m *member[U], now int64) bool {
 // with probability (now − start) / SlowStart, else replaced by the first
 // available member of g not in slow start from a random place (m if there
 // is none).
-func (s *Selector[U]) temper(g []member[U], m member[U], now int64) member[U] {
-	if !s.warming(&m, now) {
+func (s *Selector[U]) temper(g []member[U], m *member[U], now int64) *member[U] {
+	if !s.warming(m, now) {
 		return m
 	}
 	const scale = 1 << 20
@@ -59,7 +80,7 @@ func (s *Selector[U]) temper(g []member[U], m member[U], now int64) member[U] {
 	start := s.intN(n)
 	for i := range n {
 		if c := &g[(start+i)%n]; !s.warming(c, now) && s.Host.Available(c.u) {
-			return *c
+			return c
 		}
 	}
 	return m

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/edgesteer/edgesteer/internal/storefault"
 )
 
 // Store is the shared second level of the sticky table: a key-value store
@@ -155,37 +157,12 @@ func (st *StickyStoreStats) Pending() int { return int(st.pending.n.Load()) }
 
 // StoreError is what a Store returns for a call the store could not do
 // (not ErrNotFound, not ErrWrongType): the adapter classifies its client's
-// error once and says what it means here.
-type StoreError struct {
-	// Reason is one bounded word naming the trouble ("noperm", "timeout",
-	// "refused"…), for metrics and the admin view.
-	Reason string
-	// Answered says the store answered with an error reply (refused by an
-	// ACL, read-only, out of memory, loading…): it is reachable and
-	// refused this key; such answers never mark it unreachable.
-	Answered bool
-	Err      error
-}
-
-func (e *StoreError) Error() string { return e.Err.Error() }
-func (e *StoreError) Unwrap() error { return e.Err }
+// error once and says what it means here (internal/storefault).
+type StoreError = storefault.Error
 
 // Trouble reads a failed call's error: its reason word and whether the
 // store answered (StoreError; a context deadline is "timeout").
-func Trouble(err error) (reason string, answered bool) {
-	var se *StoreError
-	switch {
-	case errors.As(err, &se):
-		r := se.Reason
-		if r == "" || len(r) > 32 {
-			r = "other"
-		}
-		return r, se.Answered
-	case errors.Is(err, context.DeadlineExceeded):
-		return "timeout", false
-	}
-	return "other", false
-}
+func Trouble(err error) (reason string, answered bool) { return storefault.Read(err) }
 
 // maxRefreshes bounds the renewals and reconciliations in flight; past it
 // one is skipped (a renewal waits for the pair's next epoch, a
@@ -475,17 +452,7 @@ func (s *StickyStore) lookup(key string) (addr string, ok, bad, unsure bool) {
 
 // wellFormed says whether v can be a publisher address: not empty, not
 // too long, printable ASCII without spaces.
-func wellFormed(v string) bool {
-	if v == "" || len(v) > MaxValueLen {
-		return false
-	}
-	for i := 0; i < len(v); i++ {
-		if v[i] <= ' ' || v[i] >= 0x7f {
-			return false
-		}
-	}
-	return true
-}
+func wellFormed(v string) bool { return storefault.Word(v, MaxValueLen) }
 
 // claim writes a new pick of key: SET NX, so that of two replicas picking
 // one pair in the same instant the first write wins; the loser gets the

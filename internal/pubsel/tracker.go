@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/edgesteer/edgesteer/internal/latency"
+	"github.com/edgesteer/edgesteer/internal/orca"
 	"github.com/edgesteer/edgesteer/internal/peakewma"
 	"github.com/edgesteer/edgesteer/internal/sticky"
 )
@@ -84,6 +85,12 @@ type Config struct {
 	// FailureLatency is what a failed or timed-out real request counts as
 	// (at least); default Timeout.
 	FailureLatency time.Duration
+	// ORCA takes the load backends report in their answers (ReportLoad)
+	// into within p2c's cost, with ORCAPeriods (A58's blackout and
+	// expiration; zero value: orca.DefaultPeriods). Off, reports are
+	// neither read nor counted.
+	ORCA        bool
+	ORCAPeriods orca.Periods
 }
 
 func (c *Config) setDefaults() {
@@ -95,6 +102,7 @@ func (c *Config) setDefaults() {
 	orDefault(&c.MaxTargets, DefaultMaxTargets)
 	orDefault(&c.HalfLife, DefaultHalfLife)
 	orDefault(&c.FailureLatency, c.Timeout)
+	orDefault(&c.ORCAPeriods, orca.DefaultPeriods)
 	if c.Prober == nil {
 		c.Prober = latency.TCPProber{}
 	}
@@ -131,6 +139,11 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("failure latency must be positive, got %v", c.FailureLatency)
 	case c.MaxTargets < 0 || c.MaxTargets > sticky.IDMask:
 		return fmt.Errorf("max targets must be in [1, %d], got %d", sticky.IDMask, c.MaxTargets)
+	}
+	if c.ORCA && c.ORCAPeriods != (orca.Periods{}) {
+		if err := c.ORCAPeriods.Check(); err != nil {
+			return fmt.Errorf("orca: %v", err)
+		}
 	}
 	for addr, d := range c.Segments {
 		if d < 0 {
@@ -183,6 +196,14 @@ type target struct {
 
 	observed peakewma.EWMA // real traffic: recorded lock-free, folded under mu
 	inFlight atomic.Int64  // requests or connections in flight (Begin to Done)
+	estimate atomic.Int64  // Estimate(status), ns: set with status (setStatus)
+	load     orca.Upstream // the backend's own latest load report (ReportLoad)
+	factor   atomic.Uint64 // LoadFactor of load's utilization (float64 bits)
+	reported atomic.Bool   // load has had a report (a pick skips factors until then)
+
+	// The slow start of the latest view that has the target in its lowest
+	// bucket (unix ns, 0: none) and that view's window, for the admin view.
+	warmSince, warmWindow atomic.Int64
 }
 
 // Tracker probes publishers in the background and keeps their status. Its
@@ -199,6 +220,7 @@ type Tracker struct {
 	byID    atomic.Pointer[[]*target]          // copy-on-write, indexed by id
 	byAddr  atomic.Pointer[map[string]*target] // copy-on-write, for Observe
 	gen     atomic.Uint64                      // bumped when any bucket or activity changes
+	reports loadReports                        // ORCA headers by outcome (ReportLoad)
 	ctx     context.Context
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
@@ -285,7 +307,7 @@ func (t *Tracker) ensureLocked(addr string) (*target, error) {
 	byID := make([]*target, max(len(old), int(id)+1))
 	copy(byID, old)
 	tg := &target{addr: addr, id: id}
-	tg.status.Store(t.fresh(addr, id))
+	tg.setStatus(t.fresh(addr, id))
 	byID[id] = tg
 	t.targets[addr] = tg
 	t.byID.Store(&byID)
@@ -336,12 +358,12 @@ func (t *Tracker) Reevaluate(now time.Time) {
 			if avg, peak, n := tg.observed.Value(now.UnixNano(), cfg.HalfLife, prev.ProbeLatency); n > 0 {
 				st := *prev
 				st.Observed, st.ObservedPeak, st.ObservedSamples = avg, peak, n
-				tg.status.Store(&st)
+				tg.setStatus(&st)
 			}
 		} else if prev.Measured && prev.Active {
 			st := *prev
 			t.deriveAt(&st, tg, cfg, prev.Bucket, prev.Label, now)
-			tg.status.Store(&st)
+			tg.setStatus(&st)
 			if st.Bucket != prev.Bucket {
 				t.gen.Add(1)
 			}
@@ -472,7 +494,7 @@ func (t *Tracker) record(tg *target, r latency.Result, now time.Time, epoch uint
 		}
 		t.derive(&st, tg, cfg, prev.Bucket, prev.Label)
 	}
-	tg.status.Store(&st)
+	tg.setStatus(&st)
 	if st.Active != prev.Active || st.Bucket != prev.Bucket {
 		t.gen.Add(1)
 	}

@@ -49,7 +49,10 @@
 // are at their proportional share there) — and divide the rest,
 // limit × (replicas − reserved) ÷ replicas, by the rules above among
 // themselves (share). A dead replica is such a replica until its heartbeat
-// expires; then its share returns to the others at the next sync.
+// expires; then its share returns to the others at the next sync. A live
+// replica whose syncs fail keeps its heartbeat from expiring by writing it
+// alone, marked (KeepAlive), on a connection whose deadlines allow a link
+// slower than the sync's (the caller's: the Caddy adapter keeps one open).
 //
 // Every store error is classified once, by the store (Store.Classify; the
 // Redis store is internal/quotaredis). Store trouble
@@ -84,7 +87,10 @@
 //	share), K = {prefix:peer}:<epoch>:
 //	  HINCRBY K a <admitted>; HINCRBY K d <demanded>;
 //	  HINCRBY K r 1 (while reserving); PEXPIRE K <3 intervals>
-//	per peer with traffic in the last two intervals, K' = {prefix:peer}:<epoch−1>:
+//	per peer whose keys the store refused at the last sync it answered
+//	(a probe, whatever its traffic):
+//	  HINCRBY K a 0; HINCRBY K d 0; PEXPIRE K <3 intervals>
+//	per peer with traffic in the last two intervals, or in trouble, K' = {prefix:peer}:<epoch−1>:
 //	  HMGET K' a d r
 //
 // "now" and the epoch are the store's clock: the local clock plus the

@@ -25,6 +25,7 @@ type FakeStore struct {
 	mu        sync.Mutex
 	down      error
 	deny      func(key string) error
+	denyWrite func(key string) error
 	keys      map[string]*fakeKey
 	lastPurge time.Time
 	stats     FakeStats
@@ -100,6 +101,15 @@ func (s *FakeStore) SetDown(err error) {
 func (s *FakeStore) SetDeny(deny func(key string) error) {
 	s.mu.Lock()
 	s.deny = deny
+	s.mu.Unlock()
+}
+
+// SetDenyWrite is SetDeny for the writes alone (HINCRBY, PEXPIRE): an
+// ACL user allowed to read part of the key space but not write it
+// (%R~pattern).
+func (s *FakeStore) SetDenyWrite(deny func(key string) error) {
+	s.mu.Lock()
+	s.denyWrite = deny
 	s.mu.Unlock()
 }
 
@@ -296,12 +306,16 @@ func (s *FakeStore) counts(now time.Time, b *Batch, ans *Answer) {
 		s.cmd("HINCRBY", key, "a", an)
 		s.cmd("HINCRBY", key, "d", dn)
 		marked := uint64(0)
-		if b.Reserving {
+		if b.Reserving && !c.Probe {
 			s.cmd("HINCRBY", key, "r", "1")
 			marked = 1
 		}
 		s.cmd("PEXPIRE", key, ttl)
-		if d := s.denied(key); d != nil {
+		d := s.denied(key)
+		if d == nil && s.denyWrite != nil {
+			d = s.denyWrite(key)
+		}
+		if d != nil {
 			ans.CountErrs[i] = d
 			s.stats.BytesOut += 3 * respErr
 			continue

@@ -89,6 +89,10 @@ type Batch struct {
 type Count struct {
 	Peer               string
 	Admitted, Demanded uint64
+	// Probe: a peer whose keys the store refused is asked again with a
+	// zero count (HINCRBY a 0, HINCRBY d 0, PEXPIRE; never r, even in a
+	// Reserving batch: this replica is at its fallback share there).
+	Probe bool
 }
 
 // Answer is the store's reply to a Batch, unparsed.

@@ -99,7 +99,7 @@ func queue(ctx context.Context, pipe redis.Pipeliner, b *quota.Batch) queued {
 		k := quota.PeerKey(b.Prefix, c.Peer, b.Epoch)
 		q.counts[i].a = pipe.HIncrBy(ctx, k, "a", clampInt(c.Admitted))
 		q.counts[i].d = pipe.HIncrBy(ctx, k, "d", clampInt(c.Demanded))
-		if b.Reserving {
+		if b.Reserving && !c.Probe {
 			q.counts[i].r = pipe.HIncrBy(ctx, k, "r", 1)
 		}
 		q.counts[i].x = pipe.PExpire(ctx, k, b.KeyTTL)

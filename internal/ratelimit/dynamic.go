@@ -127,3 +127,6 @@ func (d *Dynamic) Throttle() int { return d.throttle }
 
 // Last returns the last load sampled and when.
 func (d *Dynamic) Last() (float64, time.Time) { return d.lastLoad, d.lastSampled }
+
+// Hold returns the reversal hold time.
+func (d *Dynamic) Hold() time.Duration { return d.hold }

@@ -220,36 +220,26 @@ func (p *prefetched) Read(b []byte) (int, error) {
 // Bytes a wrapper holds are read without waiting for the socket, which has
 // nothing more to say; then the socket is waited on and half-closed.
 func TestBufferedBytesFirst(t *testing.T) {
-	clientPeer, client := e2e.TCPPair(t)
-	upstream, nodePeer := e2e.TCPPair(t)
-	wrapped := &prefetched{Conn: client, ahead: []byte("read ahead;")}
-	done := relayed(t, End{Conn: wrapped, Socket: client, Buffered: func() int { return len(wrapped.ahead) }},
-		End{Conn: upstream})
-
-	buf := make([]byte, 64)
-	nodePeer.SetReadDeadline(time.Now().Add(10 * time.Second))
-	n, err := io.ReadAtLeast(nodePeer, buf, len("read ahead;"))
-	if err != nil || string(buf[:n]) != "read ahead;" {
-		t.Fatalf("node got %q %v", buf[:n], err)
-	}
-	clientPeer.Write([]byte(" then the socket"))
-	clientPeer.CloseWrite()
-	if got := readAll(t, nodePeer); string(got) != " then the socket" {
-		t.Fatalf("node got %q", got)
-	}
-	nodePeer.Close()
-	if err := result(t, done); err != nil {
-		t.Fatalf("Pipe: %v", err)
-	}
+	readAheadThenSocket(t, false)
 }
 
 // With Direct, a wrapper's read-ahead bytes are read through it; the rest
 // straight from the socket, not through the wrapper.
 func TestDirectReadsBufferedFirst(t *testing.T) {
+	if n := readAheadThenSocket(t, true); n != 0 {
+		t.Fatalf("%d reads went through the wrapper to the socket, want 0", n)
+	}
+}
+
+// readAheadThenSocket relays a client whose wrapper holds "read ahead;"
+// and whose socket then sends " then the socket" and half-closes: the node
+// must get both, in order, and the relay end without an error. It returns
+// the reads that went through the wrapper to the socket.
+func readAheadThenSocket(t *testing.T, direct bool) int32 {
 	clientPeer, client := e2e.TCPPair(t)
 	upstream, nodePeer := e2e.TCPPair(t)
 	wrapped := &countingPrefetched{prefetched: prefetched{Conn: client, ahead: []byte("read ahead;")}}
-	done := relayed(t, End{Conn: wrapped, Socket: client, Direct: true, Buffered: func() int { return len(wrapped.ahead) }},
+	done := relayed(t, End{Conn: wrapped, Socket: client, Direct: direct, Buffered: func() int { return len(wrapped.ahead) }},
 		End{Conn: upstream})
 
 	buf := make([]byte, 64)
@@ -267,9 +257,7 @@ func TestDirectReadsBufferedFirst(t *testing.T) {
 	if err := result(t, done); err != nil {
 		t.Fatalf("Pipe: %v", err)
 	}
-	if wrapped.socketReads.Load() != 0 {
-		t.Fatalf("%d reads went through the wrapper to the socket, want 0", wrapped.socketReads.Load())
-	}
+	return wrapped.socketReads.Load()
 }
 
 type countingPrefetched struct {

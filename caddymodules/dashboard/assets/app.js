@@ -130,7 +130,10 @@
     var labels = list.map(function (s) { return typeof s.label === "string" ? v(s.label) : el("span", null, s.label); });
     var sig = list.map(function (s, i) { return s.key + "=" + labels[i].textContent; }).join("\n");
     var data = [S.times.map(function (t) { return t / 1000; })];
-    list.forEach(function (s) { data.push(S.values[s.key]); });
+    list.forEach(function (s) {
+      var vals = S.values[s.key];
+      data.push(s.scale ? vals.map(function (x) { return x === null ? null : x * s.scale; }) : vals);
+    });
     var points = 0;
     data.slice(1).forEach(function (v) { v.forEach(function (x) { if (x !== null) points++; }); });
     var ch = charts[id];
@@ -188,7 +191,7 @@
         "bucket width ", vfmt(p.bucket_width_ms, 0), " ms · latency ", v(p.latency), " · probe window ", v(p.probe_window),
         " · sticky ", p.sticky ? ["on, ", v(p.sticky_entries), " / ", v(p.sticky_max_entries), " entries"] : "off"));
       extras(c, p, ["name", "kind", "state_since", "generations", "bucket_width_ms", "latency", "probe_window", "sticky",
-        "sticky_entries", "sticky_max_entries", "publishers", "traffic_half_life_ms"]);
+        "sticky_entries", "sticky_max_entries", "publishers", "traffic_half_life_ms", "within", "slow_start_ms", "orca"]);
       var pubs = arr(p.publishers);
       // latency ms is what decided the bucket (decided_by: probe or
       // traffic); observed is real traffic's moving average and peak.
@@ -207,6 +210,7 @@
       chart(c, id + SEP + "picks", "picks per second", pubs.map(function (u) {
         return {key: pkey(src, "latency_bucket", name, str(u.address), "picks_total"), label: str(u.address)};
       }), "/s");
+      if (window.edgesteerPublisherLoad) window.edgesteerPublisherLoad(helpers, c, p, src, id);
     });
   }
 
@@ -395,7 +399,13 @@
     });
   }
 
-  var KNOWN = ["latency_bucket", "peer_rate_limit", "tenant_route", "cache_redirect", "port_range", "ntier"];
+  // Panels in files of their own (assets/agent.js) register in
+  // window.edgesteerPanels: {module, panel, render(h, src, seen)}, drawn
+  // with these helpers.
+  var panels = window.edgesteerPanels || [];
+  var helpers = {el: el, add: add, v: v, fmt: fmt, vlist: vlist, abbr: abbr, arr: arr, obj: obj, str: str, table: table,
+    extras: extras, card: card, chart: chart, last: last, pkey: pkey, SEP: SEP, MAX_ROWS: MAX_ROWS};
+  var KNOWN = ["latency_bucket", "peer_rate_limit", "tenant_route", "cache_redirect", "port_range", "ntier"].concat(panels.map(function (p) { return p.module; }));
   function renderOther(src, seen) {
     Object.keys(src.modules).sort().forEach(function (m) {
       if (KNOWN.indexOf(m) >= 0) return;
@@ -423,9 +433,12 @@
     merge(st);
     var seen = {};
     sources(st).forEach(function (src) {
-      renderLatency(src, seen); renderRate(src, seen); renderTenants(src, seen); renderTiers(src, seen); renderNtier(src, seen); renderOther(src, seen);
+      renderLatency(src, seen); renderRate(src, seen); renderTenants(src, seen); renderTiers(src, seen); renderNtier(src, seen);
+      panels.forEach(function (p) { p.render(helpers, src, seen); });
+      renderOther(src, seen);
     });
-    ["latency_bucket", "peer_rate_limit", "tenant_route", "ntier", "other"].forEach(function (p) { show(p, !!seen[p]); });
+    ["latency_bucket", "peer_rate_limit", "tenant_route", "ntier", "other"].concat(panels.map(function (p) { return p.panel; }))
+      .forEach(function (p) { show(p, !!seen[p]); });
     renderOGS(st);
     renderReplicas(st);
     Object.keys(charts).forEach(function (id) { if (!touched[id]) { charts[id].u.destroy(); charts[id].el.remove(); delete charts[id]; } });

@@ -43,6 +43,7 @@ func serveDiameter(addr, host, realm string, answerDelay time.Duration) {
 		defer mu.Unlock()
 		json.NewEncoder(w).Encode(stats)
 	})
+	http.HandleFunc("POST /_avps", setExtraAVPs)
 	http.HandleFunc("POST /_rar", func(w http.ResponseWriter, r *http.Request) {
 		res, err := sendRAR(host, realm, r.URL.Query().Get("dest"), r.URL.Query().Get("session"))
 		if err != nil {
@@ -115,6 +116,9 @@ func serveDiameterConn(c net.Conn, host, realm string, delay time.Duration, seen
 			log.Printf("answer: %v", err)
 			return
 		}
+		if !in.Base() {
+			ans = extra.appendTo(ans)
+		}
 		switch {
 		case h.CommandCode == diameter.CmdCapabilitiesExchange:
 			write(cea(in, host, realm))
@@ -134,16 +138,7 @@ func cea(in diameter.Info, host, realm string) []byte {
 	h := in.Header
 	m := diam.NewMessage(h.CommandCode, 0, 0, h.HopByHopID, h.EndToEndID, dict.Default)
 	m.NewAVP(avp.ResultCode, avp.Mbit, 0, datatype.Unsigned32(diam.Success))
-	m.NewAVP(avp.OriginHost, avp.Mbit, 0, datatype.DiameterIdentity(host))
-	m.NewAVP(avp.OriginRealm, avp.Mbit, 0, datatype.DiameterIdentity(realm))
-	m.NewAVP(avp.HostIPAddress, avp.Mbit, 0, datatype.Address(net.IPv4(127, 0, 0, 1).To4()))
-	m.NewAVP(avp.VendorID, avp.Mbit, 0, datatype.Unsigned32(10415))
-	m.NewAVP(avp.ProductName, 0, 0, datatype.UTF8String("edgesteer testpeer"))
-	m.NewAVP(avp.AuthApplicationID, avp.Mbit, 0, datatype.Unsigned32(diameter.AppGy))
-	m.NewAVP(avp.VendorSpecificApplicationID, avp.Mbit, 0, &diam.GroupedAVP{AVP: []*diam.AVP{
-		diam.NewAVP(avp.VendorID, avp.Mbit, 0, datatype.Unsigned32(10415)),
-		diam.NewAVP(avp.AuthApplicationID, avp.Mbit, 0, datatype.Unsigned32(diameter.AppGx)),
-	}})
+	diameter.AddCapabilities(m, host, realm, "edgesteer testpeer")
 	b, err := m.Serialize()
 	if err != nil {
 		log.Fatal(err)

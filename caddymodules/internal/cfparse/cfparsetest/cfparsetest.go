@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 )
 
@@ -45,6 +46,21 @@ func Check[T caddyfile.Unmarshaler](t *testing.T, fresh func() T, cases []Case, 
 			if err := after(m); err != nil {
 				t.Errorf("case %d (%q): parsed, then: %v", i, c.Input, err)
 			}
+		}
+	}
+}
+
+// Adapts adapts a whole Caddyfile (the caller's test imports the modules
+// it names) and checks that the JSON holds each of wants, as written.
+func Adapts(t *testing.T, cf string, wants ...string) {
+	t.Helper()
+	out, warn, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(cf), nil)
+	if err != nil {
+		t.Fatalf("adapt: %v %v", err, warn)
+	}
+	for _, want := range wants {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("adapted JSON lacks %s:\n%s", want, out)
 		}
 	}
 }
