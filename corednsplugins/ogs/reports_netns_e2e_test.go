@@ -112,9 +112,24 @@ func TestReportsPerNetworkInNamespaces(t *testing.T) {
 	tok := adversaryTokens
 	tokens := filepath.Join(dir, "tokens")
 	writeTokens(t, tokens, tok)
+	// tokenFile writes the token's file, replacing it in one step: reporters
+	// started at once with one token write it at once, and a plain write
+	// (truncate, then write) let one read it empty ("no token").
 	tokenFile := func(token string) string {
 		path := filepath.Join(dir, "token-"+token)
-		os.WriteFile(path, []byte(token+"\n"), 0o600)
+		tmp, err := os.CreateTemp(dir, "token-*")
+		if err == nil {
+			_, err = tmp.WriteString(token + "\n")
+			if cerr := tmp.Close(); err == nil {
+				err = cerr
+			}
+		}
+		if err == nil {
+			err = os.Rename(tmp.Name(), path)
+		}
+		if err != nil {
+			t.Error(err)
+		}
 		return path
 	}
 

@@ -27,7 +27,7 @@ window.edgesteerPublisherLoad = function (h, c, p, src, id) {
   if (slow) head.push(h.abbr("slow start", "progress through slow_start after (re)entering the lowest bucket"));
   h.add(c.info, h.table(head, h.arr(p.publishers).map(function (u) {
     u = obj(u);
-    var row = [str(u.address), fmt(u.in_flight, 0), fmt(u.estimate_ms, 1), fmt(u.cost_ms, 1), fmt(u.load_factor, 2)];
+    var row = [str(u.address), fmt(u.in_flight, 0), fmt(u.estimate_ms, 2), fmt(u.cost_ms, 2), fmt(u.load_factor, 2)];
     if (orca) {
       var none = !u.orca_state || u.orca_state === "none";
       row.push(h.el("span", {"class": u.orca_state === "fresh" ? "yes" : "muted"}, v(u.orca_state || "—")),
