@@ -328,8 +328,14 @@ func TestDOICThroughCaddy(t *testing.T) {
 		time.Sleep(window)
 		d.halt()
 		sent, refused = d.sent.Load()-s0, d.refused.Load()-r0
-		if float64(refused) < 0.25*float64(sent) || d.withOLR.Load() != 0 {
-			t.Fatalf("pGW without DOIC: sent %d, refused %d (want about a third), answers with an OC-OLR %d", sent, refused, d.withOLR.Load())
+		// The throttle admits 120/s: what the pGW got through is that, or
+		// all it sent when a busy host let it send less (it sent 143/s of
+		// its 180/s once in a cold make test).
+		secs := window.Seconds()
+		offered, admitted := float64(sent)/secs, float64(sent-refused)/secs
+		if admitted > 1.1*120 || admitted < 0.85*min(offered, 120) || (offered > 1.1*120 && refused == 0) || d.withOLR.Load() != 0 {
+			t.Fatalf("pGW without DOIC: sent %.0f/s, refused %d of %d: admitted %.0f/s, want 120/s or all it sent below that; answers with an OC-OLR %d",
+				offered, refused, sent, admitted, d.withOLR.Load())
 		}
 		if v := view(t, c); v.DOIC.ReportsSent == 0 || group(v, "pcrf").Report == nil || group(v, "pcrf").Report.Reduction != 40 {
 			t.Fatalf("view: sent %d, group report %+v", v.DOIC.ReportsSent, group(v, "pcrf").Report)

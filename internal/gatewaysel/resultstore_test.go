@@ -322,9 +322,10 @@ func TestStoreDownProbesLocally(t *testing.T) {
 
 // A store that hangs costs at most StoreTimeout per call; queries are
 // answered from a local run. Each call is timed inside the store, from its
-// start to its return, and must end within 3× StoreTimeout (a bound on the
+// start to its return, and must end within 10× StoreTimeout (a bound on the
 // timeout's cost, not a performance claim: a call that waits for anything
-// but its own bounded context takes far longer).
+// but its own bounded context blocks until Close, 30 s here; a busy make
+// test, with other tests on both cores, measured 346 ms for 100).
 func TestStoreHangingIsBounded(t *testing.T) {
 	const timeout = 100 * ms
 	store, ev := &timedStore{fakeStore: newFakeStore()}, &events{}
@@ -354,8 +355,8 @@ func TestStoreHangingIsBounded(t *testing.T) {
 		t.Fatal("no store call")
 	}
 	for i, d := range store.took {
-		if d > 3*timeout {
-			t.Errorf("store call %d of %d took %v; the store timeout is %v (bound: 3× that)", i+1, len(store.took), d, timeout)
+		if d > 10*timeout {
+			t.Errorf("store call %d of %d took %v; the store timeout is %v (bound: 10× that)", i+1, len(store.took), d, timeout)
 		}
 	}
 }
