@@ -16,17 +16,33 @@
 #     timing real answers), within p2c (latency probe), and Caddy's least_conn,
 #     against 4 fast publishers; medians of per-round ratios (p2c goal <= 1.05x).
 #     sticky off: wrk's connections are all one user (127.0.0.1).
-# PARTS selects what runs (default: all four), e.g. PARTS="transport traffic_tail".
+#  5. capacity: four publishers of capacities 1:1:1:4 (testpeer -slots 1, 1,
+#     1 and 4: requests beyond the slots wait in a queue; 10 ms of service
+#     each: 700 requests/s in all), an open-loop constant rate of 80 % of
+#     that (CAP_LOAD; bench/httpload, latency from each request's scheduled
+#     send time): p99 of within p2c (sticky off) vs Caddy's least_conn and
+#     random, PAIRS interleaved rounds (the order rotates), medians of
+#     per-round ratios (goals: <= 0.8x least_conn, <= 0.5x random);
+#  6. cpu_bound: four equal CPU-bound publishers (-slots 1 -cpu 2ms: each
+#     request burns 2 ms of CPU time, CPU_WORK), an open-loop rate of 80 %
+#     (CPU_LOAD) of what wrk's closed loop gets through least_conn on this
+#     host at the start of the part: p99 of within p2c vs least_conn, PAIRS
+#     interleaved rounds, median of per-round ratios (goal <= 1.05x).
+# PARTS selects what runs (default: the first four), e.g. PARTS="transport
+# traffic_tail". capacity and cpu_bound are not in the default: with
+# PAIRS=10 DUR=5s they take about 3 and 2 minutes (PARTS="capacity cpu_bound").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/lib.sh
 need wrk wrk
-go build -o bin/testpeer ./internal/e2e/testpeer
 PAIRS=${PAIRS:-10} DUR=${DUR:-5s} PARTS=${PARTS:-throughput tail transport traffic_tail}
+CAP_LOAD=${CAP_LOAD:-0.8} CPU_LOAD=${CPU_LOAD:-0.8} CPU_WORK=${CPU_WORK:-2ms}
 want() { [[ " $PARTS " == *" $1 "* ]]; }
+go build -o bin/testpeer ./internal/e2e/testpeer
+if want capacity || want cpu_bound; then go build -o bin/httpload ./bench/httpload; fi
 
-peer() { # port name delay
-	bg bin/testpeer -listen "127.0.0.1:$1" -name "$2" -delay "$3" -probe-delay 0 2>/dev/null
+peer() { # port name delay [testpeer options…]
+	bg bin/testpeer -listen "127.0.0.1:$1" -name "$2" -delay "$3" -probe-delay 0 "${@:4}" 2>/dev/null
 }
 
 # Throughput upstreams: 18101-18104 (no delay). Tail upstreams: 18111-18114,
@@ -38,6 +54,10 @@ for i in 1 2 3 4; do peer $((18120 + i)) "f$i" 5ms; done
 # Slow to answer, fast to probe: 18131-18134, 18134 answers in 50 ms, /probe at once.
 for i in 1 2 3; do peer $((18130 + i)) "s$i" 5ms; done
 peer 18134 s4 50ms
+# Capacities 1:1:1:4: 18141-18144, 10 ms of service each. CPU-bound: 18151-18154.
+for i in 1 2 3; do peer $((18140 + i)) "c$i" 10ms -slots 1; done
+peer 18144 c4 10ms -slots 4
+for i in 1 2 3 4; do peer $((18150 + i)) "u$i" 0 -slots 1 -cpu "$CPU_WORK"; done
 
 site() { # port policy upstream-base
 	local ups="" i
@@ -46,10 +66,10 @@ site() { # port policy upstream-base
 		local sticky=on
 		[ "$2" = latency_bucket_nosticky ] && sticky=off
 		printf 'http://127.0.0.1:%s {\n\tbind 127.0.0.1\n\treverse_proxy%s {\n\t\tlb_policy latency_bucket {\n\t\t\tprobe http /\n\t\t\tprobe_interval 1s\n\t\t\tsticky %s\n\t\t}\n\t}\n}\n' "$1" "$ups" "$sticky"
-	elif [ "$2" = probe_nowrap ] || [ "$2" = probe_wrap ] || [ "$2" = traffic_probe ] || [ "$2" = traffic_both ] || [ "$2" = traffic_p2c ]; then
+	elif [ "$2" = probe_nowrap ] || [ "$2" = probe_wrap ] || [ "$2" = traffic_probe ] || [ "$2" = traffic_both ] || [[ "$2" == *_p2c ]]; then
 		local latency=probe transport="" within=random
 		[ "$2" = traffic_both ] && latency=both
-		[ "$2" = traffic_p2c ] && within=p2c
+		[[ "$2" == *_p2c ]] && within=p2c
 		[ "$2" != probe_nowrap ] && transport='\t\ttransport latency_bucket {\n\t\t\ttransport http\n\t\t}\n'
 		printf "http://127.0.0.1:%s {\n\tbind 127.0.0.1\n\treverse_proxy%s {\n\t\tlb_policy latency_bucket {\n\t\t\tname %s\n\t\t\tlatency %s\n\t\t\tprobe http /probe\n\t\t\tprobe_interval 1s\n\t\t\twithin %s\n\t\t\tsticky off\n\t\t}\n$transport\t}\n}\n" "$1" "$ups" "$2" "$latency" "$within"
 	else
@@ -70,9 +90,14 @@ site() { # port policy upstream-base
 	site 18032 traffic_both 18130
 	site 18033 least_conn 18130
 	site 18034 traffic_p2c 18130
+	site 18041 capacity_p2c 18140
+	site 18042 least_conn 18140
+	site 18043 random 18140
+	site 18051 cpu_p2c 18150
+	site 18052 least_conn 18150
 } >"$work/Caddyfile"
 bg env XDG_DATA_HOME="$work" XDG_CONFIG_HOME="$work" bin/caddy run --adapter caddyfile --config "$work/Caddyfile" 2>"$work/caddy.log"
-for p in 18001 18002 18003 18004 18005 18011 18012 18021 18031 18032 18033 18034 18101 18114 18124 18134; do wait_port $p; done
+for p in 18001 18002 18003 18004 18005 18011 18012 18021 18031 18032 18033 18034 18041 18042 18043 18051 18052 18101 18114 18124 18134 18144 18154; do wait_port $p; done
 sleep 3 # a few probe rounds
 
 rps() { wrk_rps "http://127.0.0.1:$1/" -t2 -c50 -d"$DUR"; }
@@ -81,6 +106,15 @@ p99() {
 	out=$(wrk_checked "http://127.0.0.1:$1/" -t2 -c10 -d"$DUR" --latency) || return 1
 	awk '$1 == "99%" {v=$2; if (v ~ /us$/) {sub(/us/,"",v); v/=1000} else if (v ~ /ms$/) {sub(/ms/,"",v)} else if (v ~ /s$/) {sub(/s/,"",v); v*=1000}; print v}' <<<"$out"
 }
+# load PORT RATE: bench/httpload's line for an open-loop run of DUR at RATE
+# requests/s, or a failure when any request failed.
+load() {
+	local out
+	out=$(bin/httpload -url "http://127.0.0.1:$1/" -rate "$2" -d "$DUR") || { printf 'httpload against port %s failed: %s\n' "$1" "$out" >&2; return 1; }
+	printf '%s\n' "$out"
+}
+# field NAME LINE: the value after NAME in LINE.
+field() { awk -v k="$1" '{for (i = 1; i < NF; i++) if ($i == k) {print $(i + 1); exit}}' <<<"$2"; }
 
 echo "machine: $(nproc) cores shared by wrk, caddy and the upstreams; wrk -t2 -c50 -d$DUR, $PAIRS interleaved rounds"
 if want throughput; then
@@ -147,4 +181,46 @@ if want traffic_tail; then
 	c=$(printf '%s\n' "${tc[@]}" | median)
 	echo "tail (one publisher 50 ms to answer, fast to probe; wrk -c10, median of 5): p99 probe ${p} ms, both ${b} ms, least_conn ${l} ms, within p2c ${c} ms, all-fast ${f} ms"
 	echo "tail ratios to all-fast, medians of per-round ratios: probe $(printf '%s\n' "${rp[@]}" | median)x, both $(printf '%s\n' "${rb[@]}" | median)x, least_conn $(printf '%s\n' "${rl[@]}" | median)x, within p2c $(printf '%s\n' "${rc[@]}" | median)x (goal <= 1.05x)"
+fi
+
+if want capacity; then
+	rate=$(awk -v l="$CAP_LOAD" 'BEGIN {printf "%d", l * 700}')
+	for p in 18041 18042 18043; do load $p "$rate" >/dev/null; done # warm-up: estimates, connections
+	names=(p2c least_conn random) ports=(18041 18042 18043)
+	cp=() cl=() cr=() rl=() rr=()
+	for i in $(seq "$PAIRS"); do
+		declare -A got=()
+		for k in 0 1 2; do # the order rotates from round to round
+			j=$(((i + k) % 3))
+			line=$(load "${ports[j]}" "$rate")
+			got[${names[j]}]=$(field p99 "$line") got[${names[j]}_lag]=$(field lag-p99 "$line")
+		done
+		cp+=("${got[p2c]}") cl+=("${got[least_conn]}") cr+=("${got[random]}")
+		rl+=("$(ratio "${got[p2c]}" "${got[least_conn]}")") rr+=("$(ratio "${got[p2c]}" "${got[random]}")")
+		echo "round $i: p99 within p2c ${got[p2c]} ms, least_conn ${got[least_conn]} ms, random ${got[random]} ms (send lag p99 ${got[p2c_lag]}, ${got[least_conn_lag]}, ${got[random_lag]} ms)"
+		unset got
+	done
+	echo "capacity (slots 1:1:1:4, 10 ms each, open loop $rate/s = $CAP_LOAD of 700/s, $DUR, median of $PAIRS): p99 within p2c $(printf '%s\n' "${cp[@]}" | median) ms, least_conn $(printf '%s\n' "${cl[@]}" | median) ms, random $(printf '%s\n' "${cr[@]}" | median) ms"
+	echo "capacity ratios (medians of per-round ratios): within p2c/least_conn $(printf '%s\n' "${rl[@]}" | median)x (goal <= 0.8x), within p2c/random $(printf '%s\n' "${rr[@]}" | median)x (goal <= 0.5x)"
+fi
+
+if want cpu_bound; then
+	max=$(wrk_rps "http://127.0.0.1:18052/" -t2 -c16 -d"$DUR")
+	rate=$(awk -v l="$CPU_LOAD" -v m="$max" 'BEGIN {printf "%d", l * m}')
+	for p in 18051 18052; do load $p "$rate" >/dev/null; done # warm-up
+	up=() ul=() ur=()
+	for i in $(seq "$PAIRS"); do
+		if [ $((i % 2)) = 1 ]; then
+			a=$(load 18051 "$rate")
+			b=$(load 18052 "$rate")
+		else
+			b=$(load 18052 "$rate")
+			a=$(load 18051 "$rate")
+		fi
+		up+=("$(field p99 "$a")") ul+=("$(field p99 "$b")")
+		ur+=("$(ratio "${up[-1]}" "${ul[-1]}")")
+		echo "round $i: p99 within p2c ${up[-1]} ms, least_conn ${ul[-1]} ms (send lag p99 $(field lag-p99 "$a"), $(field lag-p99 "$b") ms)"
+	done
+	echo "cpu_bound (4 x slots 1, $CPU_WORK of CPU each; open loop $rate/s = $CPU_LOAD of wrk -c16's $max/s through least_conn, $DUR, median of $PAIRS): p99 within p2c $(printf '%s\n' "${up[@]}" | median) ms, least_conn $(printf '%s\n' "${ul[@]}" | median) ms"
+	echo "cpu_bound ratio (median of per-round ratios): within p2c/least_conn $(printf '%s\n' "${ur[@]}" | median)x (goal <= 1.05x)"
 fi

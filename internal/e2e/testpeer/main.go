@@ -5,6 +5,8 @@
 // It serves HTTP: GET /probe answers after -probe-delay (a real delay in the
 // probe exchange, standing in for network distance); every other request is
 // answered after -delay with the peer's name in the body and in X-Peer.
+// With -slots N at most N such requests are in service at once and the rest
+// wait in arrival order; -cpu burns that much CPU per request (capacity.go).
 //
 // With -diameter it is also a Diameter server (a PCRF or an OCS, see
 // diameter.go) named -name in realm -realm, whose counts GET /_diameter
@@ -43,6 +45,8 @@ func main() {
 	diameterAddr := flag.String("diameter", "", "also serve Diameter on this address")
 	realm := flag.String("realm", "example", "Diameter realm (with -diameter)")
 	answerDelay := flag.Duration("answer-delay", 0, "delay before answering a Diameter request (with -diameter)")
+	slots := flag.Int("slots", 0, "at most this many requests in service at once, the rest queued (0: no limit)")
+	cpu := flag.Duration("cpu", 0, "CPU time to burn per request, inside its slot")
 	flag.Parse()
 	if *diameterAddr != "" {
 		serveDiameter(*diameterAddr, *name, *realm, *answerDelay)
@@ -50,6 +54,7 @@ func main() {
 
 	var mu sync.Mutex
 	var requests []seen
+	work := newCapacity(*slots, *delay, *cpu)
 
 	mux := http.DefaultServeMux
 	mux.HandleFunc("/probe", func(w http.ResponseWriter, r *http.Request) {
@@ -68,7 +73,9 @@ func main() {
 		}
 		requests = append(requests, seen{r.RemoteAddr, r.URL.Path, r.Header.Get("Client-IP"), r.Header.Get("X-Forwarded-For")})
 		mu.Unlock()
-		time.Sleep(*delay)
+		if !work.serve(r.Context()) {
+			return // its client went away while it waited for a slot
+		}
 		w.Header().Set("X-Peer", *name)
 		if *cacheControl != "" {
 			w.Header().Set("Cache-Control", *cacheControl)
