@@ -70,6 +70,33 @@ server 18470 s1.example
 server 18471 s2.example
 eval "pid_s2=${pids[-1]}"
 
+# relay_agent PORT NAME [LINE]: the layer4 server at PORT whose agent NAME
+# relays every request to the throughput server (peer.example), with LINE
+# added to the agent's block.
+relay_agent() {
+	cat <<AGENT
+		$ip:$1 {
+			route {
+				diameter_agent $2 {
+					origin_host $2.bench
+					origin_realm relay.bench
+					host_ip_address $ip
+					application 16777238 vendor 10415
+					application 4
+					peer peer.example {
+						realm example
+						address $ip:18469
+					}
+					group servers {
+						peers peer.example
+					}
+					route example servers${3:+
+					$3}
+				}
+			}
+		}
+AGENT
+}
 cat >"$work/Caddyfile" <<CADDYFILE
 {
 	admin 127.0.0.1:18419
@@ -77,50 +104,13 @@ cat >"$work/Caddyfile" <<CADDYFILE
 		level ERROR
 	}
 	layer4 {
-		$ip:18468 {
-			route {
-				diameter_agent dra {
-					origin_host dra.bench
-					origin_realm relay.bench
-					host_ip_address $ip
-					application 16777238 vendor 10415
-					application 4
-					peer peer.example {
-						realm example
-						address $ip:18469
-					}
-					group servers {
-						peers peer.example
-					}
-					route example servers
-				}
-			}
-		}
+$(relay_agent 18468 dra)
 		$ip:18467 {
 			route {
 				proxy $ip:18469
 			}
 		}
-		$ip:18464 {
-			route {
-				diameter_agent doic {
-					origin_host doic.bench
-					origin_realm relay.bench
-					host_ip_address $ip
-					application 16777238 vendor 10415
-					application 4
-					peer peer.example {
-						realm example
-						address $ip:18469
-					}
-					group servers {
-						peers peer.example
-					}
-					route example servers
-					doic
-				}
-			}
-		}
+$(relay_agent 18464 doic doic)
 		$ip:18466 {
 			route {
 				diameter_agent fo {

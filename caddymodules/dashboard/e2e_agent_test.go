@@ -105,27 +105,12 @@ func TestDiameterAgentPanelInChromium(t *testing.T) {
 	pcrf2 := e2e.Addr(t) // nothing listens
 	redis, redisAddr := e2e.StartRedis(t)
 	dash, agent := e2e.Addr(t), e2e.Addr(t)
-	caddy := e2e.StartCaddy(t, "caddyfile", fmt.Sprintf(`{
-	auto_https off
-	edgesteer_redis main {
-		address %s
-	}
-	layer4 {
-		%s {
-			route {
-				diameter_agent dra {
-					origin_host dra.example
-					origin_realm operator.example
-					host_ip_address 127.0.0.1
+	dra := e2e.DiameterAgent{Listen: agent, Head: `
 					application 16777238 vendor 10415
-					peer pcrf1.example {
-						realm operator.example
-						address %s
-					}
-					peer pcrf2.example {
-						realm operator.example
-						address %s
-					}
+`,
+		Peers: []string{"pcrf1.example", "pcrf2.example"},
+		Addrs: map[string]string{"pcrf1.example": pcrf1, "pcrf2.example": pcrf2},
+		Body: `
 					group pcrf {
 						peers pcrf1.example pcrf2.example
 						egress {
@@ -138,17 +123,19 @@ func TestDiameterAgentPanelInChromium(t *testing.T) {
 					max_bindings 1000
 					doic
 					binding_store redis main
-				}
-			}
-		}
+`}
+	caddy := e2e.StartCaddy(t, "caddyfile", fmt.Sprintf(`{
+	auto_https off
+	edgesteer_redis main {
+		address %s
 	}
-}
+%s}
 http://%s {
 	edgesteer_dashboard {
 		sample_interval 500ms
 	}
 }
-`, redisAddr, agent, pcrf1, pcrf2, dash))
+`, redisAddr, dra.Layer4(), dash))
 	caddy.WaitTCP(t, agent)
 	caddy.WaitTCP(t, dash)
 	agentView := func() diameteragent.View {

@@ -20,27 +20,13 @@ import (
 // replicaConfig is one replica of agent dra (its own origin_host, the
 // name shared) in front of two PCRFs, its bindings in Redis at redisAddr.
 func replicaConfig(listen, origin, redisAddr string, addrs map[string]string) string {
-	return fmt.Sprintf(`{
-	edgesteer_redis main {
-		address %s
-	}
-	layer4 {
-		%s {
-			route {
-				diameter_agent dra {
-					origin_host %s
-					origin_realm operator.example
-					host_ip_address 127.0.0.1
+	dra := e2e.DiameterAgent{Listen: listen, Origin: origin, Addrs: addrs,
+		Head: `
 					vendor_id 10415
 					application 16777238 vendor 10415
-					peer pcrf1.example {
-						realm operator.example
-						address %s
-					}
-					peer pcrf2.example {
-						realm operator.example
-						address %s
-					}
+`,
+		Peers: []string{"pcrf1.example", "pcrf2.example"},
+		Body: `
 					group pcrf {
 						peers pcrf1.example pcrf2.example
 					}
@@ -49,12 +35,13 @@ func replicaConfig(listen, origin, redisAddr string, addrs map[string]string) st
 					reconnect 200ms 1s
 					binding_store redis main
 					doic
-				}
-			}
-		}
+`}
+	return fmt.Sprintf(`{
+	edgesteer_redis main {
+		address %s
 	}
-}
-`, redisAddr, listen, origin, addrs["pcrf1.example"], addrs["pcrf2.example"])
+%s}
+`, redisAddr, dra.Layer4())
 }
 
 func storeOf(t *testing.T, c *e2e.Caddy) diambind.View {
@@ -89,16 +76,7 @@ func TestBindingsSharedByReplicas(t *testing.T) {
 	var pgws [2]*pgw
 	for i, origin := range []string{"dra-a.example", "dra-b.example"} {
 		listen := e2e.Addr(t)
-		c := e2e.StartCaddy(t, "caddyfile", replicaConfig(listen, origin, redisAddr, addrs))
-		c.WaitTCP(t, listen)
-		c.WaitFor(t, "both PCRFs OKAY", 20*time.Second, func() error {
-			for _, p := range view(t, c).Peers {
-				if p.State != "OKAY" {
-					return fmt.Errorf("%s %s (%s)", p.Host, p.State, p.LastError)
-				}
-			}
-			return nil
-		})
+		c := startAgent(t, listen, replicaConfig(listen, origin, redisAddr, addrs))
 		replicas[i], pgws[i] = c, dialPGW(t, listen, fmt.Sprintf("pgw%d.example", i+1))
 	}
 	a, b := replicas[0], replicas[1]

@@ -24,33 +24,9 @@ import (
 // by the load in loadFile: 70 % → 40 %), Gy to ocs1/ocs2 (least_loaded),
 // DOIC on.
 func doicAgentConfig(listen string, addrs map[string]string, loadFile string) string {
-	return fmt.Sprintf(`{
-	layer4 {
-		%s {
-			route {
-				diameter_agent dra {
-					origin_host dra.example
-					origin_realm operator.example
-					host_ip_address 127.0.0.1
-					vendor_id 10415
-					application 16777238 vendor 10415
-					application 4
-					peer pcrf1.example {
-						realm operator.example
-						address %s
-					}
-					peer pcrf2.example {
-						realm operator.example
-						address %s
-					}
-					peer ocs1.example {
-						realm operator.example
-						address %s
-					}
-					peer ocs2.example {
-						realm operator.example
-						address %s
-					}
+	return "{\n" + e2e.DiameterAgent{Listen: listen, Head: gxGy, Addrs: addrs,
+		Peers: []string{"pcrf1.example", "pcrf2.example", "ocs1.example", "ocs2.example"},
+		Body: fmt.Sprintf(`
 					group pcrf {
 						peers pcrf1.example pcrf2.example
 						egress {
@@ -72,11 +48,7 @@ func doicAgentConfig(listen string, addrs map[string]string, loadFile string) st
 					route operator.example ocs 4
 					watchdog 6s
 					doic
-				}
-			}
-		}
-	}
-}`, listen, addrs["pcrf1.example"], addrs["pcrf2.example"], addrs["ocs1.example"], addrs["ocs2.example"], loadFile)
+`, loadFile)}.Layer4() + "}"
 }
 
 // post sets the AVPs a testpeer server appends to its answers.
@@ -213,16 +185,7 @@ func TestDOICThroughCaddy(t *testing.T) {
 	}
 	setLoad(10)
 	listen := e2e.Addr(t)
-	c := e2e.StartCaddy(t, "caddyfile", doicAgentConfig(listen, addrs, loadFile))
-	c.WaitTCP(t, listen)
-	c.WaitFor(t, "every peer OKAY", 20*time.Second, func() error {
-		for _, p := range view(t, c).Peers {
-			if p.State != "OKAY" {
-				return fmt.Errorf("%s %s (%s)", p.Host, p.State, p.LastError)
-			}
-		}
-		return nil
-	})
+	c := startAgent(t, listen, doicAgentConfig(listen, addrs, loadFile))
 	pgw1 := dialPGW(t, listen, "pgw1.example")
 	const window = 3 * time.Second
 

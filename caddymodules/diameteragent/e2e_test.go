@@ -85,37 +85,9 @@ func agentConfig(listen string, addrs map[string]string, pcrfRate int, pcrfExtra
 }
 
 func agentConfigBase(listen string, addrs map[string]string, pcrfRate int) string {
-	return fmt.Sprintf(`{
-	layer4 {
-		%s {
-			route {
-				diameter_agent dra {
-					origin_host dra.example
-					origin_realm operator.example
-					host_ip_address 127.0.0.1
-					vendor_id 10415
-					application 16777238 vendor 10415
-					application 4
-					peer pcrf1.example {
-						realm operator.example
-						address %s
-					}
-					peer pcrf2.example {
-						realm operator.example
-						address %s
-					}
-					peer ocs1.example {
-						realm operator.example
-						address %s
-					}
-					peer ocs2.example {
-						realm operator.example
-						address %s
-					}
-					peer ocs3.example {
-						realm operator.example
-						address %s
-					}
+	return "{\n" + e2e.DiameterAgent{Listen: listen, Head: gxGy, Addrs: addrs,
+		Peers: []string{"pcrf1.example", "pcrf2.example", "ocs1.example", "ocs2.example", "ocs3.example"},
+		Body: fmt.Sprintf(`
 					group pcrf {
 						peers pcrf1.example pcrf2.example
 						request_timeout 5s
@@ -133,13 +105,16 @@ func agentConfigBase(listen string, addrs map[string]string, pcrfRate int) strin
 					route operator.example ocs 4
 					watchdog 6s
 					reconnect 200ms 1s
-				}
-			}
-		}
-	}
+`, pcrfRate, pcrfRate/10)}.Layer4() + "}\n"
 }
-`, listen, addrs["pcrf1.example"], addrs["pcrf2.example"], addrs["ocs1.example"], addrs["ocs2.example"], addrs["ocs3.example"], pcrfRate, pcrfRate/10)
-}
+
+// gxGy is the agent's vendor and applications: Gx (3GPP) and Gy (credit
+// control).
+const gxGy = `
+					vendor_id 10415
+					application 16777238 vendor 10415
+					application 4
+`
 
 type agentView struct {
 	Name string `json:"name"`
@@ -154,6 +129,23 @@ func view(t *testing.T, c *e2e.Caddy) diameteragent.View {
 		t.Fatalf("admin view: %+v", vs)
 	}
 	return vs[0].View
+}
+
+// startAgent starts bin/caddy with config, whose agent listens at listen,
+// and waits until every peer of the agent is OKAY.
+func startAgent(t *testing.T, listen, config string) *e2e.Caddy {
+	t.Helper()
+	c := e2e.StartCaddy(t, "caddyfile", config)
+	c.WaitTCP(t, listen)
+	c.WaitFor(t, "every peer OKAY", 20*time.Second, func() error {
+		for _, p := range view(t, c).Peers {
+			if p.State != "OKAY" {
+				return fmt.Errorf("%s %s (%s)", p.Host, p.State, p.LastError)
+			}
+		}
+		return nil
+	})
+	return c
 }
 
 func group(v diameteragent.View, name string) diameteragent.GroupView {
@@ -184,16 +176,7 @@ func TestAgentThroughCaddy(t *testing.T) {
 		servers[h], addrs[h] = startServer(t, h, "operator.example", delay)
 	}
 	listen := e2e.Addr(t)
-	c := e2e.StartCaddy(t, "caddyfile", agentConfig(listen, addrs, 5000))
-	c.WaitTCP(t, listen)
-	c.WaitFor(t, "every peer OKAY", 20*time.Second, func() error {
-		for _, p := range view(t, c).Peers {
-			if p.State != "OKAY" {
-				return fmt.Errorf("%s %s (%s)", p.Host, p.State, p.LastError)
-			}
-		}
-		return nil
-	})
+	c := startAgent(t, listen, agentConfig(listen, addrs, 5000))
 	pgws := []*pgw{dialPGW(t, listen, "pgw1.example"), dialPGW(t, listen, "pgw2.example")}
 	connections := func() int {
 		n := 0

@@ -125,9 +125,8 @@ func (ct *clusterTopology) waitAll(t *testing.T, what string, hosts []string, ok
 	}
 }
 
-// upstreamCounts returns the upstream's count of requests per window tag
-// (the first path segment).
-func (ct *clusterTopology) upstreamCounts(t *testing.T) map[string]int {
+// upstreamPaths returns the paths the upstream has seen.
+func (ct *clusterTopology) upstreamPaths(t *testing.T) []string {
 	t.Helper()
 	resp, err := ct.tp.HTTPClient("client").Get("http://" + clusterUpstream + "/_seen")
 	if err != nil {
@@ -140,9 +139,20 @@ func (ct *clusterTopology) upstreamCounts(t *testing.T) map[string]int {
 	if err := json.NewDecoder(resp.Body).Decode(&seen); err != nil {
 		t.Fatal(err)
 	}
+	out := make([]string, len(seen))
+	for i, s := range seen {
+		out[i] = s.Path
+	}
+	return out
+}
+
+// upstreamCounts returns the upstream's count of requests per window tag
+// (the first path segment).
+func (ct *clusterTopology) upstreamCounts(t *testing.T) map[string]int {
+	t.Helper()
 	out := map[string]int{}
-	for _, s := range seen {
-		tag, _, _ := strings.Cut(strings.TrimPrefix(s.Path, "/"), "/")
+	for _, p := range ct.upstreamPaths(t) {
+		tag, _, _ := strings.Cut(strings.TrimPrefix(p, "/"), "/")
 		out[tag]++
 	}
 	return out
@@ -644,25 +654,4 @@ http://:8080 {
 			t.Errorf("%s: message view %+v", r, m)
 		}
 	}
-}
-
-// upstreamPaths returns the paths the upstream has seen.
-func (ct *clusterTopology) upstreamPaths(t *testing.T) []string {
-	t.Helper()
-	resp, err := ct.tp.HTTPClient("client").Get("http://" + clusterUpstream + "/_seen")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var seen []struct {
-		Path string `json:"path"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&seen); err != nil {
-		t.Fatal(err)
-	}
-	out := make([]string, len(seen))
-	for i, s := range seen {
-		out[i] = s.Path
-	}
-	return out
 }

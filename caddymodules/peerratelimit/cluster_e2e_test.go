@@ -56,16 +56,12 @@ func waitCluster(t *testing.T, c *e2e.Caddy, what string, ok func(*peerratelimit
 	}
 }
 
-// One replica through bin/caddy with cluster redis: it registers, syncs and
-// gets the whole limit; another program's value under the prefix is
-// ignored and counted; with Redis stopped it falls back (logged once,
-// metric, admin view) and no request fails; with Redis back it resyncs.
-func TestClusterOneReplicaStoreDownAndBack(t *testing.T) {
-	e2e.SkipShort(t)
-	dir, addr := t.TempDir(), e2e.Addr(t)
-	srv := e2e.StartRedisAt(t, dir, addr)
-	front := e2e.Addr(t)
-	c := e2e.StartCaddy(t, "caddyfile", fmt.Sprintf(`{
+// clusterSiteConfig is a replica of a cluster: site front's
+// peer_rate_limit edge has profile p, keyed by the X-Peer header, with the
+// lines of limits, limited cluster-wide through the Redis at redisAddr
+// (key_prefix e2e, sync every 100 ms, and the lines of clusterOptions).
+func clusterSiteConfig(redisAddr, front, limits, clusterOptions string) string {
+	return fmt.Sprintf(`{
 	edgesteer_redis main {
 		address %s
 		key_prefix e2e
@@ -76,15 +72,42 @@ http://%s {
 		name edge
 		profile p {
 			peer {http.request.header.X-Peer}
-			rate 50
+			%s
 			cluster redis main {
 				sync 100ms
+				%s
 			}
 		}
 	}
 	respond ok
 }
-`, addr, front))
+`, redisAddr, front, limits, clusterOptions)
+}
+
+// burstStoreDown sends peer a's burst to url for a second with the one
+// replica's Redis down: no request fails, some are admitted, and at most
+// the limit of 50/s (the whole of it: one replica).
+func burstStoreDown(t *testing.T, url string) {
+	t.Helper()
+	o := burst(t, url, "a", time.Second)
+	if o.other.Load() != 0 || o.ok.Load() == 0 {
+		t.Fatalf("with Redis down: %d admitted, %d failed", o.ok.Load(), o.other.Load())
+	}
+	if got, hi := o.ok.Load(), most(50, clusterBurst(50), o.elapsed); got > hi {
+		t.Fatalf("with Redis down admitted %d at %s, want ≤ %d (limit ÷ 1 replica)", got, url, hi)
+	}
+}
+
+// One replica through bin/caddy with cluster redis: it registers, syncs and
+// gets the whole limit; another program's value under the prefix is
+// ignored and counted; with Redis stopped it falls back (logged once,
+// metric, admin view) and no request fails; with Redis back it resyncs.
+func TestClusterOneReplicaStoreDownAndBack(t *testing.T) {
+	e2e.SkipShort(t)
+	dir, addr := t.TempDir(), e2e.Addr(t)
+	srv := e2e.StartRedisAt(t, dir, addr)
+	front := e2e.Addr(t)
+	c := e2e.StartCaddy(t, "caddyfile", clusterSiteConfig(addr, front, "rate 50", ""))
 	v := waitCluster(t, c, "first sync", func(v *peerratelimit.ClusterView) bool {
 		return v.RedisHealthy && v.ReplicasSeen == 1 && !v.LastSync.IsZero()
 	})
@@ -126,13 +149,7 @@ http://%s {
 	logged := len(c.Logs())
 	srv.Stop()
 	waitCluster(t, c, "fallback", func(v *peerratelimit.ClusterView) bool { return v.Fallback && !v.RedisHealthy && v.LastError != "" })
-	o = burst(t, "http://"+front+"/", "a", time.Second)
-	if o.other.Load() != 0 || o.ok.Load() == 0 {
-		t.Fatalf("with Redis down: %d admitted, %d failed", o.ok.Load(), o.other.Load())
-	}
-	if got, hi := o.ok.Load(), most(50, clusterBurst(50), o.elapsed); got > hi {
-		t.Fatalf("with Redis down admitted %d, want ≤ %d (limit ÷ 1 replica)", got, hi)
-	}
+	burstStoreDown(t, "http://"+front+"/")
 	if f, _ := c.Metric(t, `caddy_edgesteer_peer_rate_limit_cluster_fallback{handler="edge",profile="p"}`); f != 1 {
 		t.Fatalf("cluster_fallback = %v with Redis down", f)
 	}
@@ -562,32 +579,13 @@ func TestClusterMessageTypeStoreDownAndBack(t *testing.T) {
 	dir, addr := t.TempDir(), e2e.Addr(t)
 	srv := e2e.StartRedisAt(t, dir, addr)
 	front := e2e.Addr(t)
-	c := e2e.StartCaddy(t, "caddyfile", fmt.Sprintf(`{
-	edgesteer_redis main {
-		address %s
-		key_prefix e2e
-	}
-}
-http://%s {
-	peer_rate_limit {
-		name edge
-		profile p {
-			peer {http.request.header.X-Peer}
-			rate 100000
+	c := e2e.StartCaddy(t, "caddyfile", clusterSiteConfig(addr, front, `rate 100000
 			message m {
 				match {
 					path /m
 				}
 				rate 50
-			}
-			cluster redis main {
-				sync 100ms
-			}
-		}
-	}
-	respond ok
-}
-`, addr, front))
+			}`, ""))
 	msgView := func(v *peerratelimit.ClusterView) *peerratelimit.ClusterMessageView {
 		if v == nil || len(v.Messages) != 1 {
 			return nil
@@ -621,13 +619,7 @@ http://%s {
 		m := msgView(v)
 		return v.Fallback && m != nil && m.Fallback
 	})
-	o = burst(t, "http://"+front+"/m", "a", time.Second)
-	if o.other.Load() != 0 || o.ok.Load() == 0 {
-		t.Fatalf("with Redis down: %d admitted, %d failed", o.ok.Load(), o.other.Load())
-	}
-	if got, hi := o.ok.Load(), most(50, clusterBurst(50), o.elapsed); got > hi {
-		t.Fatalf("with Redis down admitted %d of type m, want ≤ %d (limit ÷ 1 replica)", got, hi)
-	}
+	burstStoreDown(t, "http://"+front+"/m")
 
 	e2e.StartRedisAt(t, dir, addr)
 	waitCluster(t, c, "resync", func(v *peerratelimit.ClusterView) bool {

@@ -24,33 +24,6 @@ import (
 
 const hangRate = 50 // the cluster-wide limit of the tests below, per second
 
-// hangCaddyfile is one replica: profile p limits each peer (X-Peer) to
-// hangRate per second cluster-wide, synced every 100ms through store
-// main at redisAddr.
-func hangCaddyfile(redisAddr, front, clusterOptions string) string {
-	return fmt.Sprintf(`{
-	edgesteer_redis main {
-		address %s
-		key_prefix hang
-	}
-}
-http://%s {
-	peer_rate_limit {
-		name edge
-		profile p {
-			peer {http.request.header.X-Peer}
-			rate %d
-			cluster redis main {
-				sync 100ms
-				%s
-			}
-		}
-	}
-	respond ok
-}
-`, redisAddr, front, hangRate, clusterOptions)
-}
-
 // scope is a testing.TB whose cleanups run at end (or when the test
 // ends, if end was not called): it closes an e2e.HangingListener in the
 // middle of a test, so that Redis can take its address.
@@ -90,10 +63,12 @@ type replica struct {
 
 func startReplica(t *testing.T, redisAddr string) *replica { return startReplicaWith(t, redisAddr, "") }
 
-// startReplicaWith starts a replica with more options in its cluster block.
+// startReplicaWith starts a replica (clusterSiteConfig: profile p at
+// hangRate per second cluster-wide) with more options in its cluster
+// block.
 func startReplicaWith(t *testing.T, redisAddr, clusterOptions string) *replica {
 	front := e2e.Addr(t)
-	r := &replica{c: e2e.StartCaddy(t, "caddyfile", hangCaddyfile(redisAddr, front, clusterOptions)), front: front}
+	r := &replica{c: e2e.StartCaddy(t, "caddyfile", clusterSiteConfig(redisAddr, front, fmt.Sprint("rate ", hangRate), clusterOptions)), front: front}
 	r.c.WaitTCP(t, front)
 	return r
 }

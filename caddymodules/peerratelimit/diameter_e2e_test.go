@@ -196,6 +196,31 @@ func (c *diamClient) wait(t *testing.T, n int, d time.Duration) {
 	}
 }
 
+// diameterLimit is a layer4 server at front that limits Diameter and
+// proxies to upstream: a peer_rate_limit named name (unnamed when empty)
+// answering as dra.example in realm example, with the lines of options
+// added to its diameter block, and the block of profile.
+func diameterLimit(front, name, options, profile, upstream string) string {
+	if name != "" {
+		name = "name " + name
+	}
+	return fmt.Sprintf(`
+		%s {
+			route {
+				peer_rate_limit {
+					%s
+					diameter {
+						origin_host dra.example
+						origin_realm example
+						%s
+					}
+					%s
+				}
+				proxy %s
+			}
+		}`, front, name, options, profile, upstream)
+}
+
 func draConfig(t *testing.T, front, pcrf, ocsFront, ocs string) string {
 	data, err := os.ReadFile(filepath.Join(e2e.Root(t), "Caddyfile.examples", "diameter-dra.Caddyfile"))
 	if err != nil {
@@ -283,27 +308,12 @@ func TestDiameterPerMessageLimitsAndRefusals(t *testing.T) {
 func TestDiameterDropAndMalformed(t *testing.T) {
 	pcrf, _ := diamServer(t)
 	front := e2e.Addr(t)
-	c := e2e.StartCaddy(t, "caddyfile", fmt.Sprintf(`{
-	layer4 {
-		%s {
-			route {
-				peer_rate_limit {
-					diameter {
-						origin_host dra.example
-						origin_realm example
-					}
-					profile pgw {
+	c := e2e.StartCaddy(t, "caddyfile", "{\n\tlayer4 {"+diameterLimit(front, "", "", `profile pgw {
 						message gx-ccr-i {
 							rate 1 1
 						}
 						action drop
-					}
-				}
-				proxy %s
-			}
-		}
-	}
-}`, front, pcrf))
+					}`, pcrf)+"\n\t}\n}\n")
 	c.WaitTCP(t, front)
 	pgw := dialDiameter(t, front)
 	other := dialDiameter(t, front)
@@ -457,25 +467,12 @@ func TestDiameterKeyIsTheCERIdentity(t *testing.T) {
 	pcrf, _ := diamServer(t)
 	byCER, byOrigin := e2e.Addr(t), e2e.Addr(t)
 	server := func(front, name, peer string) string {
-		return fmt.Sprintf(`
-		%s {
-			route {
-				peer_rate_limit {
-					name %s
-					diameter {
-						origin_host dra.example
-						origin_realm example
-					}
-					profile pgw {
+		return diameterLimit(front, name, "", fmt.Sprintf(`profile pgw {
 						%s
 						message gx-ccr-i {
 							rate 200
 						}
-					}
-				}
-				proxy %s
-			}
-		}`, front, name, peer, pcrf)
+					}`, peer), pcrf)
 	}
 	c := e2e.StartCaddy(t, "caddyfile", "{\n\tlayer4 {"+server(byCER, "by-cer", "")+
 		server(byOrigin, "by-origin", "peer {l4.peer_rate_limit.origin_host}")+"\n\t}\n}\n")

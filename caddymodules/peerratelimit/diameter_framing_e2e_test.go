@@ -103,24 +103,11 @@ func TestDiameterSplitAndBatchedFramedIdentically(t *testing.T) {
 
 	split, batched := e2e.Addr(t), e2e.Addr(t)
 	server := func(addr, name, up string) string {
-		return fmt.Sprintf(`
-		%s {
-			route {
-				peer_rate_limit {
-					name %s
-					diameter {
-						origin_host dra.example
-						origin_realm example
-					}
-					profile all {
+		return diameterLimit(addr, name, "", `profile all {
 						message gx-ccr-i {
 							rate 0.01 1
 						}
-					}
-				}
-				proxy %s
-			}
-		}`, addr, name, up)
+					}`, up)
 	}
 	e2e.StartCaddy(t, "caddyfile", "{\n\tlayer4 {"+server(split, "split", splitUp)+server(batched, "batched", batchUp)+"\n\t}\n}\n")
 

@@ -148,25 +148,11 @@ func TestDiameterUpstreamStopsAnswering(t *testing.T) {
 	silent, stalled, slow := startFaultyUpstream(t, true), startFaultyUpstream(t, false), startFaultyUpstream(t, false)
 	fSilent, fStalled, fSlow := e2e.Addr(t), e2e.Addr(t), e2e.Addr(t)
 	server := func(front, name, extra, upstream string) string {
-		return fmt.Sprintf(`
-		%s {
-			route {
-				peer_rate_limit {
-					name %s
-					diameter {
-						origin_host dra.example
-						origin_realm example
-						%s
-					}
-					profile pgw {
+		return diameterLimit(front, name, extra, `profile pgw {
 						message gx-ccr-i {
 							rate 1 1
 						}
-					}
-				}
-				proxy %s
-			}
-		}`, front, name, extra, upstream)
+					}`, upstream)
 	}
 	c := e2e.StartCaddy(t, "caddyfile", "{\n\tlayer4 {"+
 		server(fSilent, "silent", "", silent.addr)+
