@@ -1,8 +1,11 @@
 package latencybucket_test
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptrace"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -221,6 +224,36 @@ func (s *stream) finish(t *testing.T) {
 	}
 }
 
+// getRetryingUnanswered is getWith, sent once more when the request's
+// connection was new and closed with no byte of answer: Go's net/http
+// server (golang/go#75591) closes so a connection it accepted just before
+// a reload's Shutdown began and whose request it reads after. A client
+// does not retry a new connection on its own (only a reused one); a
+// browser does. It happened to 1 request in 3,451 in a make test.
+func getRetryingUnanswered(client *http.Client, url, user string) answer {
+	var fresh, answered atomic.Bool
+	trace := &httptrace.ClientTrace{
+		GotConn:              func(i httptrace.GotConnInfo) { fresh.Store(!i.Reused) },
+		GotFirstResponseByte: func() { answered.Store(true) },
+	}
+	traced := &http.Client{Timeout: client.Timeout, Transport: traceTransport{client.Transport, trace}}
+	a := getWith(traced, url, "", user)
+	if a.err != nil && errors.Is(a.err, io.EOF) && fresh.Load() && !answered.Load() {
+		a = getWith(client, url, "", user)
+	}
+	return a
+}
+
+// traceTransport sends each request through rt with trace.
+type traceTransport struct {
+	rt    http.RoundTripper
+	trace *httptrace.ClientTrace
+}
+
+func (tt traceTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	return tt.rt.RoundTrip(r.WithContext(httptrace.WithClientTrace(r.Context(), tt.trace)))
+}
+
 // Three reloads, each changing only an unrelated header, through the
 // `caddy reload` CLI and through POST /load: 50 users pinned by the HTTP
 // policy and 16 source addresses pinned by the layer4 policy keep their
@@ -264,7 +297,7 @@ func testReloadKeepsPins(t *testing.T, how string) {
 	reused := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{}}
 	p := &pinCheck{
 		get:       func(user string) answer { return get(url, "", user) },
-		keepAlive: func(user string) answer { return getWith(reused, url, "", user) },
+		keepAlive: func(user string) answer { return getRetryingUnanswered(reused, url, user) },
 		dial:      func(src string) (string, error) { return dialL4(front4, src) },
 	}
 	p.pin(t)
