@@ -2,12 +2,9 @@ package pubsel
 
 import (
 	"math/rand/v2"
-	"slices"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
-	"github.com/edgesteer/edgesteer/internal/latency"
 	"github.com/edgesteer/edgesteer/internal/sticky"
 )
 
@@ -56,144 +53,6 @@ type Decision struct {
 	FromStore bool    // that entry came from the shared store (a local miss)
 }
 
-type view[U comparable] struct {
-	gen uint64
-	// fallback: no member is measured, so the pick is the configured
-	// fallback over every member (random or least_conn, Caddy's own view
-	// of availability deciding) and is not pinned.
-	fallback bool
-	first    *U // identity of the pool the view was built from
-	size     int
-	groups   [][]member[U] // active members by bucket, lowest bucket first
-	// movePins: pinned pairs also leave a publisher that is out of the
-	// lowest bucket (latency traffic or both); lowest is that bucket.
-	movePins bool
-	lowest   int
-	byID     []int32          // target id → index in members, -1 if absent
-	byAddr   map[string]int32 // probe address → index in members (shared store values)
-	members  []member[U]
-}
-
-type member[U comparable] struct {
-	u      U
-	id     uint32
-	probed bool
-	score  uint64  // hash of the probe address, for pairScore (with a shared level)
-	tg     *target // its target, for p2c's load figures; nil if not probed
-	// warmSince: when it (re)entered the lowest bucket, if it is in slow
-	// start (unix ns); 0 if not.
-	warmSince int64
-}
-
-func (s *Selector[U]) currentView(pool []U, now int64) *view[U] {
-	gen := s.Tracker.Generation()
-	v := s.view.Load()
-	if v != nil && v.gen == gen && v.size == len(pool) && v.first == unsafe.SliceData(pool) {
-		return v
-	}
-	prev := v
-	v = s.build(pool)
-	if s.SlowStart > 0 {
-		s.warmup(v, prev, now)
-	}
-	s.publishWarmup(v)
-	s.view.Store(v)
-	return v
-}
-
-func (s *Selector[U]) build(pool []U) *view[U] {
-	// Register first: Ensure may bump the generation, and the view must
-	// carry the generation its statuses were read at or after.
-	ensure := s.Tracker.Ensure
-	if s.Holder != nil {
-		ensure = s.Holder.Ensure
-	}
-	ids := make([]int64, len(pool))
-	for i, u := range pool {
-		ids[i] = -1
-		if addr := s.Host.Addr(u); addr != "" {
-			if id, err := ensure(addr); err == nil {
-				ids[i] = int64(id)
-			}
-		}
-	}
-	v := &view[U]{gen: s.Tracker.Generation(), first: unsafe.SliceData(pool), size: len(pool), fallback: true}
-	cfg := s.Tracker.cfg.Load()
-	noBuckets := cfg.NoBuckets
-	v.movePins = cfg.Source != FromProbe && !noBuckets
-	type ranked struct {
-		m      member[U]
-		bucket int
-	}
-	var active []ranked
-	maxID := -1
-	for i, u := range pool {
-		m := member[U]{u: u}
-		bucket := latency.Unmeasured
-		if ids[i] >= 0 {
-			m.id, m.probed = uint32(ids[i]), true
-			if byID := *s.Tracker.byID.Load(); int(m.id) < len(byID) {
-				m.tg = byID[m.id]
-			}
-			if s.StickyStore != nil {
-				m.score = fnv64(s.Host.Addr(u))
-			}
-			maxID = max(maxID, int(ids[i]))
-			st := s.Tracker.StatusOf(m.id)
-			if st.Measured {
-				v.fallback = false
-			}
-			v.members = append(v.members, m)
-			if !st.Active {
-				continue
-			}
-			bucket = st.Bucket
-		} else {
-			v.members = append(v.members, m)
-		}
-		if noBuckets {
-			bucket = 0
-		}
-		active = append(active, ranked{m, bucket})
-	}
-	if v.fallback {
-		// Nothing measured yet (cold start, or no probe ever succeeded):
-		// latency says nothing, and a round that failed says little more
-		// than Caddy's own health does, so every member is a candidate.
-		v.groups = [][]member[U]{v.members}
-	} else {
-		slices.SortStableFunc(active, func(a, b ranked) int { return a.bucket - b.bucket })
-		for i := 0; i < len(active); {
-			j := i
-			var g []member[U]
-			for ; j < len(active) && active[j].bucket == active[i].bucket; j++ {
-				g = append(g, active[j].m)
-			}
-			v.groups = append(v.groups, g)
-			i = j
-		}
-		if len(active) > 0 {
-			v.lowest = active[0].bucket
-		}
-	}
-	v.byID = make([]int32, maxID+1)
-	for i := range v.byID {
-		v.byID[i] = -1
-	}
-	if s.StickyStore != nil {
-		v.byAddr = make(map[string]int32, len(v.members))
-	}
-	for i, m := range v.members {
-		if m.probed {
-			v.byID[m.id] = int32(i)
-			if v.byAddr != nil {
-				v.byAddr[s.Host.Addr(m.u)] = int32(i)
-			}
-		}
-	}
-	return v
-}
-
 // Select picks an upstream for the (user, app) pair at now (unix ns): the
 // pair's sticky publisher if it is still active and available, else a
 // random (or least-loaded) available member of the lowest bucket that has
@@ -210,146 +69,71 @@ func (s *Selector[U]) SelectUnpinned(pool []U, now int64) (u U, d Decision, ok b
 	return s.sel(pool, "", "", now, false)
 }
 
+// sel is the NPA rule: a pinned pair is kept on its publisher while that
+// stays usable (pin.go), its pin read from the local table and, on a local
+// miss, from the shared store; any other pick is new, in the lowest bucket
+// that has an available member, by the within policy, and a pinned pair is
+// then pinned to it.
 func (s *Selector[U]) sel(pool []U, user, app string, now int64, pinned bool) (u U, d Decision, ok bool) {
 	if len(pool) == 0 {
 		return u, d, false
 	}
 	v := s.currentView(pool, now)
-	var key uint64
+	var p *pair
 	if pinned {
-		key = s.Sticky.Key(user, app)
-		if val, hit := s.Sticky.Get(key, now); hit {
-			if id := sticky.ID(val); int(id) < len(v.byID) && v.byID[id] >= 0 {
-				m := v.members[v.byID[id]]
-				// No count here: a local hit costs what it cost without a
-				// shared level (the adapter counts sticky decisions anyway).
-				// With latency traffic or both a pin also ends when its
-				// publisher is out of the lowest bucket (under hysteresis,
-				// on the confirmed peak-EWMA: one slow answer moves none).
-				if st := s.Tracker.StatusOf(id); st != nil && st.Active && s.Host.Available(m.u) &&
-					(!v.movePins || v.fallback || !st.Measured || st.Bucket <= v.lowest) {
-					if s.StickyStore != nil {
-						if s.StickyStore.reconcilable(key, now) {
-							// Pinned here without the store's word:
-							// settle it with the store, off the path.
-							s.StickyStore.reconcile(key, user, app, st.Addr, s.adopter(key, now))
-						} else if e := s.StickyStore.epochAt(now); sticky.Tag(val) != e {
-							// Once per epoch (half the TTL) a pair in use
-							// here renews its store entry, off the path.
-							s.Sticky.Put(key, sticky.Tagged(id, e), now)
-							s.StickyStore.refresh(user, app, st.Addr)
-						}
-					}
-					return m.u, Decision{Status: st, Sticky: true}, true
+		key := s.Sticky.Key(user, app)
+		val, hit := s.Sticky.Get(key, now)
+		if m := v.pinned(val, hit); m != nil {
+			if st := s.Tracker.StatusOf(m.id); v.keeps(st) && s.Host.Available(m.u) {
+				if s.StickyStore != nil {
+					s.renew(key, user, app, val, st.Addr, now)
 				}
+				return m.u, Decision{Status: st, Sticky: true}, true
 			}
 		}
-	}
-	// The shared level: only for a pin this pool would make (some member
-	// measured), so a cold start costs no store call per request.
-	var skey string
-	overwrite := false
-	shared := pinned && s.StickyStore != nil && !v.fallback
-	if shared {
-		skey = s.StickyStore.Key(user, app)
-		addr, found, bad, _ := s.StickyStore.lookup(skey)
-		overwrite = bad
-		if found {
-			if m, st, usable, member := s.fromStore(v, addr); usable {
-				s.Sticky.Put(key, sticky.Tagged(m.id, s.StickyStore.epochAt(now)), now)
-				s.StickyStore.stats.pending.done(key)
-				s.StickyStore.stats.StoreHits.Add(1)
-				return m.u, Decision{Status: st, Sticky: true, FromStore: true}, true
-			} else if member {
-				s.StickyStore.stats.Stale.Add(1)
-			} else {
-				s.StickyStore.stats.Malformed.Add(1)
-			}
-			overwrite = true
+		p = &pair{user: user, app: app, key: key, shared: s.StickyStore != nil && !v.fallback}
+		if m, st, ok := s.storedPin(v, p, now); ok {
+			return m.u, Decision{Status: st, Sticky: true, FromStore: true}, true
 		}
 	}
+	m := s.pickNew(v, p, now)
+	if m == nil {
+		return u, d, false
+	}
+	if m.probed {
+		d.Status = s.statusOf(m)
+		// A pick made before anything in the pool was measured is not
+		// latency-based: do not pin the pair to it.
+		if p != nil && !v.fallback && (d.Status.Measured || s.Tracker.cfg.Load().NoBuckets) {
+			m, d.Status = s.pin(v, p, m, d.Status, now)
+		}
+	}
+	return m.u, d, true
+}
+
+// pickNew is a new pick for the pair p (nil: none): in the lowest bucket
+// that has an available member, by the within policy, then slow start.
+func (s *Selector[U]) pickNew(v *view[U], p *pair, now int64) *member[U] {
 	for _, g := range v.groups {
-		var m *member[U]
-		if shared && s.Within == WithinRandom {
-			m = s.pickFor(g, skey)
-		} else {
-			m = s.pick(g, now)
-		}
+		m := s.pick(g, p, now)
 		if m == nil {
 			continue
 		}
 		if m.warmSince != 0 {
 			m = s.temper(g, m, now)
 		}
-		if m.probed {
-			if m.tg != nil { // its target, as the view was built: one load less
-				d.Status = m.tg.status.Load()
-			} else {
-				d.Status = s.Tracker.StatusOf(m.id)
-			}
-			// A pick made before anything in the pool was measured is not
-			// latency-based: do not pin the pair to it.
-			if pinned && !v.fallback && (d.Status.Measured || s.Tracker.cfg.Load().NoBuckets) {
-				if shared {
-					// Another replica may have pinned the pair since our
-					// lookup (or before it, if the lookup got no answer):
-					// its pin wins if it is usable here.
-					winner, won, synced := s.StickyStore.claim(skey, d.Status.Addr, overwrite)
-					if !won {
-						if wm, wst, usable, _ := s.fromStore(v, winner); usable {
-							s.StickyStore.stats.Adopted.Add(1)
-							m, d.Status = &wm, wst
-						} else {
-							_, _, synced = s.StickyStore.claim(skey, d.Status.Addr, true)
-						}
-					}
-					if synced {
-						s.StickyStore.stats.pending.done(key)
-					} else if !s.StickyStore.stats.pending.add(key, now, s.StickyStore.ttl.Load()) {
-						s.StickyStore.stats.PendingDropped.Add(1)
-					}
-				}
-				val := m.id
-				if shared {
-					val = sticky.Tagged(m.id, s.StickyStore.epochAt(now))
-				}
-				s.Sticky.Put(key, val, now)
-			}
-		}
-		return m.u, d, true
+		return m
 	}
-	return u, d, false
+	return nil
 }
 
-// adopter returns what a reconciliation calls when the store names
-// another publisher for the pair of table key: the pair follows it here if
-// it is usable.
-func (s *Selector[U]) adopter(key uint64, now int64) func(string) bool {
-	return func(winner string) bool {
-		v := s.view.Load()
-		if v == nil {
-			return false
-		}
-		m, _, usable, _ := s.fromStore(v, winner)
-		if usable {
-			s.Sticky.Put(key, sticky.Tagged(m.id, s.StickyStore.epochAt(now)), now)
-		}
-		return usable
+// statusOf is m's status, read from its target as the view was built
+// (one load less) if it has one.
+func (s *Selector[U]) statusOf(m *member[U]) *Status {
+	if m.tg != nil {
+		return m.tg.status.Load()
 	}
-}
-
-// fromStore resolves a publisher address read from the shared store:
-// usable if it is a measured-pool member that is active and available
-// here; member if it is at least one of the pool's publishers.
-func (s *Selector[U]) fromStore(v *view[U], addr string) (m member[U], st *Status, usable, member bool) {
-	i, ok := v.byAddr[addr]
-	if !ok {
-		return m, nil, false, false
-	}
-	m = v.members[i]
-	st = s.Tracker.StatusOf(m.id)
-	usable = st != nil && st.Active && (st.Measured || s.Tracker.cfg.Load().NoBuckets) && s.Host.Available(m.u)
-	return m, st, usable, true
+	return s.Tracker.StatusOf(m.id)
 }
 
 func (s *Selector[U]) intN(n int) int {
@@ -359,12 +143,17 @@ func (s *Selector[U]) intN(n int) int {
 	return rand.IntN(n)
 }
 
-func (s *Selector[U]) pick(g []member[U], now int64) *member[U] {
-	switch s.Within {
-	case WithinP2C:
+// pick is the within policy's pick among the available members of g, for
+// the pair p (nil: none): random, least_conn or p2c; random for a pair
+// with a shared level is the pair's rendezvous pick.
+func (s *Selector[U]) pick(g []member[U], p *pair, now int64) *member[U] {
+	switch {
+	case s.Within == WithinP2C:
 		return s.pickP2C(g, now)
-	case WithinLeastConn:
+	case s.Within == WithinLeastConn:
 		return s.pickLeastConn(g)
+	case s.Within == WithinRandom && p != nil && p.shared:
+		return s.pickFor(g, p.skey)
 	}
 	return s.pickRandom(g)
 }

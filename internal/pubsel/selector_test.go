@@ -24,7 +24,7 @@ func (upHost) Addr(u *up) string    { return u.addr }
 func (upHost) Available(u *up) bool { return !u.down }
 func (upHost) Conns(u *up) int      { return u.conns }
 
-func newTracker(t *testing.T, cfg Config) *Tracker {
+func newTracker(t testing.TB, cfg Config) *Tracker {
 	t.Helper()
 	if cfg.Hysteresis == 0 {
 		cfg.Hysteresis = DefaultHysteresis
@@ -38,7 +38,7 @@ func newTracker(t *testing.T, cfg Config) *Tracker {
 
 // measure records one probe round with the given best RTT (0: all failed),
 // registering addr for good if it is not a target yet.
-func measure(t *testing.T, tr *Tracker, addr string, rtt time.Duration) {
+func measure(t testing.TB, tr *Tracker, addr string, rtt time.Duration) {
 	t.Helper()
 	tr.mu.Lock()
 	tg := tr.targets[addr]

@@ -17,7 +17,7 @@ type replica struct {
 	sel *Selector[*up]
 }
 
-func newReplica(t *testing.T, store Store, pool []*up, rtts ...time.Duration) *replica {
+func newReplica(t testing.TB, store Store, pool []*up, rtts ...time.Duration) *replica {
 	t.Helper()
 	s := settings(32 * ms)
 	s.StickyStore = &StickyStoreConfig{Store: store, Prefix: "edgesteer:latency_bucket:apps", Recheck: 20 * ms, Timeout: 50 * ms,
