@@ -5,7 +5,8 @@
 # N-tier cache redirection examples (upper tier, two lower-tier nodes,
 # varnish); as root, the transparent N-tier in network namespaces it makes
 # and removes; and, when slapd is installed, the LDAP tenant routing example
-# with three slapd nodes; then a small background load so the dashboard
+# with three slapd nodes; two Diameter servers for the agent of demo.Caddyfile;
+# then a small background load (and a pGW through the agent) so the dashboard
 # (http://127.0.0.1:8488/) moves. Ctrl-C (or SIGTERM) stops everything and
 # exits 0. Each server's output goes to a log file (DEMO_LOG_DIR, default a
 # new directory under /tmp, kept after the demo). BIN_DIR picks other
@@ -59,9 +60,19 @@ up() { # host:port...
 	done
 }
 
+# The Diameter agent's two PCRFs (bench/diameterload as a server), before
+# Caddy so that the agent's first connections find them.
+diameterload=$bin/diameterload
+if [ ! -x "$diameterload" ]; then
+	diameterload=$state/diameterload
+	go build -o "$diameterload" ./bench/diameterload
+fi
+start pcrf1 "$diameterload" -serve 127.0.0.1:8471 -host pcrf1.example -realm operator.example
+start pcrf2 "$diameterload" -serve 127.0.0.1:8472 -host pcrf2.example -realm operator.example
+up 127.0.0.1:8471 127.0.0.1:8472
 start caddy "$bin/caddy" run --config Caddyfile.examples/demo.Caddyfile --adapter caddyfile
 start coredns "$bin/coredns" -conf Corefile.examples/demo.Corefile -dns.port "$dns_port"
-up 127.0.0.1:8480 127.0.0.1:8481 127.0.0.1:8482 127.0.0.1:8483 127.0.0.1:8485 127.0.0.1:8490 \
+up 127.0.0.1:8480 127.0.0.1:8481 127.0.0.1:8482 127.0.0.1:8483 127.0.0.1:8485 127.0.0.1:8490 127.0.0.1:8468 \
 	127.0.0.1:8488 127.0.0.21:8444 127.0.0.22:8444 127.0.0.23:8444 127.0.0.1:"$dns_port" 127.0.0.6:8610
 try_ntier= try_ldap= has_ntier=0 has_ldap=0
 
@@ -251,8 +262,18 @@ load() {
 		sleep 0.4
 	done
 }
+# A pGW through the Diameter agent: 50 Gx requests/s against the PCRF
+# group's 40/s, so its panel shows admissions and refusals.
+diameter_load() {
+	while :; do
+		"$diameterload" -target 127.0.0.1:8468 -origin pgw-demo.example -realm operator.example \
+			-sessions 100 -window 4 -rate 50 -d 1h -allow-refusals || sleep 1
+	done
+}
 if [ "${DEMO_LOAD:-1}" != 0 ]; then
 	(load) >/dev/null 2>&1 &
+	pids+=($!)
+	(diameter_load) >"$logs/pgw.log" 2>&1 &
 	pids+=($!)
 fi
 
@@ -272,6 +293,8 @@ Try:
   dig @127.0.0.1 -p $dns_port vpn.demo.edgesteer.test A +short        # gateways, best first (ogs): gw2 (5 ms),
                                                                        # gw3 (20 ms), gw1 (40 ms)
   dig @127.0.0.1 -p $dns_port _ogs.vpn.demo.edgesteer.test TXT +short  # OGS Selection Results
+  curl -s http://localhost:2019/diameter_agent/            # Diameter agent: peers, the PCRF group's 40/s
+                                                           # (a demo pGW sends 50/s: some get 3002)
 $try_ntier
 $try_tier
 $try_ldap

@@ -47,6 +47,7 @@ func main() {
 	latency := flag.Bool("latency", false, "also print the answer latency: p50, p99 and max in ms")
 	fast := flag.Bool("fast", false, "with -serve: answer from the raw bytes, one write per read")
 	allowRefusals := flag.Bool("allow-refusals", false, "count answers other than 2001 instead of failing")
+	rate := flag.Int("rate", 0, "requests per second at most (0: as many as the window lets through)")
 	flag.Parse()
 	switch {
 	case *serve != "":
@@ -56,7 +57,7 @@ func main() {
 		}
 		log.Fatal(runServer(*serve, *host, r, *fast))
 	case *target != "":
-		res, err := runClient(*target, *origin, *dur, *window, *realm, max(*sessions, 1))
+		res, err := runClient(*target, *origin, *dur, *window, *realm, max(*sessions, 1), *rate)
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -213,7 +214,7 @@ const ring = 1 << 16
 // Result-Code 2001 and those with any other. It ends with a DPR (and waits
 // up to 2 s for the DPA), as a peer leaving does; a connection that ends
 // before is an error.
-func runClient(addr, origin string, d time.Duration, window int, realm string, sessions int) (result, error) {
+func runClient(addr, origin string, d time.Duration, window int, realm string, sessions, rate int) (result, error) {
 	if window >= ring {
 		return result{}, fmt.Errorf("window %d: at most %d", window, ring-1)
 	}
@@ -234,7 +235,11 @@ func runClient(addr, origin string, d time.Duration, window int, realm string, s
 	end := time.Now().Add(d + time.Second)
 	go func() { time.Sleep(time.Second); a.counting.Store(true) }() // 1 s warm-up
 	buf := make([]byte, 0, 4096)
+	begin := time.Now()
 	for i := uint32(1); time.Now().Before(end); i++ {
+		if rate > 0 { // paced: request i goes out at i/rate seconds
+			time.Sleep(time.Until(begin.Add(time.Duration(i) * time.Second / time.Duration(rate))))
+		}
 		select {
 		case a.slots <- struct{}{}:
 		case <-a.done:

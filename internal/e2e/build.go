@@ -65,7 +65,7 @@ var (
 )
 
 // Bin returns the path of a freshly built binary: "caddy", "coredns",
-// "testpeer" (internal/e2e/testpeer), "skewclock" (internal/e2e/skew) or "ogs-report" (builds/ogs-report). All are built together into bin/test/<hash of the sources>/, so every test
+// "testpeer" (internal/e2e/testpeer), "skewclock" (internal/e2e/skew), "ogs-report" (builds/ogs-report) or "diameterload" (bench/diameterload: the demo's Diameter peers and load). All are built together into bin/test/<hash of the sources>/, so every test
 // package of one `go test ./...` run, and later runs with unchanged sources,
 // share one build; a file lock keeps concurrent test processes from building
 // twice.
@@ -120,7 +120,7 @@ func Build() (string, error) {
 	ldflags := "-s -w -X github.com/edgesteer/edgesteer/internal/version.Version=test-" + sum[:12]
 	cmd := exec.Command("go", "build", "-ldflags", ldflags, "-o", dir+string(filepath.Separator),
 		"./builds/caddy", "./builds/coredns", "./internal/e2e/testpeer", "./internal/e2e/skew/cmd/skewclock",
-		"./builds/ogs-report")
+		"./builds/ogs-report", "./bench/diameterload")
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build: %v\n%s", err, out)

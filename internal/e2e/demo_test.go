@@ -158,6 +158,7 @@ func TestDemoStartsAndStopsOnInterrupt(t *testing.T) {
 		t.Fatalf("selection results: %q", out)
 	}
 
+	checkDemoDiameter(t)
 	checkDemoNtier(t)
 	tierNS := checkDemoTransparent(t, banner, cmd.Process.Pid)
 	checkDemoLDAP(t)
@@ -183,6 +184,42 @@ func TestDemoStartsAndStopsOnInterrupt(t *testing.T) {
 			t.Errorf("%s still accepts connections after the demo stopped", addr)
 		}
 	}
+}
+
+// checkDemoDiameter: the demo's Diameter agent has both PCRFs OKAY, and
+// its pGW's 50 requests/s against the PCRF group's 40/s are forwarded and,
+// past the limit, refused.
+func checkDemoDiameter(t *testing.T) {
+	t.Helper()
+	var agents []struct {
+		Name   string
+		Peers  []struct{ Host, State string }
+		Groups []struct {
+			Name              string
+			Admitted, Refused int64
+		}
+	}
+	var why string
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+		resp, err := http.Get("http://localhost:2019/diameter_agent/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = json.NewDecoder(resp.Body).Decode(&agents)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		why = fmt.Sprintf("%+v", agents)
+		if len(agents) != 1 || agents[0].Name != "dra" || len(agents[0].Peers) != 2 || len(agents[0].Groups) != 1 {
+			continue
+		}
+		a := agents[0]
+		if a.Peers[0].State == "OKAY" && a.Peers[1].State == "OKAY" && a.Groups[0].Admitted > 0 && a.Groups[0].Refused > 0 {
+			return
+		}
+	}
+	t.Fatalf("demo Diameter agent after 30 s: %s, want both PCRFs OKAY and the pcrf group with admitted and refused requests", why)
 }
 
 func demoGet(t *testing.T, user string) http.Header {
