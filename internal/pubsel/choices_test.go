@@ -57,15 +57,30 @@ func TestChoicesAllTakesLowestCost(t *testing.T) {
 func TestChoicesThreeOfFive(t *testing.T) {
 	tr := newTracker(t, Config{})
 	p := pubs(5)
-	for i, x := range p {
+	// Costs out of the members' order (a pick scans them in order): the
+	// cheapest first.
+	byCost := []*up{p[1], p[3], p[0], p[4], p[2]}
+	for r, x := range byCost {
 		measure(t, tr, x.addr, 5*ms)
-		inFlight(tr, x.addr, i) // cost rises with the index
+		inFlight(tr, x.addr, r)
 	}
-	// Selection sampling asks IntN(5), IntN(4), IntN(3) while there is a
-	// choice: skip 0 (4 ≥ 3 needed), take 1, skip 2; 3 and 4 are then
-	// taken without a draw. Of 1, 3 and 4 the cheapest is 1.
-	if u, _, _ := choicesSelector(tr, 3, 4, 0, 2).SelectUnpinned(p, 0); u != p[1] {
+	// Floyd's draws ask IntN(3), IntN(4), IntN(5): 1, 3, 4 (none taken
+	// yet each time). Of 1, 3 and 4 the cheapest is 1.
+	if u, _, _ := choicesSelector(tr, 3, 1, 3, 4).SelectUnpinned(p, 0); u != p[1] {
 		t.Fatalf("drew 1, 3, 4: picked %s", u.addr)
+	}
+	// Every sequence of Floyd's three draws, each once: exactly those odds.
+	exact := map[*up]int{}
+	for a := range 3 {
+		for b := range 4 {
+			for c := range 5 {
+				u, _, _ := choicesSelector(tr, 3, a, b, c).SelectUnpinned(p, 0)
+				exact[u]++
+			}
+		}
+	}
+	if exact[byCost[0]] != 36 || exact[byCost[1]] != 18 || exact[byCost[2]] != 6 {
+		t.Fatalf("over all 60 draws: %d, %d, %d picks of the three cheapest, want 36, 18, 6", exact[byCost[0]], exact[byCost[1]], exact[byCost[2]])
 	}
 	s := choicesSelector(tr, 3)
 	c := map[*up]int{}
@@ -74,12 +89,12 @@ func TestChoicesThreeOfFive(t *testing.T) {
 		u, _, _ := s.SelectUnpinned(p, 0)
 		c[u]++
 	}
-	if c[p[3]]+c[p[4]] != 0 {
+	if c[byCost[3]]+c[byCost[4]] != 0 {
 		t.Fatalf("picked one of the two dearest: %v", c)
 	}
 	for i, want := range []float64{0.6, 0.3, 0.1} {
-		if got := float64(c[p[i]]) / n; got < want-0.04 || got > want+0.04 {
-			t.Fatalf("publisher %d: share %.3f, want %.1f", i, got, want)
+		if got := float64(c[byCost[i]]) / n; got < want-0.04 || got > want+0.04 {
+			t.Fatalf("cost rank %d: share %.3f, want %.1f", i+1, got, want)
 		}
 	}
 	if n := testing.AllocsPerRun(100, func() { s.SelectUnpinned(p, 0) }); n != 0 {
@@ -150,5 +165,33 @@ func TestChoicesMeanFactor(t *testing.T) {
 	fs = append(fs, inFlight(tr, p[2].addr, 8)...)
 	if u, _, _ := s.SelectUnpinned(p, now); u != p[1] {
 		t.Fatalf("2 with 8 in flight: picked %s, want 1 (65 against 472.5 and 100)", u.addr)
+	}
+}
+
+// Beyond 64 members the k are drawn member by member (selection
+// sampling): 68 of 70 compared always hold one of the three cheapest, and
+// the cheapest 68 times in 70.
+func TestChoicesManyMembers(t *testing.T) {
+	tr := newTracker(t, Config{})
+	p := pubs(70)
+	rank := map[*up]int{}
+	for i, x := range p {
+		rank[x] = len(p) - 1 - i                                                 // the last member cheapest: sampling goes in order
+		measure(t, tr, x.addr, 5*ms+time.Duration(rank[x])*100*time.Microsecond) // all in the lowest bucket
+	}
+	s := choicesSelector(tr, 68)
+	const n = 2000
+	first := 0
+	for range n {
+		u, _, _ := s.SelectUnpinned(p, 0)
+		if rank[u] > 2 {
+			t.Fatalf("68 of 70 compared: picked rank %d", rank[u])
+		}
+		if rank[u] == 0 {
+			first++
+		}
+	}
+	if f := float64(first) / n; f < 0.95 {
+		t.Fatalf("the cheapest got %.3f of picks, want about 68/70", f)
 	}
 }

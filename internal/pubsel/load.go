@@ -162,11 +162,12 @@ const ChoicesAll = math.MaxInt
 
 // pickChoices is pickP2C with Choices k > 2: it compares k distinct random
 // members of g (every member if k ≥ len(g)) and takes the available one of
-// lowest cost (on a tie, the first drawn of those alike in having a
+// lowest cost (on a tie, the first in g of those alike in having a
 // fresh load report or not); none available, the first
-// available member from a random start. The k are drawn by selection
-// sampling (each member in turn, taken with probability still needed /
-// still left), which holds no list of them. With ORCA on, a candidate
+// available member from a random start. The k are drawn into a bit set
+// (Floyd) up to 64 members, else by selection sampling (each member in
+// turn, taken with probability still needed / still left): neither holds
+// a list of them. With ORCA on, a candidate
 // without a fresh report takes the mean factor of those with one (A58's
 // rule; factors is its case of two), so the fresh and the others are
 // each kept to their own cheapest until that mean is known.
@@ -179,11 +180,26 @@ func (s *Selector[U]) pickChoices(g []member[U], now int64) *member[U] {
 	var staleCost int64
 	var sum float64
 	var nFresh int
+	// Up to 64 members, the k are drawn first by Floyd's algorithm (k
+	// draws into a bit set); beyond, each member is drawn for in turn.
+	var drawn uint64
+	floyd := need < n && n <= 64
+	for j := n - need; floyd && j < n; j++ {
+		t := s.intN(j + 1)
+		if drawn&(1<<t) != 0 {
+			t = j
+		}
+		drawn |= 1 << t
+	}
 	for i := range g {
 		if need == 0 {
 			break
 		}
-		if need < n-i && s.intN(n-i) >= need {
+		if floyd {
+			if drawn&(1<<i) == 0 {
+				continue
+			}
+		} else if need < n-i && s.intN(n-i) >= need {
 			continue
 		}
 		need--
