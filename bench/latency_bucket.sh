@@ -20,9 +20,10 @@
 #     1 and 4: requests beyond the slots wait in a queue; 10 ms of service
 #     each: 700 requests/s in all), an open-loop constant rate of 80 % of
 #     that (CAP_LOAD; bench/httpload, latency from each request's scheduled
-#     send time): p99 of within p2c (sticky off) vs Caddy's least_conn and
-#     random, PAIRS interleaved rounds (the order rotates), medians of
-#     per-round ratios (goals: <= 0.8x least_conn, <= 0.5x random);
+#     send time): p99 of within p2c (sticky off), and of within p2c with
+#     choices all, vs Caddy's least_conn and random, PAIRS interleaved
+#     rounds (the order rotates), medians of per-round ratios (goals: <=
+#     0.8x least_conn, <= 0.5x random);
 #  6. cpu_bound: four equal CPU-bound publishers (-slots 1 -cpu 2ms: each
 #     request burns 2 ms of CPU time, CPU_WORK), an open-loop rate of 80 %
 #     (CPU_LOAD) of what wrk's closed loop gets through least_conn on this
@@ -70,6 +71,7 @@ site() { # port policy upstream-base
 		local latency=probe transport="" within=random
 		[ "$2" = traffic_both ] && latency=both
 		[[ "$2" == *_p2c ]] && within=p2c
+		[ "$2" = capacity_all_p2c ] && within=$'p2c\n\t\t\tchoices all'
 		[ "$2" != probe_nowrap ] && transport='\t\ttransport latency_bucket {\n\t\t\ttransport http\n\t\t}\n'
 		printf "http://127.0.0.1:%s {\n\tbind 127.0.0.1\n\treverse_proxy%s {\n\t\tlb_policy latency_bucket {\n\t\t\tname %s\n\t\t\tlatency %s\n\t\t\tprobe http /probe\n\t\t\tprobe_interval 1s\n\t\t\twithin %s\n\t\t\tsticky off\n\t\t}\n$transport\t}\n}\n" "$1" "$ups" "$2" "$latency" "$within"
 	else
@@ -93,11 +95,12 @@ site() { # port policy upstream-base
 	site 18041 capacity_p2c 18140
 	site 18042 least_conn 18140
 	site 18043 random 18140
+	site 18045 capacity_all_p2c 18140
 	site 18051 cpu_p2c 18150
 	site 18052 least_conn 18150
 } >"$work/Caddyfile"
 bg env XDG_DATA_HOME="$work" XDG_CONFIG_HOME="$work" bin/caddy run --adapter caddyfile --config "$work/Caddyfile" 2>"$work/caddy.log"
-for p in 18001 18002 18003 18004 18005 18011 18012 18021 18031 18032 18033 18034 18041 18042 18043 18051 18052 18101 18114 18124 18134 18144 18154; do wait_port $p; done
+for p in 18001 18002 18003 18004 18005 18011 18012 18021 18031 18032 18033 18034 18041 18042 18043 18045 18051 18052 18101 18114 18124 18134 18144 18154; do wait_port $p; done
 sleep 3 # a few probe rounds
 
 rps() { wrk_rps "http://127.0.0.1:$1/" -t2 -c50 -d"$DUR"; }
@@ -185,23 +188,25 @@ fi
 
 if want capacity; then
 	rate=$(awk -v l="$CAP_LOAD" 'BEGIN {printf "%d", l * 700}')
-	for p in 18041 18042 18043; do load $p "$rate" >/dev/null; done # warm-up: estimates, connections
-	names=(p2c least_conn random) ports=(18041 18042 18043)
-	cp=() cl=() cr=() rl=() rr=()
+	for p in 18041 18042 18043 18045; do load $p "$rate" >/dev/null; done # warm-up: estimates, connections
+	names=(p2c least_conn random all) ports=(18041 18042 18043 18045)
+	cp=() cl=() cr=() rl=() rr=() ca=() al=() ar=()
 	for i in $(seq "$PAIRS"); do
 		declare -A got=()
-		for k in 0 1 2; do # the order rotates from round to round
-			j=$(((i + k) % 3))
+		for k in 0 1 2 3; do # the order rotates from round to round
+			j=$(((i + k) % 4))
 			line=$(load "${ports[j]}" "$rate")
 			got[${names[j]}]=$(field p99 "$line") got[${names[j]}_lag]=$(field lag-p99 "$line")
 		done
 		cp+=("${got[p2c]}") cl+=("${got[least_conn]}") cr+=("${got[random]}")
 		rl+=("$(ratio "${got[p2c]}" "${got[least_conn]}")") rr+=("$(ratio "${got[p2c]}" "${got[random]}")")
-		echo "round $i: p99 within p2c ${got[p2c]} ms, least_conn ${got[least_conn]} ms, random ${got[random]} ms (send lag p99 ${got[p2c_lag]}, ${got[least_conn_lag]}, ${got[random_lag]} ms)"
+		ca+=("${got[all]}") al+=("$(ratio "${got[all]}" "${got[least_conn]}")") ar+=("$(ratio "${got[all]}" "${got[random]}")")
+		echo "round $i: p99 within p2c ${got[p2c]} ms, p2c choices all ${got[all]} ms, least_conn ${got[least_conn]} ms, random ${got[random]} ms (send lag p99 ${got[p2c_lag]}, ${got[all_lag]}, ${got[least_conn_lag]}, ${got[random_lag]} ms)"
 		unset got
 	done
-	echo "capacity (slots 1:1:1:4, 10 ms each, open loop $rate/s = $CAP_LOAD of 700/s, $DUR, median of $PAIRS): p99 within p2c $(printf '%s\n' "${cp[@]}" | median) ms, least_conn $(printf '%s\n' "${cl[@]}" | median) ms, random $(printf '%s\n' "${cr[@]}" | median) ms"
+	echo "capacity (slots 1:1:1:4, 10 ms each, open loop $rate/s = $CAP_LOAD of 700/s, $DUR, median of $PAIRS): p99 within p2c $(printf '%s\n' "${cp[@]}" | median) ms, p2c choices all $(printf '%s\n' "${ca[@]}" | median) ms, least_conn $(printf '%s\n' "${cl[@]}" | median) ms, random $(printf '%s\n' "${cr[@]}" | median) ms"
 	echo "capacity ratios (medians of per-round ratios): within p2c/least_conn $(printf '%s\n' "${rl[@]}" | median)x (goal <= 0.8x), within p2c/random $(printf '%s\n' "${rr[@]}" | median)x (goal <= 0.5x)"
+	echo "capacity ratios, choices all: p2c choices all/least_conn $(printf '%s\n' "${al[@]}" | median)x (goal <= 0.8x), p2c choices all/random $(printf '%s\n' "${ar[@]}" | median)x (goal <= 0.5x)"
 fi
 
 if want cpu_bound; then

@@ -22,6 +22,7 @@ import (
 //		bucket_width <duration>
 //		hysteresis <fraction>
 //		within random|least_conn|p2c
+//		choices <count>|all          # within p2c: members compared, default 2
 //		slow_start <duration>
 //		orca on|off                  # within p2c, HTTP: default on
 //		orca_blackout <duration>     # default 10s
@@ -107,6 +108,7 @@ func (c *Config) optionFields() map[string]any {
 // optionParsers read the options that take several arguments, repeat per
 // key, or fill a nested struct.
 var optionParsers = map[string]func(*Config, *cfparse.Block) error{
+	"choices":              (*Config).unmarshalChoices,
 	"probe":                (*Config).unmarshalProbe,
 	"udp_probe":            (*Config).unmarshalUDPProbe,
 	"segment":              (*Config).unmarshalSegment,
@@ -159,6 +161,19 @@ func (c *Config) unmarshalStoreTimeout(o *cfparse.Block) error {
 		c.StickyStore = &StickyStore{}
 	}
 	c.StickyStore.Timeout = d
+	return nil
+}
+
+// unmarshalChoices reads "choices <count>|all".
+func (c *Config) unmarshalChoices(o *cfparse.Block) error {
+	v, err := o.String()
+	if err != nil {
+		return err
+	}
+	if _, bad := choiceCount(v); bad != nil {
+		return o.Invalid(v, bad)
+	}
+	c.Choices = v
 	return nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 
+	"github.com/edgesteer/edgesteer/internal/cfvalue"
 	"github.com/edgesteer/edgesteer/internal/latency"
 	"github.com/edgesteer/edgesteer/internal/pubsel"
 )
@@ -53,6 +55,10 @@ type Config struct {
 	// members, the one of lower latency estimate × (requests in flight + 1)
 	// (HTTP needs the latency_bucket transport, which counts them).
 	Within string `json:"within,omitempty"`
+	// Choices, with within p2c, is how many distinct random members of
+	// the bucket a pick compares: a whole number of at least 2 (default
+	// 2) or "all", every member: for small pools of unequal capacity.
+	Choices string `json:"choices,omitempty"`
 
 	// SlowStart, if set, gives a publisher that (re)enters the lowest
 	// bucket a share of new picks rising linearly from 0 to its full share
@@ -166,7 +172,7 @@ const (
 // own first, then the options that depend on another option or the layer.
 func (c *Config) Validate(layer4 bool) error {
 	for _, check := range []func(layer4 bool) error{
-		c.validateValues, c.validateTraffic, c.validateORCA, c.validateProbe, c.validateLayer, c.validateStore,
+		c.validateValues, c.validateTraffic, c.validateChoices, c.validateORCA, c.validateProbe, c.validateLayer, c.validateStore,
 	} {
 		if err := check(layer4); err != nil {
 			return err
@@ -239,6 +245,36 @@ func (c *Config) validateTraffic(bool) error {
 		return invalid("traffic_failure_latency", time.Duration(c.TrafficFailureLatency), "applies to latency traffic or both, or within p2c, only")
 	}
 	return nil
+}
+
+// validateChoices checks choices, which within p2c alone reads.
+func (c *Config) validateChoices(bool) error {
+	if c.Choices == "" {
+		return nil
+	}
+	if _, err := choiceCount(c.Choices); err != nil {
+		return invalid("choices", strconv.Quote(c.Choices), err.Error())
+	}
+	if c.Within != "p2c" {
+		return invalid("choices", c.Choices, "applies to within p2c only")
+	}
+	return nil
+}
+
+// choiceCount is the engine's Selector.Choices for the value v of
+// choices ("" is 2), or why v is refused.
+func choiceCount(v string) (int, error) {
+	switch v {
+	case "":
+		return 2, nil
+	case "all":
+		return pubsel.ChoicesAll, nil
+	}
+	n, err := cfvalue.Int(v, 2, math.MaxInt)
+	if err != nil {
+		return 0, errors.New(err.Error() + ", or all")
+	}
+	return n, nil
 }
 
 // validateProbe checks the options that only some probes take.
@@ -352,6 +388,12 @@ func (c *Config) within() pubsel.Within {
 		return pubsel.WithinP2C
 	}
 	return pubsel.WithinRandom
+}
+
+// choices is the engine's Selector.Choices (Validate has checked it).
+func (c *Config) choices() int {
+	n, _ := choiceCount(c.Choices)
+	return n
 }
 
 // source is the latency the buckets are computed from.

@@ -11,6 +11,7 @@ import (
 	_ "github.com/mholt/caddy-l4"
 
 	"github.com/edgesteer/edgesteer/caddymodules/internal/cfparse/cfparsetest"
+	"github.com/edgesteer/edgesteer/internal/pubsel"
 )
 
 // What the Caddyfile parser cannot see alone (options that depend on each
@@ -35,6 +36,8 @@ func TestCaddyfileValidate(t *testing.T) {
 		{"within p2c\norca off\norca_blackout 1s", false, "latency_bucket: orca_blackout 1s: applies with within p2c and orca on (HTTP) only"},
 		{"within p2c\norca_expiration 1m", true, "latency_bucket: orca_expiration 1m0s: applies with within p2c and orca on (HTTP) only"},
 		{"within random\norca_expiration 1m", false, "latency_bucket: orca_expiration 1m0s: applies with within p2c"},
+		{"choices all", false, "latency_bucket: choices all: applies to within p2c only"},
+		{"within random\nchoices 3", true, "latency_bucket: choices 3: applies to within p2c only"},
 	} {
 		t.Run(tc.body, func(t *testing.T) {
 			var c Config
@@ -69,6 +72,12 @@ func TestBadJSONNamesOption(t *testing.T) {
 		`{"within": "p2c", "orca_expiration": "-1s"}`:        "orca_expiration -1s: must be positive",
 		`{"within": "p2c", "orca_blackout": "0s"}`:           "",
 		`{"within": "leastconn"}`:                            `within "leastconn": want random, least_conn or p2c`,
+		`{"within": "p2c", "choices": "1"}`:                  `choices "1": want a whole number of at least 2, or all`,
+		`{"within": "p2c", "choices": "0"}`:                  `choices "0": want a whole number of at least 2, or all`,
+		`{"within": "p2c", "choices": "x"}`:                  `choices "x": want a whole number of at least 2, or all`,
+		`{"within": "least_conn", "choices": "all"}`:         "choices all: applies to within p2c only",
+		`{"within": "p2c", "choices": "all"}`:                "",
+		`{"within": "p2c", "choices": "3"}`:                  "",
 	} {
 		var c Config
 		if err := json.Unmarshal([]byte(raw), &c); err != nil {
@@ -76,6 +85,9 @@ func TestBadJSONNamesOption(t *testing.T) {
 		}
 		err := c.Validate(false)
 		if want == "" {
+			if strings.Contains(raw, "choices") && err != nil {
+				t.Errorf("%s: %v", raw, err)
+			}
 			continue
 		}
 		if err == nil || !strings.Contains(err.Error(), want) {
@@ -154,6 +166,20 @@ func TestProbeAddr(t *testing.T) {
 	} {
 		if got := probeAddr(dial); got != want {
 			t.Errorf("probeAddr(%q) = %q, want %q", dial, got, want)
+		}
+	}
+}
+
+// choices reaches the engine as Selector.Choices: 2 unless given, all as
+// pubsel.ChoicesAll.
+func TestChoicesSetting(t *testing.T) {
+	for v, want := range map[string]int{"": 2, "2": 2, "3": 3, "all": pubsel.ChoicesAll} {
+		c := Config{Within: "p2c", Choices: v}
+		if err := c.Validate(false); err != nil {
+			t.Fatalf("choices %q: %v", v, err)
+		}
+		if got := c.choices(); got != want {
+			t.Errorf("choices %q: engine gets %d, want %d", v, got, want)
 		}
 	}
 }

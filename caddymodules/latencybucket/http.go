@@ -87,6 +87,7 @@ func (h *HTTPPolicy) provisionSelector(ctx caddy.Context, dials []string) error 
 		Holder:      h.policy.lease.Holder(),
 		Host:        httpHost{},
 		Within:      h.Config.within(),
+		Choices:     h.Config.choices(),
 		SlowStart:   time.Duration(h.Config.SlowStart),
 		Sticky:      h.policy.table,
 		StickyStore: h.policy.stickyStore,

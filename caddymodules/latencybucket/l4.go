@@ -63,6 +63,7 @@ func (p *L4Policy) Provision(ctx caddy.Context) error {
 		Sticky:      p.policy.table,
 		StickyStore: p.policy.stickyStore,
 		Within:      p.Config.within(),
+		Choices:     p.Config.choices(),
 		SlowStart:   time.Duration(p.Config.SlowStart),
 	}
 	p.observe = p.Config.source() != pubsel.FromProbe || p.Config.within() == pubsel.WithinP2C

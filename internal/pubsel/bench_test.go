@@ -58,6 +58,11 @@ func BenchmarkSelect(b *testing.B) {
 			measured(b, tr)
 			run("new_pick_"+name, &Selector[*up]{Tracker: tr, Host: upHost{}, Within: Within(w)}, "", 0, Decision{})
 		}
+		for _, k := range []int{3, ChoicesAll} {
+			tr := newTracker(b, Config{})
+			measured(b, tr)
+			run(fmt.Sprintf("new_pick_p2c_choices_%d", min(k, n)), &Selector[*up]{Tracker: tr, Host: upHost{}, Within: WithinP2C, Choices: k}, "", 0, Decision{})
+		}
 		tr := newTracker(b, Config{})
 		measured(b, tr)
 		table := sticky.New(1<<16, time.Hour)

@@ -1,6 +1,7 @@
 package pubsel
 
 import (
+	"math"
 	"math/rand/v2"
 	"time"
 
@@ -17,8 +18,9 @@ const (
 	// WithinLeastConn picks the member the framework counts the fewest
 	// connections or requests for (Host.Conns).
 	WithinLeastConn
-	// WithinP2C draws two distinct random members and takes the one of
-	// lower Cost: the power of two choices over latency × load.
+	// WithinP2C draws two distinct random members (Selector.Choices of
+	// them, if more) and takes the one of lower Cost: the power of two
+	// choices over latency × load.
 	WithinP2C
 )
 
@@ -116,7 +118,8 @@ func factors(a, b *target, now int64, p orca.Periods) (fa, fb float64) {
 	return fa, fb
 }
 
-// pickP2C draws two distinct random members of g and takes the available
+// pickP2C draws two distinct random members of g (more: pickChoices, taken
+// on one branch so that two stay as fast as ever) and takes the available
 // one of lower cost (the first drawn on a tie). If neither is available it
 // falls back to the first available member from a random start. The costs
 // are compared first, so the common case asks the framework about one
@@ -125,6 +128,9 @@ func (s *Selector[U]) pickP2C(g []member[U], now int64) *member[U] {
 	n := len(g)
 	if n < 2 {
 		return s.pickRandom(g)
+	}
+	if s.Choices > 2 {
+		return s.pickChoices(g, now)
 	}
 	var i, j int
 	if s.IntN != nil {
@@ -148,6 +154,80 @@ func (s *Selector[U]) pickP2C(g []member[U], now int64) *member[U] {
 		return b
 	}
 	return s.pickRandom(g)
+}
+
+// ChoicesAll, as Selector.Choices, has within p2c compare every member
+// of the lowest bucket.
+const ChoicesAll = math.MaxInt
+
+// pickChoices is pickP2C with Choices k > 2: it compares k distinct random
+// members of g (every member if k ≥ len(g)) and takes the available one of
+// lowest cost (on a tie, the first in g of those alike in having a
+// fresh load report or not); none available, the first
+// available member from a random start. The k are drawn into a bit set
+// (Floyd) up to 64 members, else by selection sampling (each member in
+// turn, taken with probability still needed / still left): neither holds
+// a list of them. With ORCA on, a candidate
+// without a fresh report takes the mean factor of those with one (A58's
+// rule; factors is its case of two), so the fresh and the others are
+// each kept to their own cheapest until that mean is known.
+func (s *Selector[U]) pickChoices(g []member[U], now int64) *member[U] {
+	n := len(g)
+	need := min(s.Choices, n)
+	cfg := s.Tracker.cfg.Load()
+	var fresh, stale *member[U] // cheapest available with a fresh report, and without
+	var freshCost float64
+	var staleCost int64
+	var sum float64
+	var nFresh int
+	// Up to 64 members, the k are drawn first by Floyd's algorithm (k
+	// draws into a bit set); beyond, each member is drawn for in turn.
+	var drawn uint64
+	floyd := need < n && n <= 64
+	for j := n - need; floyd && j < n; j++ {
+		t := s.intN(j + 1)
+		if drawn&(1<<t) != 0 {
+			t = j
+		}
+		drawn |= 1 << t
+	}
+	for i := range g {
+		if need == 0 {
+			break
+		}
+		if floyd {
+			if drawn&(1<<i) == 0 {
+				continue
+			}
+		} else if need < n-i && s.intN(n-i) >= need {
+			continue
+		}
+		need--
+		m := &g[i]
+		c := m.cost()
+		f, ok := 1.0, false
+		if cfg.ORCA {
+			f, ok = m.tg.loadFactor(now, cfg.ORCAPeriods)
+		}
+		if ok {
+			sum += f
+			nFresh++
+			if cf := float64(c) * f; (fresh == nil || cf < freshCost) && s.Host.Available(m.u) {
+				fresh, freshCost = m, cf
+			}
+		} else if (stale == nil || c < staleCost) && s.Host.Available(m.u) {
+			stale, staleCost = m, c
+		}
+	}
+	switch {
+	case fresh == nil && stale == nil:
+		return s.pickRandom(g)
+	case fresh == nil:
+		return stale
+	case stale == nil || freshCost < float64(staleCost)*sum/float64(nFresh):
+		return fresh
+	}
+	return stale
 }
 
 // reported says whether m's backend ever sent a load report: until one

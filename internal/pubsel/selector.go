@@ -30,8 +30,11 @@ type Selector[U comparable] struct {
 	// they are released with it; else they are registered for good.
 	Holder *Holder
 	Host   Host[U]
-	Within Within        // the pick inside the lowest bucket; default random
-	Sticky *sticky.Table // nil: no stickiness
+	Within Within // the pick inside the lowest bucket; default random
+	// Choices is how many distinct random members within p2c compares:
+	// 0 or 2 is two (the power of two choices), ChoicesAll every member.
+	Choices int
+	Sticky  *sticky.Table // nil: no stickiness
 	// StickyStore, with Sticky, is the cluster's second level (State.StickyStore):
 	// read on a local miss, written on a new pick. nil: local only.
 	StickyStore *StickyStore
