@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/edgesteer/edgesteer/internal/storefault"
 )
 
 // Config is the shared level's configuration.
@@ -75,22 +77,15 @@ type Shared struct {
 	log   *slog.Logger
 	adopt Adopt
 
-	healthy atomic.Bool
-	failing atomic.Int32 // mirrors streak, read without the lock
-	wake    chan struct{}
-	ctx     context.Context
-	cancel  context.CancelFunc
-	done    chan struct{}
+	health *storefault.Health
+	wake   chan struct{}
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{}
 
-	mu          sync.Mutex
-	queue       map[string]queued // by Session-Id
-	sending     int               // taken from the queue, not yet settled
-	streak      int               // calls in a row without an answer
-	streakSince time.Time
-	downSince   time.Time
-	lastError   string
-	lastReason  string
-	errorAt     time.Time
+	mu      sync.Mutex
+	queue   map[string]queued // by Session-Id
+	sending int               // taken from the queue, not yet settled
 
 	stats stats
 }
@@ -107,11 +102,10 @@ func New(cfg Config, ttl time.Duration, log *slog.Logger, adopt Adopt) *Shared {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	s := &Shared{log: log, adopt: adopt, wake: make(chan struct{}, 1), done: make(chan struct{}),
+	s := &Shared{log: log, adopt: adopt, health: storefault.NewHealth(), wake: make(chan struct{}, 1), done: make(chan struct{}),
 		queue: map[string]queued{}}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.Configure(cfg, ttl)
-	s.healthy.Store(true)
 	go s.run()
 	return s
 }
@@ -144,14 +138,14 @@ func (s *Shared) Epoch(now time.Time) uint32 {
 }
 
 // Healthy says whether the store is in use (not marked down).
-func (s *Shared) Healthy() bool { return s.healthy.Load() }
+func (s *Shared) Healthy() bool { return s.health.Healthy() }
 
 // Lookup reads a Session-Id's binding from the store, waiting at most the
 // configured timeout; ok is false on no entry, a malformed value, a
 // failure or a store marked down (each counted).
 func (s *Shared) Lookup(sid []byte) (server string, ok bool) {
 	s.stats.lookups.Add(1)
-	if !s.healthy.Load() {
+	if !s.health.Healthy() {
 		s.stats.skipped.Add(1)
 		return "", false
 	}
@@ -193,7 +187,7 @@ func (s *Shared) End(sid []byte) { s.enqueue(sid, End, "") }
 // session (the newer decision wins), and wakes the writer. A full queue
 // drops the write (counted).
 func (s *Shared) enqueue(sid []byte, kind Kind, server string) {
-	healthy := s.healthy.Load()
+	healthy := s.health.Healthy()
 	s.mu.Lock()
 	q, there := s.queue[string(sid)]
 	if !there && len(s.queue) >= s.cfg.Load().Backlog {

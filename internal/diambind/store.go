@@ -70,10 +70,6 @@ var (
 // adapter classifies its client's error once (internal/storefault).
 type Trouble = storefault.Error
 
-// trouble reads a failed call's error: its reason word and whether the
-// store answered.
-func trouble(err error) (reason string, answered bool) { return storefault.Read(err) }
-
 // Bounds on keys and values.
 const (
 	// MaxValueLen is the longest value taken as a server identity (a

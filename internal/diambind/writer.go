@@ -21,7 +21,7 @@ func (s *Shared) run() {
 		case <-s.wake:
 		case <-t.C:
 		}
-		if !s.healthy.Load() && !s.recheck() {
+		if !s.health.Healthy() && !s.recheck() {
 			continue
 		}
 		s.flush()
@@ -35,16 +35,13 @@ func (s *Shared) recheck() bool {
 	err := cfg.Store.Ping(ctx)
 	cancel()
 	if err != nil {
-		reason, _ := trouble(err)
-		s.note(err, reason)
+		s.health.Note(err, time.Now())
 		return false
 	}
+	down, _ := s.health.Back(time.Now())
 	s.mu.Lock()
-	s.streak = 0
-	down := time.Since(s.downSince)
 	queued := len(s.queue)
 	s.mu.Unlock()
-	s.healthy.Store(true)
 	s.log.Info("binding store back: writing the bindings made and ended meanwhile",
 		"store", cfg.Name, "down_for", down.Round(time.Millisecond).String(), "queued", queued)
 	return true
@@ -53,7 +50,7 @@ func (s *Shared) recheck() bool {
 // flush writes the queue, a batch at a time, until it is empty or the
 // store fails a call (what failed waits for the next wake or tick).
 func (s *Shared) flush() {
-	for s.healthy.Load() && s.ctx.Err() == nil {
+	for s.health.Healthy() && s.ctx.Err() == nil {
 		cfg := s.cfg.Load()
 		sids, items := s.take()
 		if len(items) == 0 {
@@ -154,61 +151,32 @@ func (s *Shared) background() time.Duration {
 }
 
 // answered notes that a call got an answer: the run of calls without one
-// ends. One atomic load while there is none.
-func (s *Shared) answered() {
-	if s.failing.Load() == 0 {
-		return
-	}
-	s.mu.Lock()
-	s.streak = 0
-	s.failing.Store(0)
-	s.mu.Unlock()
-}
+// ends (storefault.Health: one atomic load while there is none).
+func (s *Shared) answered() { s.health.Answered() }
 
-// fail counts a failed call. An error reply (the store answered) never
-// marks it down; a call without an answer extends the run of such calls,
-// and the store is marked down once the run is DownFailures long and
-// spans DownAfter: one slow answer on a busy host is not a down store.
-// The transition is decided under one lock, so it is logged once.
+// fail counts a failed call. storefault.Health's rule decides: an error
+// reply (the store answered) never marks it down; the store is marked down
+// once DownFailures calls in a row went without an answer over DownAfter
+// (one slow answer on a busy host is not a down store), once, so it is
+// logged once.
 func (s *Shared) fail(err error) {
 	s.stats.errors.Add(1)
-	reason, answered := trouble(err)
-	now := time.Now()
 	cfg := s.cfg.Load()
-	s.mu.Lock()
-	s.lastError, s.lastReason, s.errorAt = err.Error(), reason, now
-	down := false
-	if !answered {
-		if s.streak == 0 {
-			s.streakSince = now
-		}
-		s.streak++
-		s.failing.Store(int32(min(s.streak, 1<<30)))
-		if s.streak >= cfg.DownFailures && now.Sub(s.streakSince) >= cfg.DownAfter && s.healthy.CompareAndSwap(true, false) {
-			s.downSince, down = now, true
-		}
-	}
-	queued := len(s.queue)
-	s.mu.Unlock()
+	reason, down := s.health.Fail(err, time.Now(), cfg.DownFailures, cfg.DownAfter)
 	if down {
-		s.stats.downs.Add(1)
+		s.mu.Lock()
+		queued := len(s.queue)
+		s.mu.Unlock()
 		s.log.Warn("binding store down: bindings stay local; new and ended ones are queued and written when it answers",
 			"store", cfg.Name, "reason", reason, "error", err.Error(), "queued", queued)
 	}
-}
-
-// note records a failed ping of a down store.
-func (s *Shared) note(err error, reason string) {
-	s.mu.Lock()
-	s.lastError, s.lastReason, s.errorAt = err.Error(), reason, time.Now()
-	s.mu.Unlock()
 }
 
 // stats are the shared level's counts, kept across reloads.
 type stats struct {
 	lookups, found, notFound, malformed, skipped atomic.Int64
 	errors, written, ended, adopted, reconciled  atomic.Int64
-	dropped, downs                               atomic.Int64
+	dropped                                      atomic.Int64
 }
 
 // View is the shared level's state for the admin view.
@@ -246,17 +214,15 @@ type Counts struct {
 // View returns the shared level's state now.
 func (s *Shared) View() View {
 	cfg := s.cfg.Load()
+	h := s.health.View()
 	s.mu.Lock()
-	v := View{Store: cfg.Name, Prefix: cfg.Prefix, Healthy: s.healthy.Load(), Queued: len(s.queue) + s.sending, Backlog: cfg.Backlog,
-		LastError: s.lastError, LastReason: s.lastReason, ErrorAt: s.errorAt}
-	if !v.Healthy {
-		v.DownSince = s.downSince
-	}
+	v := View{Store: cfg.Name, Prefix: cfg.Prefix, Healthy: h.Healthy, DownSince: h.DownSince, Queued: len(s.queue) + s.sending,
+		Backlog: cfg.Backlog, LastError: h.LastError, LastReason: h.LastReason, ErrorAt: h.ErrorAt}
 	s.mu.Unlock()
 	c := &s.stats
 	v.Counts = Counts{Lookups: c.lookups.Load(), Found: c.found.Load(), NotFound: c.notFound.Load(),
 		Malformed: c.malformed.Load(), Skipped: c.skipped.Load(), Errors: c.errors.Load(), Written: c.written.Load(),
 		Ended: c.ended.Load(), Adopted: c.adopted.Load(), Reconciled: c.reconciled.Load(), Dropped: c.dropped.Load(),
-		Downs: c.downs.Load()}
+		Downs: h.Downs}
 	return v
 }

@@ -15,6 +15,7 @@ import (
 type Health struct {
 	healthy atomic.Bool
 	downs   atomic.Int64
+	failing atomic.Int32 // mirrors streak, read without the lock
 
 	mu         sync.Mutex
 	streak     int // calls in a row without an answer
@@ -35,11 +36,26 @@ func NewHealth() *Health {
 // Healthy says whether the store is in use (not marked down).
 func (h *Health) Healthy() bool { return h.healthy.Load() }
 
-// Answered ends a run of calls without an answer.
+// Answered ends a run of calls without an answer: one atomic load while
+// there is none, so a caller may note every answered call.
 func (h *Health) Answered() {
+	if h.failing.Load() == 0 {
+		return
+	}
 	h.mu.Lock()
 	h.streak = 0
+	h.failing.Store(0)
 	h.mu.Unlock()
+}
+
+// Note records a failed call that does not count toward marking the store
+// down (a ping of a store already down) and returns its reason word.
+func (h *Health) Note(err error, now time.Time) string {
+	reason, _ := Read(err)
+	h.mu.Lock()
+	h.lastError, h.lastReason, h.errorAt = err.Error(), reason, now
+	h.mu.Unlock()
+	return reason
 }
 
 // Fail records a failed call at now and returns its reason word; down
@@ -56,6 +72,7 @@ func (h *Health) Fail(err error, now time.Time, failures int, after time.Duratio
 		h.since = now
 	}
 	h.streak++
+	h.failing.Store(int32(min(h.streak, 1<<30)))
 	if h.streak >= failures && now.Sub(h.since) >= after && h.healthy.CompareAndSwap(true, false) {
 		h.downSince = now
 		h.downs.Add(1)
@@ -70,6 +87,7 @@ func (h *Health) Back(now time.Time) (time.Duration, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.streak = 0
+	h.failing.Store(0)
 	if !h.healthy.CompareAndSwap(false, true) {
 		return 0, false
 	}
