@@ -14,16 +14,36 @@ import (
 // connections accepted so far; everything is closed when the test ends.
 func HangingListener(t testing.TB, addr string) (string, *atomic.Int64) {
 	t.Helper()
+	a, c := HangingPeer(t, addr)
+	return a, &c.Accepted
+}
+
+// HangCounts counts a hanging peer's connections: accepted so far, open
+// now (accepted and not yet closed by the client), and the most open at
+// once.
+type HangCounts struct {
+	Accepted, Open, Peak atomic.Int64
+}
+
+// HangingPeer is HangingListener with the counts of open connections too.
+func HangingPeer(t testing.TB, addr string) (string, *HangCounts) {
+	t.Helper()
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var accepted atomic.Int64
+	var n HangCounts
 	Accept(t, l, func(c net.Conn, _ func(net.Conn)) {
-		accepted.Add(1)
-		go io.Copy(io.Discard, c)
+		n.Accepted.Add(1)
+		open := n.Open.Add(1)
+		for p := n.Peak.Load(); open > p && !n.Peak.CompareAndSwap(p, open); p = n.Peak.Load() {
+		}
+		go func() {
+			io.Copy(io.Discard, c) // returns when the client closes
+			n.Open.Add(-1)
+		}()
 	})
-	return l.Addr().String(), &accepted
+	return l.Addr().String(), &n
 }
 
 // Accept serves l until the test ends: handle is called with each
