@@ -143,12 +143,16 @@ type PublisherView struct {
 	// InFlight is the requests (HTTP, counted by the latency_bucket
 	// transport) or connections (layer 4, from connect to the end of the
 	// upstream side) in flight to it now; EstimateMS the latency a p2c
-	// pick expects of it (observed peak once traffic is counted, else the
-	// probe latency); CostMS = estimate × (in flight + 1), what p2c
-	// compares.
-	InFlight   int64   `json:"in_flight"`
-	EstimateMS float64 `json:"estimate_ms"`
-	CostMS     float64 `json:"cost_ms"`
+	// pick expects of it (observed EWMA once traffic is counted, else the
+	// probe latency); ObservedInFlight the mean in flight its counted
+	// requests began with, themselves included (1 before any);
+	// PerRequestMS = estimate ÷ that; CostMS = per request × (in flight
+	// + 1) × load factor, what p2c compares.
+	InFlight         int64   `json:"in_flight"`
+	EstimateMS       float64 `json:"estimate_ms"`
+	ObservedInFlight float64 `json:"observed_in_flight"`
+	PerRequestMS     float64 `json:"per_request_ms"`
+	CostMS           float64 `json:"cost_ms"`
 	// LoadFactor multiplies the cost: 1 / (1 − min(u, 0.95)) of a fresh
 	// ORCA report's utilization u, else 1. ORCAState is none, blackout,
 	// fresh or expired; ORCAUtilization the latest report's utilization
@@ -216,7 +220,8 @@ func policyViews() []PolicyView {
 				PicksTotal: picks[[2]string{p.key.name, st.Addr}],
 			}
 			l := p.Tracker().LoadOf(st.ID, p.Now())
-			pv.InFlight, pv.EstimateMS, pv.CostMS, pv.LoadFactor = l.InFlight, ms(l.Estimate), ms(l.Cost), l.Factor
+			pv.InFlight, pv.EstimateMS, pv.PerRequestMS, pv.CostMS, pv.LoadFactor = l.InFlight, ms(l.Estimate), ms(l.PerRequest), ms(l.Cost), l.Factor
+			pv.ObservedInFlight = max(st.ObservedInFlight, 1)
 			pv.ORCAState, pv.ORCAUtilization, pv.ORCAAgeMS = l.ORCA.State.String(), l.ORCA.Utilization, ms(l.ORCA.Age)
 			pv.SlowStart, pv.SlowStartProgress = l.Warming, slowStartProgress(l)
 			for _, d := range st.LastRTTs {

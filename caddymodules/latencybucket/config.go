@@ -52,7 +52,7 @@ type Config struct {
 	Hysteresis *float64 `json:"hysteresis,omitempty"`
 	// Within is how a publisher is picked inside the bucket: "random"
 	// (default), "least_conn" (HTTP only), or "p2c": of two random
-	// members, the one of lower latency estimate × (requests in flight + 1)
+	// members, the one of lower latency per request × (requests in flight + 1)
 	// (HTTP needs the latency_bucket transport, which counts them).
 	Within string `json:"within,omitempty"`
 	// Choices, with within p2c, is how many distinct random members of

@@ -80,7 +80,7 @@ var (
 	descInFlight = prometheus.NewDesc(metricsPrefix+"publisher_in_flight",
 		"Requests (HTTP) or connections (layer4) in flight to the publisher, as within p2c counts them.", []string{"policy", "publisher"}, nil)
 	descCost = prometheus.NewDesc(metricsPrefix+"publisher_cost_seconds",
-		"What within p2c compares: latency estimate × (in flight + 1) × load factor.", []string{"policy", "publisher"}, nil)
+		"What within p2c compares: latency per request (estimate ÷ mean in flight at its requests' start) × (in flight + 1) × load factor.", []string{"policy", "publisher"}, nil)
 	descLoadFactor = prometheus.NewDesc(metricsPrefix+"publisher_load_factor",
 		"1 / (1 − min(u, 0.95)) of the publisher's fresh ORCA utilization u, else 1.", []string{"policy", "publisher"}, nil)
 	descORCAUtil = prometheus.NewDesc(metricsPrefix+"publisher_orca_utilization",

@@ -145,6 +145,9 @@ func TestP2CFollowsCapacity(t *testing.T) {
 			shares[within] = float64(arrivals[3].Load()) / float64(total)
 			t.Logf("within %s: weak publisher got %.1f %% of %d requests (strong: %d %d %d; weak %d)", within,
 				100*shares[within], total, arrivals[0].Load(), arrivals[1].Load(), arrivals[2].Load(), arrivals[3].Load())
+			if within == "p2c" {
+				checkPerRequest(t, c)
+			}
 			switch within {
 			case "random":
 				if shares[within] < 0.19 {
@@ -160,5 +163,35 @@ func TestP2CFollowsCapacity(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// checkPerRequest reads the admin view once the load has ended and a
+// re-derivation (every 250 ms) has passed: each publisher with counted
+// traffic shows the mean in flight its requests began with, and its
+// per-request figure is its estimate divided by that (README, within p2c,
+// rule 3); the strong publishers, four requests in service at a time,
+// began theirs with more than one in flight.
+func checkPerRequest(t *testing.T, c *e2e.Caddy) {
+	t.Helper()
+	time.Sleep(600 * time.Millisecond)
+	v := adminView(t, c, "apps-p2c", 4)
+	busy := 0
+	for _, p := range v.Publishers {
+		t.Logf("%s: estimate %.2f ms, observed in flight %.2f, per request %.2f ms, %d samples",
+			p.Address, p.EstimateMS, p.ObservedInFlight, p.PerRequestMS, p.ObservedSamples)
+		if p.ObservedSamples == 0 {
+			continue
+		}
+		if want := p.EstimateMS / p.ObservedInFlight; p.PerRequestMS < 0.98*want || p.PerRequestMS > 1.02*want {
+			t.Errorf("%s: per_request_ms %.3f, want estimate_ms %.3f ÷ observed_in_flight %.2f = %.3f",
+				p.Address, p.PerRequestMS, p.EstimateMS, p.ObservedInFlight, want)
+		}
+		if p.ObservedInFlight > 1.2 {
+			busy++
+		}
+	}
+	if busy == 0 {
+		t.Errorf("no publisher's requests began with more than 1.2 in flight on average under 228 requests/s of 40 ms each")
 	}
 }

@@ -36,7 +36,7 @@
 // map on the pick path); the transport wrapper that counts requests in
 // flight parses the answer's header on the way back (Parse into a Report
 // on its stack, Observe with the policy's clock, count the Reason). The
-// pick scales its cost (latency × (in flight + 1)) by a factor rising
+// pick scales its cost (latency per request × (in flight + 1)) by a factor rising
 // with Utilization, only when the state is StateFresh; a publisher in
 // blackout or expired is costed on latency and in-flight alone, as A58
 // gives a weightless endpoint the mean weight. The factor is the policy's

@@ -63,19 +63,20 @@ type EWMA struct {
 	n         uint64  // samples folded
 }
 
-// Observe records sample d.
-func (e *EWMA) Observe(d time.Duration) {
+// Observe records sample d and returns it as confirmed (the lower of it
+// and the sample before it; 0 for the first, which nothing confirms).
+func (e *EWMA) Observe(d time.Duration) time.Duration {
 	x := max(int64(d), 1)
 	prev := e.last.Swap(x)
 	if prev == 0 {
-		return // nothing to confirm it yet
+		return 0 // nothing to confirm it yet
 	}
 	c := min(x, prev)
 	e.batch.Add(uint64(c/1e3)<<countBits | 1)
 	for {
 		top := e.top.Load()
 		if c <= top || e.top.CompareAndSwap(top, c) {
-			return
+			return time.Duration(c)
 		}
 	}
 }

@@ -107,9 +107,12 @@ func (tg *target) loadFactor(now int64, p orca.Periods) (float64, bool) {
 type Load struct {
 	InFlight int64
 	Estimate time.Duration // see Estimate
-	Factor   float64       // LoadFactor of a fresh report, else 1 (a pick may use the other's); 1 with ORCA off
-	Cost     time.Duration // Cost(Estimate, InFlight) × Factor
-	ORCA     orca.Snapshot // the latest report (State none if never)
+	// PerRequest is what a pick uses: Estimate ÷ the status's
+	// ObservedInFlight, or a confirmed answer's figure since (raise).
+	PerRequest time.Duration
+	Factor     float64       // LoadFactor of a fresh report, else 1 (a pick may use the other's); 1 with ORCA off
+	Cost       time.Duration // Cost(PerRequest, InFlight) × Factor
+	ORCA       orca.Snapshot // the latest report (State none if never)
 	// SlowStart is how far the target is through its slow start, in
 	// [0, 1), while Warming.
 	SlowStart float64
@@ -124,12 +127,13 @@ func (t *Tracker) LoadOf(id uint32, now int64) Load {
 	}
 	tg := byID[id]
 	cfg := t.cfg.Load()
-	l := Load{InFlight: max(tg.inFlight.Load(), 0), Estimate: Estimate(tg.status.Load()), Factor: 1}
+	st := tg.status.Load()
+	l := Load{InFlight: max(tg.inFlight.Load(), 0), Estimate: Estimate(st), PerRequest: time.Duration(tg.estimate.Load()), Factor: 1}
 	l.ORCA = tg.load.Snapshot(now, cfg.ORCAPeriods)
 	if cfg.ORCA {
 		l.Factor, _ = tg.loadFactor(now, cfg.ORCAPeriods)
 	}
-	l.Cost = time.Duration(float64(Cost(l.Estimate, l.InFlight)) * l.Factor)
+	l.Cost = time.Duration(float64(Cost(l.PerRequest, l.InFlight)) * l.Factor)
 	if since, window := tg.warmSince.Load(), tg.warmWindow.Load(); since != 0 && window > 0 && now-since < window {
 		l.SlowStart, l.Warming = float64(max(now-since, 0))/float64(window), true
 	}

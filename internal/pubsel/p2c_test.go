@@ -191,3 +191,141 @@ func TestP2CSpreadsByLoad(t *testing.T) {
 		}
 	}
 }
+
+// serve feeds n requests to addr, each begun with k in flight (itself
+// included) and answered in d.
+func serve(tr *Tracker, addr string, d time.Duration, k, n int) {
+	for range n {
+		fs := inFlight(tr, addr, k)
+		tr.ObserveFlight(fs[k-1], d, false)
+		for _, f := range fs {
+			f.Done()
+		}
+	}
+}
+
+// The cost charges a publisher its latency per request it was measured
+// at (PerRequest), not its whole latency once per request in flight: a
+// fast publisher that serves four requests side by side in 5 ms each
+// costs 5 ms at its usual load, and an idle one that answers in 50 ms is
+// not taken over it (the traffic_tail benchmark: with latency × (in
+// flight + 1) the slow one won whenever the fast one held 10 ms of
+// peaks and four requests). A publisher that queues, measured at 40 ms
+// with four in flight (10 ms each), costs 10 ms per request in flight,
+// as latency × (in flight + 1) would at 10 ms.
+func TestP2CCostPerRequestMeasured(t *testing.T) {
+	tr := newTracker(t, Config{})
+	p := pubs(3)
+	for _, u := range p {
+		measure(t, tr, u.addr, ms)
+	}
+	serve(tr, p[0].addr, 12*ms, 4, 100) // parallel, 12 ms peaks on a busy host
+	serve(tr, p[1].addr, 50*ms, 1, 100) // slow, one at a time
+	serve(tr, p[2].addr, 40*ms, 4, 100) // queues: 10 ms a request
+	tr.Reevaluate(time.Now())
+	fast, slow, queued := tr.LoadOf(0, 0), tr.LoadOf(1, 0), tr.LoadOf(2, 0)
+	if st := tr.StatusOf(0); st.ObservedInFlight < 3.99 || st.ObservedInFlight > 4.01 {
+		t.Fatalf("observed in flight %v, want 4", st.ObservedInFlight)
+	}
+	if fast.PerRequest < 2999*time.Microsecond || fast.PerRequest > 3001*time.Microsecond || slow.PerRequest < 49*ms {
+		t.Fatalf("per request: fast %v (want 3ms), slow %v (want 50ms)", fast.PerRequest, slow.PerRequest)
+	}
+	if queued.PerRequest < 9999*time.Microsecond || queued.PerRequest > 10001*time.Microsecond {
+		t.Fatalf("queued per request %v, want 10ms", queued.PerRequest)
+	}
+	fs := inFlight(tr, p[0].addr, 4) // its usual load now
+	s := &Selector[*up]{Tracker: tr, Host: upHost{}, Within: WithinP2C, IntN: draws(0, 0)}
+	if u, _, _ := s.SelectUnpinned(p[:2], 0); u != p[0] {
+		t.Fatalf("picked %s: 12 ms with four in flight side by side against 50 ms idle", u.addr)
+	}
+	if c := tr.LoadOf(0, 0).Cost; c != 15*ms {
+		t.Fatalf("fast cost with four in flight %v, want 3ms × 5", c)
+	}
+	for _, f := range fs {
+		f.Done()
+	}
+}
+
+// flightLoad's mean is the requests' own mean within a fold, an EWMA with
+// the half-life across folds, held while idle, and 1 before any.
+func TestFlightLoadMean(t *testing.T) {
+	var l flightLoad
+	if m := l.value(0, time.Second); m != 1 {
+		t.Fatalf("empty mean %v, want 1", m)
+	}
+	l.add(2)
+	l.add(4)
+	l.add(0) // a request not counted in flight (Observe): not recorded
+	if m := l.value(int64(time.Second), time.Second); m != 3 {
+		t.Fatalf("mean %v, want 3", m)
+	}
+	l.add(7)
+	if m := l.value(int64(2*time.Second), time.Second); m != 5 {
+		t.Fatalf("mean after one half-life %v, want 5 (halfway from 3 to 7)", m)
+	}
+	if m := l.value(int64(10*time.Second), time.Second); m != 5 {
+		t.Fatalf("idle mean %v, want 5 held", m)
+	}
+}
+
+// The estimate is the traffic's moving average, not its peak: a stall
+// that held a few answers of a busy fast publisher for 30 ms lifts its
+// peak (bucketing by traffic sees it) but leaves its estimate near its
+// usual 5 ms, so an idle publisher of 40 ms is not taken over it.
+func TestP2CEstimateIsTheAverage(t *testing.T) {
+	tr := newTracker(t, Config{})
+	p := pubs(2)
+	measure(t, tr, p[0].addr, ms)
+	measure(t, tr, p[1].addr, ms)
+	serve(tr, p[0].addr, 5*ms, 1, 200)
+	serve(tr, p[0].addr, 30*ms, 1, 3) // the stall
+	serve(tr, p[1].addr, 40*ms, 1, 2)
+	tr.Reevaluate(time.Now())
+	st, l := tr.StatusOf(0), tr.LoadOf(0, 0)
+	if st.ObservedPeak < 29*ms || l.Estimate > 6*ms {
+		t.Fatalf("after a stall: peak %v (want 30ms), estimate %v (want the average, about 5ms)", st.ObservedPeak, l.Estimate)
+	}
+	fs := inFlight(tr, p[0].addr, 4)
+	s := &Selector[*up]{Tracker: tr, Host: upHost{}, Within: WithinP2C, IntN: draws(0, 0)}
+	if u, _, _ := s.SelectUnpinned(p, 0); u != p[0] {
+		t.Fatalf("picked %s: the 40 ms publisher over a 5 ms one with a stall behind it", u.addr)
+	}
+	for _, f := range fs {
+		f.Done()
+	}
+}
+
+// A publisher whose idle estimate decayed back to its probe latency
+// leaves the picks at its first confirmed slow answer, not at the next
+// re-evaluation: a confirmed answer of more than twice its figure (per
+// request, at the load the figure was measured at) lifts the figure at
+// once (the re-evaluation then folds it in); one of less changes nothing
+// until then.
+func TestP2CLeavesAtTheAnswerThatCrosses(t *testing.T) {
+	tr := newTracker(t, Config{HalfLife: time.Second})
+	p := pubs(2)
+	measure(t, tr, p[0].addr, ms)
+	measure(t, tr, p[1].addr, ms)
+	now := time.Now()
+	serve(tr, p[0].addr, 50*ms, 1, 3)
+	tr.Reevaluate(now)
+	tr.Reevaluate(now.Add(20 * time.Second)) // idle for 20 half-lives
+	if e := tr.LoadOf(0, 0).PerRequest; e > 2*ms {
+		t.Fatalf("after 20 idle half-lives per request %v, want back near the 1ms probe", e)
+	}
+	serve(tr, p[0].addr, 50*ms, 1, 1) // confirmed by the 50 ms before it
+	if e := tr.LoadOf(0, 0).PerRequest; e < 49*ms {
+		t.Fatalf("after a confirmed 50 ms answer per request %v, want 50ms at once", e)
+	}
+
+	serve(tr, p[1].addr, 10*ms, 1, 10)
+	tr.Reevaluate(now.Add(20 * time.Second))
+	serve(tr, p[1].addr, 15*ms, 1, 3)
+	if e := tr.LoadOf(1, 0).PerRequest; e != 10*ms {
+		t.Fatalf("answers of 1.5× the expected moved the figure to %v before a re-evaluation, want 10ms", e)
+	}
+	serve(tr, p[1].addr, 25*ms, 1, 2)
+	if e := tr.LoadOf(1, 0).PerRequest; e != 25*ms {
+		t.Fatalf("confirmed answers of 2.5× the expected: per request %v, want 25ms at once", e)
+	}
+}

@@ -165,6 +165,11 @@ type Status struct {
 	Observed        time.Duration `json:"observed_ns"`
 	ObservedPeak    time.Duration `json:"observed_peak_ns"`
 	ObservedSamples uint64        `json:"observed_samples"`
+	// ObservedInFlight is the mean number of requests in flight, each
+	// itself included, that the measured requests saw as they began (an
+	// EWMA with the half-life; 1 until any): the load at which Observed
+	// and ObservedPeak were measured (PerRequest).
+	ObservedInFlight float64 `json:"observed_in_flight"`
 	// DecidedBy is "probe" or "traffic": which figure is Latency.
 	DecidedBy string          `json:"decided_by"`
 	Probed    time.Duration   `json:"probed_ns"` // the probe minimum alone
@@ -195,8 +200,9 @@ type target struct {
 	window []time.Duration // best RTT of recent successful rounds, newest last
 
 	observed peakewma.EWMA // real traffic: recorded lock-free, folded under mu
+	began    flightLoad    // the in-flight counts the measured requests began with
 	inFlight atomic.Int64  // requests or connections in flight (Begin to Done)
-	estimate atomic.Int64  // Estimate(status), ns: set with status (setStatus)
+	estimate atomic.Int64  // PerRequest(status), ns: set with status (setStatus)
 	load     orca.Upstream // the backend's own latest load report (ReportLoad)
 	factor   atomic.Uint64 // LoadFactor of load's utilization (float64 bits)
 	reported atomic.Bool   // load has had a report (a pick skips factors until then)
@@ -336,7 +342,7 @@ func (t *Tracker) publishAddrs() {
 // at the next Reevaluate (every 250 ms) or probe round. An address not
 // probed is ignored.
 func (t *Tracker) Observe(addr string, d time.Duration, failed bool) {
-	t.ObserveFlight(Flight{(*t.byAddr.Load())[addr]}, d, failed)
+	t.ObserveFlight(Flight{tg: (*t.byAddr.Load())[addr]}, d, failed)
 }
 
 // Reevaluate derives every measured target's figure and bucket again
@@ -355,9 +361,7 @@ func (t *Tracker) Reevaluate(now time.Time) {
 		if cfg.Source == FromProbe {
 			// Only the observed figures, for the admin view: buckets
 			// move with probe rounds alone.
-			if avg, peak, n := tg.observed.Value(now.UnixNano(), cfg.HalfLife, prev.ProbeLatency); n > 0 {
-				st := *prev
-				st.Observed, st.ObservedPeak, st.ObservedSamples = avg, peak, n
+			if st := *prev; observe(&st, tg, cfg, now, prev.ProbeLatency) {
 				tg.setStatus(&st)
 			}
 		} else if prev.Measured && prev.Active {
@@ -370,6 +374,15 @@ func (t *Tracker) Reevaluate(now time.Time) {
 		}
 		tg.mu.Unlock()
 	}
+}
+
+// observe folds tg's traffic into st's observed figures at now (idle, the
+// latencies decaying towards floor) and reports whether any was counted.
+// Under tg.mu.
+func observe(st *Status, tg *target, cfg *Config, now time.Time, floor time.Duration) bool {
+	st.Observed, st.ObservedPeak, st.ObservedSamples = tg.observed.Value(now.UnixNano(), cfg.HalfLife, floor)
+	st.ObservedInFlight = tg.began.value(now.UnixNano(), cfg.HalfLife)
+	return st.ObservedSamples > 0
 }
 
 // fresh is the status of a target with no measurement: active, so that it
@@ -529,7 +542,7 @@ func (t *Tracker) deriveAt(st *Status, tg *target, cfg *Config, from int, label 
 	}
 	st.Probed, st.ProbeLatency, st.Measured = best, best+st.Segment, true
 	st.Latency, st.DecidedBy = st.ProbeLatency, "probe"
-	st.Observed, st.ObservedPeak, st.ObservedSamples = tg.observed.Value(now.UnixNano(), cfg.HalfLife, st.ProbeLatency)
+	observe(st, tg, cfg, now, st.ProbeLatency)
 	if st.ObservedSamples > 0 && cfg.Source != FromProbe {
 		if cfg.Source == FromTraffic || st.ObservedPeak > st.ProbeLatency {
 			st.Latency, st.DecidedBy = st.ObservedPeak, "traffic"

@@ -14,8 +14,8 @@ window.edgesteerPublisherLoad = function (h, c, p, src, id) {
   var slow = typeof p.slow_start_ms === "number" && p.slow_start_ms > 0;
   if (p.within !== "p2c" && !orca && !slow) return;
   var head = ["publisher", h.abbr("in flight", "requests (HTTP) or connections (layer 4) in flight to it now"),
-    h.abbr("estimate ms", "the latency p2c expects: observed peak once traffic is counted, else the probe latency"),
-    h.abbr("cost ms", "estimate × (in flight + 1) × load factor: what p2c compares"),
+    h.abbr("estimate ms", "the latency p2c expects: observed moving average once traffic is counted, else the probe latency"),
+    h.abbr("cost ms", "estimate ÷ mean in flight at its requests' start × (in flight + 1) × load factor: what p2c compares"),
     h.abbr("load factor", "1 / (1 − min(u, 0.95)) of a fresh ORCA utilization u, else 1")];
   var num = [1, 2, 3, 4];
   if (orca) {
