@@ -7,6 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/edgesteer/edgesteer/internal/monoclock"
 	"github.com/edgesteer/edgesteer/internal/quotaredis"
 	"github.com/edgesteer/edgesteer/internal/redisconn"
 )
@@ -77,7 +78,7 @@ func (c *cluster) startKeepAlive(ctx context.Context) {
 			q, spec := c.q.Load(), c.spec.Load()
 			cfg := q.Config()
 			client := k.clientFor(spec, cfg.ReplicaTTL)
-			start := time.Now()
+			start := monoclock.Now()
 			var sent bool
 			if client != nil {
 				// Each round trip may take replica_ttl (the client's read

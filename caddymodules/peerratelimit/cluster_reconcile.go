@@ -3,8 +3,8 @@ package peerratelimit
 import (
 	"errors"
 	"fmt"
-	"time"
 
+	"github.com/edgesteer/edgesteer/internal/monoclock"
 	"github.com/edgesteer/edgesteer/internal/quota"
 	"github.com/edgesteer/edgesteer/internal/quotaredis"
 )
@@ -144,7 +144,7 @@ func (c *cluster) updateMessages(old, spec *clusterSpec) error {
 func (hs *handlerState) applyClusterThrottle() {
 	hs.mu.Lock()
 	defer hs.mu.Unlock()
-	now := time.Now()
+	now := monoclock.Now()
 	for _, c := range hs.clusters {
 		c.applyThrottle(now)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/edgesteer/edgesteer/internal/monoclock"
 	"github.com/edgesteer/edgesteer/internal/quota"
 	"github.com/edgesteer/edgesteer/internal/quotaredis"
 	"github.com/edgesteer/edgesteer/internal/ratelimit"
@@ -154,7 +155,7 @@ func (c *cluster) loop(ctx context.Context) {
 	defer timer.Stop()
 	for {
 		// (Since Go 1.23, Reset leaves no stale tick in the channel.)
-		timer.Reset(time.Until(c.q.Load().NextSync(time.Now())))
+		timer.Reset(time.Until(c.q.Load().NextSync(monoclock.Now())))
 		select {
 		case <-ctx.Done():
 			return
@@ -178,7 +179,7 @@ func (c *cluster) syncOnce(ctx context.Context) {
 		qs = append(qs, mq.q.Load())
 	}
 	c.warmKeepAlive(ctx)
-	now := time.Now()
+	now := monoclock.Now()
 	c.applyThrottle(now)
 	sctx, cancel := context.WithTimeout(ctx, q.Config().Interval)
 	errs := quota.SyncGroup(sctx, now, qs)

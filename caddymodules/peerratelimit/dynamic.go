@@ -14,6 +14,7 @@ import (
 
 	"github.com/edgesteer/edgesteer/caddymodules/internal/cfparse"
 	"github.com/edgesteer/edgesteer/internal/loadsource"
+	"github.com/edgesteer/edgesteer/internal/monoclock"
 	"github.com/edgesteer/edgesteer/internal/ratelimit"
 )
 
@@ -165,7 +166,7 @@ func (hs *handlerState) sampleLoop() {
 	for {
 		every := time.Second // while no generation has dynamic throttling
 		if g, _ := hs.store.Active().(*generation); g != nil && g.dynamic != nil {
-			hs.sample(g.dynamic, time.Now())
+			hs.sample(g.dynamic, monoclock.Now())
 			every = g.dynamic.every
 		}
 		if tick == nil {

@@ -5,12 +5,12 @@ import (
 	"math"
 	"net/http"
 	"strings"
-	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/edgesteer/edgesteer/internal/monoclock"
 	"github.com/edgesteer/edgesteer/internal/ratelimit"
 )
 
@@ -160,7 +160,7 @@ func (p *httpProfile) decide(r *http.Request, key string, repl *caddy.Replacer, 
 // 0 for other) from key, counts the verdict and sets the placeholders.
 // It returns the verdict and the limit that refused.
 func (p *profile) decide(key string, msg int, msgType string, repl *caddy.Replacer, ph *placeholders) (int, string) {
-	ok, limit := p.engine.Decide(key, msgType, time.Now().UnixNano())
+	ok, limit := p.engine.Decide(key, msgType, monoclock.Now().UnixNano())
 	verdict := admitted
 	if !ok {
 		verdict = rejected

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/edgesteer/edgesteer/caddymodules/internal/live"
+	"github.com/edgesteer/edgesteer/internal/monoclock"
 	"github.com/edgesteer/edgesteer/internal/ratelimit"
 )
 
@@ -185,7 +186,8 @@ func (hs *handlerState) sweep() {
 		select {
 		case <-hs.ctx.Done():
 			return
-		case now := <-tick.C:
+		case <-tick.C:
+			now := monoclock.Now()
 			hs.store.Sweep(now.Add(-time.Minute).UnixNano(), now.UnixNano())
 		}
 	}

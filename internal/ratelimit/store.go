@@ -5,6 +5,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/edgesteer/edgesteer/internal/monoclock"
 )
 
 // Store is the state of one named limiter that outlives a configuration:
@@ -61,7 +63,7 @@ type Attachment struct {
 
 // NewStore returns an empty store.
 func NewStore() *Store {
-	return &Store{tables: map[tableKey]*storedTable{}, Clock: func() int64 { return time.Now().UnixNano() }}
+	return &Store{tables: map[tableKey]*storedTable{}, Clock: func() int64 { return monoclock.Now().UnixNano() }}
 }
 
 // Attach adds a generation: its profiles take over the store's tables of
