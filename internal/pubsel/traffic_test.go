@@ -184,6 +184,7 @@ func TestObservedLatencySurvivesReload(t *testing.T) {
 	measure(t, st.Tracker(), p[0].addr, 5*ms)
 	now := time.Now()
 	observeN(st.Tracker(), p[0].addr, 200*ms, 4, &now)
+	serve(st.Tracker(), p[0].addr, 200*ms, 2, 2) // begun with 2 in flight: observed_in_flight 2
 
 	both := settings(32 * ms)
 	both.Tracker.Source = FromBoth
@@ -195,7 +196,7 @@ func TestObservedLatencySurvivesReload(t *testing.T) {
 	gen1.Release()
 	st.Tracker().Reevaluate(now)
 	s, _ := statusOf(st.Tracker(), p[0].addr)
-	if s.ObservedSamples != 3 || s.DecidedBy != "traffic" || s.Latency < 190*ms {
+	if s.ObservedSamples != 5 || s.DecidedBy != "traffic" || s.Latency < 190*ms || s.ObservedInFlight != 2 {
 		t.Fatalf("after the reload to latency both: %+v", s)
 	}
 
@@ -206,7 +207,7 @@ func TestObservedLatencySurvivesReload(t *testing.T) {
 	}
 	measure(t, st.Tracker(), p[0].addr, 5*ms)
 	st.Tracker().Reevaluate(now)
-	if s, _ := statusOf(st.Tracker(), p[0].addr); s.ObservedSamples != 3 || s.Window != 1 || s.DecidedBy != "traffic" {
+	if s, _ := statusOf(st.Tracker(), p[0].addr); s.ObservedSamples != 5 || s.Window != 1 || s.DecidedBy != "traffic" || s.ObservedInFlight != 2 {
 		t.Fatalf("after a new probe: %+v", s)
 	}
 }
