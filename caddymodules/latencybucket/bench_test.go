@@ -292,15 +292,15 @@ func BenchmarkTrafficTransport(b *testing.B) {
 		}
 	}
 	inner := nopTransport{&http.Response{StatusCode: 200}}
-	wrapped := &TrafficTransport{inner: inner, target: new(atomic.Pointer[feedTarget])}
-	wrapped.feed(tr, testClock)
+	wt := &TrafficTransport{Inner: innerOf(inner), target: new(atomic.Pointer[feedTarget])}
+	wt.feed(tr, testClock)
 	req, _ := http.NewRequest("GET", "http://app/", nil)
 	req = req.WithContext(context.WithValue(req.Context(), caddy.CtxKey("reverse_proxy.dial_info"),
 		reverseproxy.DialInfo{Network: "tcp", Address: "127.0.0.1:9002", Host: "127.0.0.1", Port: "9002"}))
 	for _, c := range []struct {
 		name string
 		rt   http.RoundTripper
-	}{{"anchor=wrapped transport alone", inner}, {"latency_bucket transport", wrapped}} {
+	}{{"anchor=wrapped transport alone", inner}, {"latency_bucket transport", wt}} {
 		b.Run(c.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {

@@ -30,7 +30,7 @@ type TrafficTransport struct {
 	// TransportRaw is the wrapped transport; default "http".
 	TransportRaw json.RawMessage `json:"transport,omitempty" caddy:"namespace=http.reverse_proxy.transport inline_key=protocol"`
 
-	inner   http.RoundTripper
+	wrapped.Inner
 	handler *reverseproxy.Handler
 	target  *atomic.Pointer[feedTarget] // set by the policy; made at Provision
 }
@@ -59,11 +59,9 @@ func (TrafficTransport) CaddyModule() caddy.ModuleInfo {
 // Provision loads the wrapped transport and registers with the enclosing
 // reverse_proxy.
 func (t *TrafficTransport) Provision(ctx caddy.Context) error {
-	rt, err := wrapped.Load(ctx, t, &t.TransportRaw, "latency_bucket: transport")
-	if err != nil {
+	if err := t.Load(ctx, t, &t.TransportRaw, "latency_bucket", "latency_bucket: transport"); err != nil {
 		return err
 	}
-	t.inner = rt
 	t.target = new(atomic.Pointer[feedTarget])
 	for _, m := range ctx.Modules() {
 		if h, ok := m.(*reverseproxy.Handler); ok {
@@ -90,7 +88,7 @@ func (t *TrafficTransport) Cleanup() error {
 	if t.handler != nil {
 		transports.CompareAndDelete(t.handler, t)
 	}
-	return wrapped.Cleanup(t.inner)
+	return t.CleanupInner()
 }
 
 // feed makes the transport report to tr, ORCA reports on the clock now
@@ -114,16 +112,16 @@ func (t *TrafficTransport) feed(tr *pubsel.Tracker, now func() int64) {
 func (t *TrafficTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ft := t.target.Load()
 	if ft == nil {
-		return t.inner.RoundTrip(req)
+		return t.Forward(req)
 	}
 	tr := ft.tr
 	di, ok := reverseproxy.GetDialInfo(req.Context())
 	if !ok {
-		return t.inner.RoundTrip(req)
+		return t.Forward(req)
 	}
 	f := tr.Begin(di.Address)
 	start := mono()
-	resp, err := t.inner.RoundTrip(req)
+	resp, err := t.Forward(req)
 	took := mono() - start
 	f.Done()
 	if err != nil && req.Context().Err() != nil {
@@ -173,21 +171,6 @@ var monoEpoch = time.Now()
 // mono is the monotonic time since the process started.
 func mono() time.Duration { return time.Since(monoEpoch) }
 
-// TLSEnabled reports whether the wrapped transport uses TLS.
-func (t *TrafficTransport) TLSEnabled() bool {
-	return wrapped.TLSEnabled(t.inner)
-}
-
-// EnableTLS is refused: configure TLS on the wrapped transport.
-func (t *TrafficTransport) EnableTLS(*reverseproxy.TLSConfig) error {
-	return fmt.Errorf("latency_bucket: set tls on the wrapped transport (transport latency_bucket { transport http { tls } })")
-}
-
-// ProxyProtocolEnabled reports the wrapped transport's setting.
-func (t *TrafficTransport) ProxyProtocolEnabled() bool {
-	return wrapped.ProxyProtocolEnabled(t.inner)
-}
-
 // UnmarshalCaddyfile reads
 //
 //	transport latency_bucket {
@@ -219,4 +202,11 @@ var (
 	_ caddyfile.Unmarshaler               = (*TrafficTransport)(nil)
 	_ reverseproxy.TLSTransport           = (*TrafficTransport)(nil)
 	_ reverseproxy.ProxyProtocolTransport = (*TrafficTransport)(nil)
+)
+
+// Interface guards: the wrapped transport's abilities pass through.
+var (
+	_ reverseproxy.TLSTransport           = (*TrafficTransport)(nil)
+	_ reverseproxy.ProxyProtocolTransport = (*TrafficTransport)(nil)
+	_ caddy.CleanerUpper                  = (*TrafficTransport)(nil)
 )

@@ -12,6 +12,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 
+	"github.com/edgesteer/edgesteer/caddymodules/internal/wrapped"
 	"github.com/edgesteer/edgesteer/internal/pubsel"
 )
 
@@ -77,7 +78,7 @@ func TestTrafficTransportCountsFailures(t *testing.T) {
 			if c.cancel {
 				inner.cancel = cancel
 			}
-			rt := &TrafficTransport{inner: inner, target: new(atomic.Pointer[feedTarget])}
+			rt := &TrafficTransport{Inner: innerOf(inner), target: new(atomic.Pointer[feedTarget])}
 			rt.feed(tr, testClock)
 			req, _ := http.NewRequestWithContext(ctx, "GET", "http://app/", nil)
 			resp, err := rt.RoundTrip(req)
@@ -122,7 +123,7 @@ func TestTrafficTransportCountsInFlight(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.WithValue(context.Background(), caddy.CtxKey("reverse_proxy.dial_info"),
 			reverseproxy.DialInfo{Network: "tcp", Address: addr, Host: "127.0.0.1", Port: "9001"}))
 		var during int64
-		rt := &TrafficTransport{target: new(atomic.Pointer[feedTarget]), inner: innerFunc(func(r *http.Request) (*http.Response, error) {
+		rt := &TrafficTransport{target: new(atomic.Pointer[feedTarget]), Inner: innerOf(innerFunc(func(r *http.Request) (*http.Response, error) {
 			during = tr.LoadOf(id, 0).InFlight
 			switch outcome {
 			case "error":
@@ -132,7 +133,7 @@ func TestTrafficTransportCountsInFlight(t *testing.T) {
 				return nil, r.Context().Err()
 			}
 			return &http.Response{StatusCode: 200, Body: http.NoBody, Request: r}, nil
-		})}
+		}))}
 		rt.feed(tr, testClock)
 		req, _ := http.NewRequestWithContext(ctx, "GET", "http://app/", nil)
 		rt.RoundTrip(req)
@@ -145,3 +146,6 @@ func TestTrafficTransportCountsInFlight(t *testing.T) {
 
 // testClock is a state clock for transports fed outside a policy.
 func testClock() int64 { return time.Now().UnixNano() }
+
+// innerOf is rt as the transport the latency_bucket transport wraps.
+func innerOf(rt http.RoundTripper) wrapped.Inner { return wrapped.Wrap(rt, "latency_bucket") }

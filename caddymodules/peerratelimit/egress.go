@@ -43,7 +43,7 @@ type EgressTransport struct {
 	// TransportRaw is the wrapped transport; default "http".
 	TransportRaw json.RawMessage `json:"transport,omitempty" caddy:"namespace=http.reverse_proxy.transport inline_key=protocol"`
 
-	inner    http.RoundTripper
+	wrapped.Inner
 	byAddr   map[string]*httpProfile // upstream host:port → its group
 	profiles []*httpProfile
 	lease    *lease
@@ -75,11 +75,9 @@ func (t *EgressTransport) Provision(ctx caddy.Context) error {
 		}
 		t.Name = name
 	}
-	rt, err := wrapped.Load(ctx, t, &t.TransportRaw, "peer_rate_limit")
-	if err != nil {
+	if err := t.Load(ctx, t, &t.TransportRaw, "peer_rate_limit", "peer_rate_limit"); err != nil {
 		return err
 	}
-	t.inner = rt
 	cfgs := make([]ProfileConfig, len(t.Groups))
 	for i, g := range t.Groups {
 		if g.Peer != "" || len(g.PeerCIDRs) > 0 || g.MissingPeer != "" || g.Select != nil {
@@ -125,7 +123,7 @@ func (t *EgressTransport) Cleanup() error {
 	if t.lease != nil {
 		t.lease.release()
 	}
-	return wrapped.Cleanup(t.inner)
+	return t.CleanupInner()
 }
 
 // RoundTrip limits the request by the group of the upstream it is about to
@@ -184,29 +182,11 @@ func (t *EgressTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 // source, the answer's headers go to the transport's ORCA feed, keyed by
 // the upstream's dial address.
 func (t *EgressTransport) forward(req *http.Request, upstream string) (*http.Response, error) {
-	resp, err := t.inner.RoundTrip(req)
+	resp, err := t.Forward(req)
 	if f := t.orca; f != nil && err == nil {
 		f.observe(resp.Header, upstream, time.Now().UnixNano())
 	}
 	return resp, err
-}
-
-// The wrapped transport's optional abilities are passed through, so that
-// reverse_proxy treats the wrapper as it would treat the transport itself.
-
-// TLSEnabled reports whether the wrapped transport uses TLS.
-func (t *EgressTransport) TLSEnabled() bool {
-	return wrapped.TLSEnabled(t.inner)
-}
-
-// EnableTLS is refused: configure TLS on the wrapped transport.
-func (t *EgressTransport) EnableTLS(*reverseproxy.TLSConfig) error {
-	return fmt.Errorf("peer_rate_limit: set tls on the wrapped transport (transport peer_rate_limit { transport http { tls } })")
-}
-
-// ProxyProtocolEnabled reports the wrapped transport's setting.
-func (t *EgressTransport) ProxyProtocolEnabled() bool {
-	return wrapped.ProxyProtocolEnabled(t.inner)
 }
 
 // UnmarshalCaddyfile reads
@@ -278,4 +258,11 @@ var (
 	_ caddyfile.Unmarshaler               = (*EgressTransport)(nil)
 	_ reverseproxy.TLSTransport           = (*EgressTransport)(nil)
 	_ reverseproxy.ProxyProtocolTransport = (*EgressTransport)(nil)
+)
+
+// Interface guards: the wrapped transport's abilities pass through.
+var (
+	_ reverseproxy.TLSTransport           = (*EgressTransport)(nil)
+	_ reverseproxy.ProxyProtocolTransport = (*EgressTransport)(nil)
+	_ caddy.CleanerUpper                  = (*EgressTransport)(nil)
 )
