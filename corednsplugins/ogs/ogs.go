@@ -224,8 +224,7 @@ func (o *OGS) location(state request.Request) (string, *dns.EDNS0_SUBNET) {
 		if s.Family == 2 {
 			bits = 128
 		}
-		prefix := net.IPNet{IP: s.Address.Mask(net.CIDRMask(int(s.SourceNetmask), bits)), Mask: net.CIDRMask(int(s.SourceNetmask), bits)}
-		return "ecs:" + prefix.String(), s
+		return "ecs:" + maskedPrefix(s.Address, int(s.SourceNetmask), bits), s
 	}
 	if o.resolv != nil {
 		keys, err := o.resolv.Keys(time.Now())
@@ -250,7 +249,14 @@ func maskedNet(ip net.IP, v4Len, v6Len int) string {
 		return ""
 	}
 	if v4 := ip.To4(); v4 != nil {
-		return (&net.IPNet{IP: v4.Mask(net.CIDRMask(v4Len, 32)), Mask: net.CIDRMask(v4Len, 32)}).String()
+		return maskedPrefix(v4, v4Len, 32)
 	}
-	return (&net.IPNet{IP: ip.Mask(net.CIDRMask(v6Len, 128)), Mask: net.CIDRMask(v6Len, 128)}).String()
+	return maskedPrefix(ip, v6Len, 128)
+}
+
+// maskedPrefix is ip's network of its first ones bits of bits
+// ("a.b.c.0/24").
+func maskedPrefix(ip net.IP, ones, bits int) string {
+	m := net.CIDRMask(ones, bits)
+	return (&net.IPNet{IP: ip.Mask(m), Mask: m}).String()
 }
