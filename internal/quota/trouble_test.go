@@ -12,9 +12,9 @@ import (
 // interval without its traffic leaves its keys out of a sync, nor when
 // its counts are withheld at the fallback share (a refused write would
 // otherwise never be asked again), nor across a sync that failed as a
-// whole. (The earlier code dropped the trouble at the first sync without
-// the peer's traffic, and at every other sync when only writes were
-// refused: the log said "refused" and "answering again" in turn.)
+// whole. (Otherwise the trouble would end at the first sync without the
+// peer's traffic, or at every other sync when only writes are refused,
+// and the log would say "refused" and "answering again" in turn.)
 func TestTroubleHoldsWhileRefused(t *testing.T) {
 	const limit = 300.0
 	noperm := func(key string) error {

@@ -305,11 +305,11 @@ func New(c *Config) (redis.UniversalClient, error) {
 // a command finds its node gone. go-redis reloads it on MOVED, ASK and
 // READONLY, and otherwise only every ClusterStateReloadInterval (60 s):
 // after a shard's failover (its master dead, a replica promoted) every
-// command for that shard's slots went on to the dead address and failed
-// until then — through two bin/coredns replicas, each new location there
-// was probed by both, for up to a minute. Now the first such failure asks
-// for a reload (go-redis runs one at a time, 200 ms apart at most), and
-// the calls after it reach the promoted master.
+// command for that shard's slots would go to the dead address and fail
+// until then, and each new location would be probed by every replica.
+// So the first such failure asks for a reload (go-redis runs one at a
+// time, 200 ms apart at most), and the calls after it reach the promoted
+// master.
 type reloadOnLostNode struct{ c *redis.ClusterClient }
 
 // lostNode says whether err means the node may be gone: no answer, or a
