@@ -7,12 +7,9 @@ import (
 	"net"
 	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
-	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/edgesteer/edgesteer/internal/latency"
@@ -32,14 +29,9 @@ type policy struct {
 	lease       *pubsel.Lease
 	table       *sticky.Table       // nil with sticky off
 	stickyStore *pubsel.StickyStore // nil without sticky_store
+	picks       *pubsel.Picks       // the name's, for the process (picksOf)
 	logger      *zap.Logger
 	metrics     *metrics
-
-	// counters caches selection counters by target, bucket and decision
-	// (copy on write): resolving label values per request would cost more
-	// than the pick itself.
-	counters   atomic.Pointer[[]selectionCounters] // by target id
-	countersMu sync.Mutex
 }
 
 // provision validates c, adopts (or makes) the state named by the policy's
@@ -98,6 +90,7 @@ func (p *policy) provision(ctx caddy.Context, c *Config, kind string, dials []st
 		return fmt.Errorf("latency_bucket: %v", err)
 	}
 	p.key, p.state, p.pooled = key, v.(*pooledState), true
+	p.picks = picksOf(p.name)
 	p.state.picking.Store(&picking{within: c.Within, slowStart: time.Duration(c.SlowStart)})
 	// The generation's context identifies it: two policies of one config
 	// sharing a name must agree on the settings.
@@ -175,61 +168,6 @@ func (p *policy) onStoreRefusal(refusing bool, reason, key string, err error) {
 	}
 	p.logger.Warn("sticky store refuses keys: their pairs are pinned locally",
 		zap.String("policy", p.name), zap.String("reason", reason), zap.String("key", key), zap.Error(err))
-}
-
-// selectionCounters are one target's selection counters in its current
-// bucket: [new, sticky].
-type selectionCounters struct {
-	addr   string
-	bucket int
-	c      [2]prometheus.Counter
-}
-
-// selected records a decision in the metrics. The counters are cached by
-// target id in a copy-on-write slice: an index and two compares per pick,
-// where resolving label values would cost more than the pick itself. A
-// target that changed bucket (or an id reused by another address) takes
-// the lock once to cache its new counters.
-func (p *policy) selected(d pubsel.Decision) {
-	st := d.Status
-	if st == nil {
-		return
-	}
-	i := 0
-	if d.Sticky {
-		i = 1
-	}
-	if cs := p.counters.Load(); cs != nil && int(st.ID) < len(*cs) {
-		if e := &(*cs)[st.ID]; e.bucket == st.Bucket && e.addr == st.Addr && e.c[i] != nil {
-			e.c[i].Inc()
-			return
-		}
-	}
-	p.countersMu.Lock()
-	var cs []selectionCounters
-	if old := p.counters.Load(); old != nil {
-		cs = *old
-	}
-	cs = append(make([]selectionCounters, 0, max(len(cs), int(st.ID)+1)), cs...)
-	cs = cs[:max(len(cs), int(st.ID)+1)]
-	e := &cs[st.ID]
-	if e.bucket != st.Bucket || e.addr != st.Addr {
-		*e = selectionCounters{addr: st.Addr, bucket: st.Bucket}
-	}
-	if e.c[i] == nil {
-		e.c[i] = p.metrics.selections.WithLabelValues(p.name, st.Addr, st.Label, stickyLabel(d.Sticky))
-	}
-	c := e.c[i]
-	p.counters.Store(&cs)
-	p.countersMu.Unlock()
-	c.Inc()
-}
-
-func stickyLabel(b bool) string {
-	if b {
-		return "sticky"
-	}
-	return "new"
 }
 
 // probeAddrs turns dial addresses into probe targets, host:port or, for
