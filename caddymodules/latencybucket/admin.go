@@ -4,8 +4,6 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 
 	"github.com/edgesteer/edgesteer/caddymodules/internal/views"
 	"github.com/edgesteer/edgesteer/internal/orca"
@@ -189,7 +187,7 @@ var serveAdmin = views.Handler(policyViews)
 func policyViews() []PolicyView {
 	now := time.Now().UnixNano()
 	views := []PolicyView{}
-	picks, sticky := selectionTotals()
+	picksByName := allPicks()
 	for _, p := range pooledStates() {
 		s := p.Settings()
 		cfg := p.Tracker().Config()
@@ -199,6 +197,7 @@ func policyViews() []PolicyView {
 		if cfg.ORCA {
 			v.ORCA = orcaView(p.Tracker(), cfg)
 		}
+		byAddr, sticky := picksByName[p.key.name].Totals()
 		var counts map[uint32]int
 		if s.Sticky {
 			v.StickyMaxEntries = p.Table().Max()
@@ -208,7 +207,7 @@ func policyViews() []PolicyView {
 			}
 		}
 		if sh := p.StickyStore(); sh != nil {
-			v.StickyStore = storeView(sh.Health(), p.StickyStoreStats(), sticky[p.key.name])
+			v.StickyStore = storeView(sh.Health(), p.StickyStoreStats(), sticky)
 		}
 		for _, st := range p.Tracker().Statuses() {
 			pv := PublisherView{
@@ -217,7 +216,7 @@ func policyViews() []PolicyView {
 				ObservedSamples: st.ObservedSamples, DecidedBy: st.DecidedBy,
 				Bucket: st.Label, Measured: st.Measured, Active: st.Active, WindowRounds: st.Window, LastError: st.LastError,
 				LastProbe: st.LastProbe, Rounds: st.Rounds, StickyEntries: counts[st.ID], LastRTTsMS: []float64{},
-				PicksTotal: picks[[2]string{p.key.name, st.Addr}],
+				PicksTotal: byAddr[st.Addr],
 			}
 			l := p.Tracker().LoadOf(st.ID, p.Now())
 			pv.InFlight, pv.EstimateMS, pv.PerRequestMS, pv.CostMS, pv.LoadFactor = l.InFlight, ms(l.Estimate), ms(l.PerRequest), ms(l.Cost), l.Factor
@@ -268,49 +267,10 @@ func storeView(h pubsel.StickyStoreHealth, s *pubsel.StickyStoreStats, stickyPic
 }
 
 // localHits is the pinned picks the local table answered: the sticky
-// decisions (counted on the request path for the selections metric
-// already, so a local hit pays for no second count) less those the store
-// answered.
+// decisions (counted on the request path in the policy's picks already,
+// so a local hit pays for no second count) less those the store answered.
 func localHits(stickyPicks uint64, s *pubsel.StickyStoreStats) uint64 {
 	return stickyPicks - min(stickyPicks, s.StoreHits.Load())
-}
-
-// selectionTotals sums the selections counter by (policy, publisher): the
-// cumulative picks of each publisher, new and sticky (the dashboard
-// derives picks per second), and by policy the sticky decisions.
-func selectionTotals() (picks map[[2]string]uint64, sticky map[string]uint64) {
-	picks, sticky = map[[2]string]uint64{}, map[string]uint64{}
-	if theMetrics == nil {
-		return picks, sticky
-	}
-	ch := make(chan prometheus.Metric, 64)
-	go func() {
-		theMetrics.selections.Collect(ch)
-		close(ch)
-	}()
-	for m := range ch {
-		var d dto.Metric
-		if m.Write(&d) != nil || d.Counter == nil {
-			continue
-		}
-		var policy, publisher, decision string
-		for _, l := range d.Label {
-			switch l.GetName() {
-			case "policy":
-				policy = l.GetValue()
-			case "publisher":
-				publisher = l.GetValue()
-			case "decision":
-				decision = l.GetValue()
-			}
-		}
-		n := uint64(d.Counter.GetValue())
-		picks[[2]string{policy, publisher}] += n
-		if decision == "sticky" {
-			sticky[policy] += n
-		}
-	}
-	return picks, sticky
 }
 
 // Interface guards

@@ -91,6 +91,7 @@ func (h *HTTPPolicy) provisionSelector(ctx caddy.Context, dials []string) error 
 		SlowStart:   time.Duration(h.Config.SlowStart),
 		Sticky:      h.policy.table,
 		StickyStore: h.policy.stickyStore,
+		Picks:       h.policy.picks,
 	}
 	return nil
 }
@@ -123,7 +124,6 @@ func (h *HTTPPolicy) Select(pool reverseproxy.UpstreamPool, r *http.Request, _ h
 	if !ok {
 		return nil
 	}
-	h.policy.selected(d)
 	if repl != nil && d.Status != nil {
 		setPlaceholders(repl, httpKeys, d, user, app)
 	}

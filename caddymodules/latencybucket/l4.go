@@ -62,6 +62,7 @@ func (p *L4Policy) Provision(ctx caddy.Context) error {
 		Host:        l4Host{},
 		Sticky:      p.policy.table,
 		StickyStore: p.policy.stickyStore,
+		Picks:       p.policy.picks,
 		Within:      p.Config.within(),
 		Choices:     p.Config.choices(),
 		SlowStart:   time.Duration(p.Config.SlowStart),
@@ -101,7 +102,6 @@ func (p *L4Policy) Select(pool l4proxy.UpstreamPool, conn *layer4.Connection) *l
 	if !ok {
 		return nil
 	}
-	p.policy.selected(d)
 	if d.Status != nil {
 		if repl != nil {
 			setPlaceholders(repl, l4Keys, d, user, app)

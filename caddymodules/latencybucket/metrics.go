@@ -15,10 +15,10 @@ import (
 const metricsPrefix = "caddy_edgesteer_latency_bucket_"
 
 type metrics struct {
-	selections    *prometheus.CounterVec
 	probeRTT      *prometheus.HistogramVec
 	probeFailures *prometheus.CounterVec
 	state         stateCollector
+	selections    selectionsCollector
 }
 
 var (
@@ -31,10 +31,6 @@ var (
 func registerMetrics(ctx caddy.Context) (*metrics, error) {
 	metricsOnce.Do(func() {
 		theMetrics = &metrics{
-			selections: prometheus.NewCounterVec(prometheus.CounterOpts{
-				Name: metricsPrefix + "selections_total",
-				Help: "Publisher selections by policy, publisher, latency bucket and decision (new pick or sticky).",
-			}, []string{"policy", "publisher", "bucket", "decision"}),
 			probeRTT: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 				Name:    metricsPrefix + "probe_rtt_seconds",
 				Help:    "Round-trip time of successful publisher probes.",
@@ -46,7 +42,7 @@ func registerMetrics(ctx caddy.Context) (*metrics, error) {
 			}, []string{"policy", "publisher"}),
 		}
 	})
-	err := metricsreg.Register(ctx, theMetrics.selections, theMetrics.probeRTT, theMetrics.probeFailures, &theMetrics.state)
+	err := metricsreg.Register(ctx, &theMetrics.selections, theMetrics.probeRTT, theMetrics.probeFailures, &theMetrics.state)
 	return theMetrics, err
 }
 
@@ -57,6 +53,25 @@ func (m *metrics) observeRound(policy, addr string, r latency.Result) {
 			continue
 		}
 		m.probeRTT.WithLabelValues(policy, addr).Observe(rtt.Seconds())
+	}
+}
+
+// selectionsCollector reports the pick counts of every policy name used
+// so far (picks), kept by the engine (pubsel.Picks) for the admin view too.
+type selectionsCollector struct{}
+
+var descSelections = prometheus.NewDesc(metricsPrefix+"selections_total",
+	"Publisher selections by policy, publisher, latency bucket and decision (new pick or sticky).",
+	[]string{"policy", "publisher", "bucket", "decision"}, nil)
+
+func (*selectionsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- descSelections }
+
+func (*selectionsCollector) Collect(ch chan<- prometheus.Metric) {
+	for name, p := range allPicks() {
+		for _, c := range p.Counts() {
+			ch <- prometheus.MustNewConstMetricWithCreatedTimestamp(descSelections, prometheus.CounterValue, float64(c.N),
+				c.Created, name, c.Addr, c.Label, decisionWord(pubsel.Decision{Sticky: c.Sticky}))
+		}
 	}
 }
 
@@ -146,7 +161,7 @@ func (*stateCollector) Describe(ch chan<- *prometheus.Desc) {
 // Collect reads the pooled states, not a config generation's policies: a
 // state adopted across a reload is reported once, with its kept values.
 func (*stateCollector) Collect(ch chan<- prometheus.Metric) {
-	var sticky map[string]uint64
+	picksByName := allPicks()
 	for _, p := range pooledStates() {
 		name := p.key.name
 		for _, st := range p.Tracker().Statuses() {
@@ -178,10 +193,8 @@ func (*stateCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descSticky, prometheus.GaugeValue, float64(p.Table().Len()), name)
 		}
 		if sh := p.StickyStore(); sh != nil {
-			if sticky == nil {
-				_, sticky = selectionTotals()
-			}
-			collectStore(ch, name, sh.Health(), p.StickyStoreStats(), sticky[name])
+			_, sticky := picksByName[name].Totals()
+			collectStore(ch, name, sh.Health(), p.StickyStoreStats(), sticky)
 		}
 	}
 }

@@ -7,12 +7,9 @@ import (
 	"net"
 	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
-	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/edgesteer/edgesteer/internal/latency"
@@ -32,14 +29,9 @@ type policy struct {
 	lease       *pubsel.Lease
 	table       *sticky.Table       // nil with sticky off
 	stickyStore *pubsel.StickyStore // nil without sticky_store
+	picks       *pubsel.Picks       // the name's, for the process (picksOf)
 	logger      *zap.Logger
 	metrics     *metrics
-
-	// counters caches selection counters by target, bucket and decision
-	// (copy on write): resolving label values per request would cost more
-	// than the pick itself.
-	counters   atomic.Pointer[[]selectionCounters] // by target id
-	countersMu sync.Mutex
 }
 
 // provision validates c, adopts (or makes) the state named by the policy's
@@ -49,14 +41,11 @@ func (p *policy) provision(ctx caddy.Context, c *Config, kind string, dials []st
 	if err := c.Validate(kind == "layer4"); err != nil {
 		return err
 	}
-	p.kind = kind
-	p.logger = ctx.Logger()
-	m, err := registerMetrics(ctx)
-	if err != nil {
+	p.kind, p.logger = kind, ctx.Logger()
+	var err error
+	if p.metrics, err = registerMetrics(ctx); err != nil {
 		return err
 	}
-	p.metrics = m
-
 	addrs := probeAddrs(dials)
 	if err := c.checkUDPUpstreams(addrs); err != nil {
 		return err
@@ -65,28 +54,66 @@ func (p *policy) provision(ctx caddy.Context, c *Config, kind string, dials []st
 	if p.name == "" {
 		p.name = defaultName(kind, addrs, c)
 	}
+	s, err := p.engineSettings(ctx, c)
+	if err != nil {
+		return err
+	}
+	if err := p.nameFree(); err != nil {
+		return err
+	}
+	adopted, err := p.adopt(s, c)
+	if err != nil {
+		return err
+	}
+	if err := p.hold(ctx, s, addrs); err != nil {
+		return err
+	}
+	p.logProvisioned(adopted, addrs, s)
+	return nil
+}
+
+// engineSettings is the state's settings c asks for, with the policy's
+// hooks: probe rounds, and the shared sticky store's health and refusals
+// (a store only with sticky on). ORCA is HTTP's alone: layer 4 answers
+// carry no header.
+func (p *policy) engineSettings(ctx caddy.Context, c *Config) (pubsel.Settings, error) {
 	s := c.settings()
 	s.Tracker.OnRound = p.onRound
-	s.Tracker.ORCA = s.Tracker.ORCA && kind == "http" // layer 4 answers carry no header
-	if s.Sticky {
-		if s.StickyStore, err = c.stickyStoreConfig(ctx, p.name); err != nil {
-			return err
-		}
-		if s.StickyStore != nil {
-			s.StickyStore.OnHealth = p.onStoreHealth
-			s.StickyStore.OnRefusal = p.onStoreRefusal
-		}
+	s.Tracker.ORCA = s.Tracker.ORCA && p.kind == "http"
+	if !s.Sticky {
+		return s, nil
 	}
-	key := stateKey{kind, p.name}
-	// Metrics and the admin view label a state by name alone.
+	var err error
+	if s.StickyStore, err = c.stickyStoreConfig(ctx, p.name); err != nil {
+		return s, err
+	}
+	if s.StickyStore != nil {
+		s.StickyStore.OnHealth = p.onStoreHealth
+		s.StickyStore.OnRefusal = p.onStoreRefusal
+	}
+	return s, nil
+}
+
+// nameFree fails if a policy of the other kind holds the policy's name:
+// metrics and the admin view label a state by name alone.
+func (p *policy) nameFree() error {
 	other := stateKey{"layer4", p.name}
-	if kind == "layer4" {
+	if p.kind == "layer4" {
 		other.kind = "http"
 	}
 	if _, used := states.References(other); used {
 		article := map[string]string{"http": "an HTTP", "layer4": "a layer4"}[other.kind]
 		return fmt.Errorf("latency_bucket: name %q is already used by %s policy; give each its own name", p.name, article)
 	}
+	return nil
+}
+
+// adopt takes a reference on the pooled state of the policy's name, made
+// with settings s if no generation holds it, and reports whether it was
+// adopted. The name's pick counts and c's pick rule (for the admin view)
+// come with it.
+func (p *policy) adopt(s pubsel.Settings, c *Config) (adopted bool, err error) {
+	key := stateKey{p.kind, p.name}
 	v, adopted, err := states.LoadOrNew(key, func() (caddy.Destructor, error) {
 		st, err := pubsel.NewState(s)
 		if err != nil {
@@ -95,10 +122,19 @@ func (p *policy) provision(ctx caddy.Context, c *Config, kind string, dials []st
 		return &pooledState{State: st, key: key}, nil
 	})
 	if err != nil {
-		return fmt.Errorf("latency_bucket: %v", err)
+		return false, fmt.Errorf("latency_bucket: %v", err)
 	}
 	p.key, p.state, p.pooled = key, v.(*pooledState), true
+	p.picks = picksOf(p.name)
 	p.state.picking.Store(&picking{within: c.Within, slowStart: time.Duration(c.SlowStart)})
+	return adopted, nil
+}
+
+// hold leases the state for this config generation, which puts s in
+// force, and holds the static upstreams addrs; with sticky on, the
+// policy then uses the state's table and shared store.
+func (p *policy) hold(ctx caddy.Context, s pubsel.Settings, addrs []string) error {
+	var err error
 	// The generation's context identifies it: two policies of one config
 	// sharing a name must agree on the settings.
 	if p.lease, err = p.state.Lease(ctx.Done(), s); err != nil {
@@ -116,11 +152,15 @@ func (p *policy) provision(ctx caddy.Context, c *Config, kind string, dials []st
 		p.table = p.state.Table()
 		p.stickyStore = p.state.StickyStore()
 	}
+	return nil
+}
+
+// logProvisioned says which state the policy took and what it probes.
+func (p *policy) logProvisioned(adopted bool, addrs []string, s pubsel.Settings) {
 	p.logger.Info("latency_bucket policy provisioned",
 		zap.String("policy", p.name), zap.Bool("adopted", adopted), zap.Time("state_since", p.state.Since()),
 		zap.Strings("probing", addrs), zap.Duration("bucket_width", p.state.Tracker().Config().BucketWidth),
 		zap.Bool("latency_off", s.Tracker.NoBuckets), zap.Bool("sticky", s.Sticky), zap.Bool("sticky_store", p.stickyStore != nil))
-	return nil
 }
 
 // cleanup gives back this generation's lease and pool reference; the state
@@ -175,61 +215,6 @@ func (p *policy) onStoreRefusal(refusing bool, reason, key string, err error) {
 	}
 	p.logger.Warn("sticky store refuses keys: their pairs are pinned locally",
 		zap.String("policy", p.name), zap.String("reason", reason), zap.String("key", key), zap.Error(err))
-}
-
-// selectionCounters are one target's selection counters in its current
-// bucket: [new, sticky].
-type selectionCounters struct {
-	addr   string
-	bucket int
-	c      [2]prometheus.Counter
-}
-
-// selected records a decision in the metrics. The counters are cached by
-// target id in a copy-on-write slice: an index and two compares per pick,
-// where resolving label values would cost more than the pick itself. A
-// target that changed bucket (or an id reused by another address) takes
-// the lock once to cache its new counters.
-func (p *policy) selected(d pubsel.Decision) {
-	st := d.Status
-	if st == nil {
-		return
-	}
-	i := 0
-	if d.Sticky {
-		i = 1
-	}
-	if cs := p.counters.Load(); cs != nil && int(st.ID) < len(*cs) {
-		if e := &(*cs)[st.ID]; e.bucket == st.Bucket && e.addr == st.Addr && e.c[i] != nil {
-			e.c[i].Inc()
-			return
-		}
-	}
-	p.countersMu.Lock()
-	var cs []selectionCounters
-	if old := p.counters.Load(); old != nil {
-		cs = *old
-	}
-	cs = append(make([]selectionCounters, 0, max(len(cs), int(st.ID)+1)), cs...)
-	cs = cs[:max(len(cs), int(st.ID)+1)]
-	e := &cs[st.ID]
-	if e.bucket != st.Bucket || e.addr != st.Addr {
-		*e = selectionCounters{addr: st.Addr, bucket: st.Bucket}
-	}
-	if e.c[i] == nil {
-		e.c[i] = p.metrics.selections.WithLabelValues(p.name, st.Addr, st.Label, stickyLabel(d.Sticky))
-	}
-	c := e.c[i]
-	p.counters.Store(&cs)
-	p.countersMu.Unlock()
-	c.Inc()
-}
-
-func stickyLabel(b bool) string {
-	if b {
-		return "sticky"
-	}
-	return "new"
 }
 
 // probeAddrs turns dial addresses into probe targets, host:port or, for

@@ -2,7 +2,9 @@ package latencybucket
 
 import (
 	"cmp"
+	"maps"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -71,6 +73,35 @@ func pooledStates() []*pooledState {
 		return cmp.Or(cmp.Compare(a.key.name, b.key.name), cmp.Compare(a.key.kind, b.key.kind))
 	})
 	return out
+}
+
+// picks keeps each policy name's pick counts (the selections metric, the
+// admin view's picks_total) for the life of the process, whatever states
+// come and go under the name: a policy or publisher that leaves the config
+// keeps its counts, shown as they were, and they go on if it comes back.
+var picks struct {
+	sync.Mutex
+	byName map[string]*pubsel.Picks
+}
+
+// picksOf returns the pick counts of the policy name.
+func picksOf(name string) *pubsel.Picks {
+	picks.Lock()
+	defer picks.Unlock()
+	if picks.byName == nil {
+		picks.byName = map[string]*pubsel.Picks{}
+	}
+	if picks.byName[name] == nil {
+		picks.byName[name] = new(pubsel.Picks)
+	}
+	return picks.byName[name]
+}
+
+// allPicks returns the pick counts of every policy name used so far.
+func allPicks() map[string]*pubsel.Picks {
+	picks.Lock()
+	defer picks.Unlock()
+	return maps.Clone(picks.byName)
 }
 
 // Interface guards

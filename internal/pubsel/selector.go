@@ -45,6 +45,9 @@ type Selector[U comparable] struct {
 	// bucket a share of new picks rising linearly from 0 to its full share
 	// over this long (see temper).
 	SlowStart time.Duration
+	// Picks, if set, counts every decision (it may be shared with the
+	// selectors of other config generations).
+	Picks *Picks
 
 	view atomic.Pointer[view[U]]
 }
@@ -63,13 +66,21 @@ type Decision struct {
 // available members and pins nothing. It returns ok false when no upstream
 // is available.
 func (s *Selector[U]) Select(pool []U, user, app string, now int64) (u U, d Decision, ok bool) {
-	return s.sel(pool, user, app, now, s.Sticky != nil)
+	return s.counted(s.sel(pool, user, app, now, s.Sticky != nil))
 }
 
 // SelectUnpinned picks as Select does for a request that has no (user,
 // app) pair: it neither follows nor makes a pin.
 func (s *Selector[U]) SelectUnpinned(pool []U, now int64) (u U, d Decision, ok bool) {
-	return s.sel(pool, "", "", now, false)
+	return s.counted(s.sel(pool, "", "", now, false))
+}
+
+// counted counts a pick's decision in Picks, if set.
+func (s *Selector[U]) counted(u U, d Decision, ok bool) (U, Decision, bool) {
+	if ok && s.Picks != nil {
+		s.Picks.Count(d)
+	}
+	return u, d, ok
 }
 
 // sel is the NPA rule: a pinned pair is kept on its publisher while that
