@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 
 	"github.com/edgesteer/edgesteer/caddymodules/internal/views"
 	"github.com/edgesteer/edgesteer/internal/quota"
@@ -188,15 +186,15 @@ var serveAdmin = views.Handler(handlerViews)
 // handlerViews is the admin API's answer (and the dashboard's).
 func handlerViews() []HandlerView {
 	views := []HandlerView{}
+	counts := decisionCounts()
 	for _, hs := range registry.List(func(hs *handlerState) string { return hs.name + "\x00" + hs.kind }) {
 		g := hs.newest()
 		if g == nil {
 			continue
 		}
 		v := HandlerView{Name: hs.name, Kind: hs.kind}
-		totals := decisionTotals(hs.name)
 		for _, e := range g.engines {
-			t := totals[e.Name]
+			t := profileTotals(counts, hs.name, e.Name)
 			pv := ProfileView{Name: e.Name, Keys: e.Keys(), AdmittedTotal: t[admitted], RejectedTotal: t[rejected], DroppedTotal: t[dropped]}
 			if c := hs.clusterOf(e.Name); c != nil {
 				pv.Cluster = c.view()
@@ -244,38 +242,16 @@ func (c *cluster) view() *ClusterView {
 	return v
 }
 
-// decisionTotals sums a handler's decision counters per profile and
-// verdict, from the process-wide metric.
-func decisionTotals(handler string) map[string][3]uint64 {
-	out := map[string][3]uint64{}
-	ch := make(chan prometheus.Metric, 64)
-	go func() {
-		theMetrics.decisions.Collect(ch)
-		close(ch)
-	}()
-	for m := range ch {
-		var d dto.Metric
-		if m.Write(&d) != nil || d.Counter == nil {
-			continue
-		}
-		var h, prof, verdict string
-		for _, l := range d.Label {
-			switch l.GetName() {
-			case "handler":
-				h = l.GetValue()
-			case "profile":
-				prof = l.GetValue()
-			case "verdict":
-				verdict = l.GetValue()
+// profileTotals sums counts (decisionCounts) over message types: the
+// decisions of handler's profile by verdict, the view's totals. Like the
+// metric's series, they are by handler name, whatever its kind.
+func profileTotals(counts map[decisionKey][3]uint64, handler, profile string) [3]uint64 {
+	var out [3]uint64
+	for k, n := range counts {
+		if k.handler == handler && k.profile == profile {
+			for v := range out {
+				out[v] += n[v]
 			}
-		}
-		if h != handler {
-			continue
-		}
-		if i := slices.Index(verdicts[:], verdict); i >= 0 {
-			t := out[prof]
-			t[i] += uint64(d.Counter.GetValue())
-			out[prof] = t
 		}
 	}
 	return out

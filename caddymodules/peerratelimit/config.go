@@ -5,6 +5,7 @@
 package peerratelimit
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -111,82 +112,118 @@ const (
 
 // build validates the profile and returns its engine form.
 func (p *ProfileConfig) build() (*ratelimit.Profile, error) {
-	bad := func(opt string, v any, why string) error {
-		return fmt.Errorf("peer_rate_limit: profile %s: %s %v: %s", p.Name, opt, v, why)
-	}
 	if p.Name == "" {
 		return nil, fmt.Errorf("peer_rate_limit: a profile needs a name")
 	}
+	if err := p.checkOptions(); err != nil {
+		return nil, err
+	}
+	if err := p.checkSelect(); err != nil {
+		return nil, err
+	}
+	if err := p.parsePeerCIDRs(); err != nil {
+		return nil, err
+	}
+	overall, messages, err := p.rules()
+	if err != nil {
+		return nil, err
+	}
+	return ratelimit.NewProfile(p.Name, overall, messages, cmp.Or(p.MaxPeers, defaultMaxPeers)), nil
+}
+
+// bad is the error of option opt of the profile set to v.
+func (p *ProfileConfig) bad(opt string, v any, why string) error {
+	return fmt.Errorf("peer_rate_limit: profile %s: %s %v: %s", p.Name, opt, v, why)
+}
+
+// checkOptions checks the profile's single-valued options.
+func (p *ProfileConfig) checkOptions() error {
 	switch p.Action {
 	case "", "reject", "drop":
 	default:
-		return nil, bad("action", strconv.Quote(p.Action), "want reject or drop")
+		return p.bad("action", strconv.Quote(p.Action), "want reject or drop")
 	}
 	switch p.MissingPeer {
 	case "", missingFallback, missingRefuse:
 	default:
-		return nil, bad("missing_peer", strconv.Quote(p.MissingPeer), "want fallback or refuse")
+		return p.bad("missing_peer", strconv.Quote(p.MissingPeer), "want fallback or refuse")
 	}
 	if p.Status != 0 && (p.Status < 400 || p.Status > 599) {
-		return nil, bad("status", p.Status, "want a 4xx or 5xx code")
+		return p.bad("status", p.Status, "want a 4xx or 5xx code")
 	}
 	if p.Rate < 0 {
-		return nil, bad("rate", p.Rate, "must be positive")
+		return p.bad("rate", p.Rate, "must be positive")
 	}
 	if p.MaxPeers < 0 {
-		return nil, bad("max_peers", p.MaxPeers, "must be positive")
+		return p.bad("max_peers", p.MaxPeers, "must be positive")
 	}
-	if sel := p.Select; sel != nil {
-		if !strings.Contains(sel.Placeholder, "{") || len(sel.Values) == 0 {
-			return nil, bad("select", strconv.Quote(sel.Placeholder), "want a placeholder and at least one value")
-		}
-		for _, v := range sel.Values {
-			if _, err := path.Match(v, ""); err != nil || v == "" {
-				return nil, bad("select "+sel.Placeholder, strconv.Quote(v), "not a value or pattern")
-			}
+	return nil
+}
+
+// checkSelect checks the select option: a placeholder and values or
+// patterns.
+func (p *ProfileConfig) checkSelect() error {
+	sel := p.Select
+	if sel == nil {
+		return nil
+	}
+	if !strings.Contains(sel.Placeholder, "{") || len(sel.Values) == 0 {
+		return p.bad("select", strconv.Quote(sel.Placeholder), "want a placeholder and at least one value")
+	}
+	for _, v := range sel.Values {
+		if _, err := path.Match(v, ""); err != nil || v == "" {
+			return p.bad("select "+sel.Placeholder, strconv.Quote(v), "not a value or pattern")
 		}
 	}
+	return nil
+}
+
+// parsePeerCIDRs sets the ranges covers matches from PeerCIDRs (a bare
+// IP is its one-address range).
+func (p *ProfileConfig) parsePeerCIDRs() error {
 	p.prefixes = p.prefixes[:0]
 	for _, c := range p.PeerCIDRs {
 		pfx, err := netip.ParsePrefix(c)
 		if err != nil {
-			if a, err2 := netip.ParseAddr(c); err2 == nil {
-				pfx = netip.PrefixFrom(a, a.BitLen())
-			} else {
-				return nil, bad("peer_cidr", c, "not a CIDR or IP")
+			a, err := netip.ParseAddr(c)
+			if err != nil {
+				return p.bad("peer_cidr", c, "not a CIDR or IP")
 			}
+			pfx = netip.PrefixFrom(a, a.BitLen())
 		}
 		p.prefixes = append(p.prefixes, pfx.Masked())
 	}
+	return nil
+}
+
+// rules returns the overall rule (nil: none) and the message rules, in
+// order; a profile needs at least one.
+func (p *ProfileConfig) rules() (*ratelimit.Rule, []*ratelimit.Rule, error) {
 	var overall *ratelimit.Rule
 	if p.Rate > 0 {
 		r, err := ratelimit.NewRule("overall", p.Rate, p.Burst)
 		if err != nil {
-			return nil, bad("rate", p.Rate, err.Error())
+			return nil, nil, p.bad("rate", p.Rate, err.Error())
 		}
 		overall = r
 	}
-	var rules []*ratelimit.Rule
+	var messages []*ratelimit.Rule
 	seen := map[string]bool{}
 	for _, m := range p.Messages {
 		if m.Type == "" || m.Type == "overall" || seen[m.Type] {
-			return nil, bad("message", strconv.Quote(m.Type), "needs a unique type name other than overall")
+			return nil, nil, p.bad("message", strconv.Quote(m.Type), "needs a unique type name other than overall")
 		}
 		seen[m.Type] = true
 		r, err := ratelimit.NewRule(m.Type, m.Rate, m.Burst)
 		if err != nil {
-			return nil, bad("message "+m.Type+" rate", m.Rate, err.Error())
+			return nil, nil, p.bad("message "+m.Type+" rate", m.Rate, err.Error())
 		}
-		rules = append(rules, r)
+		messages = append(messages, r)
 	}
-	if overall == nil && len(rules) == 0 {
-		return nil, bad("rate", 0, "a profile needs an overall rate or a message limit")
+	if overall == nil && len(messages) == 0 {
+		return nil, nil, p.bad("rate", 0, "a profile needs an overall rate or a message limit")
 	}
-	max := p.MaxPeers
-	if max == 0 {
-		max = defaultMaxPeers
-	}
-	return ratelimit.NewProfile(p.Name, overall, rules, max), nil
+	return overall, messages, nil
 }
 
 // covers reports whether the profile applies to a client address and, if

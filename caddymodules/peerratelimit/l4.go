@@ -84,7 +84,7 @@ func (h *L4Handler) Provision(ctx caddy.Context) error {
 			}
 		}
 	}
-	profiles, engines, dynamicRules, err := buildProfiles(ctx, h.Name, h.Profiles)
+	profiles, engines, dynamicRules, err := buildProfiles(ctx, h.Profiles)
 	if err != nil {
 		return err
 	}

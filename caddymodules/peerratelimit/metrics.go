@@ -5,12 +5,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/edgesteer/edgesteer/caddymodules/internal/metricsreg"
+	"github.com/edgesteer/edgesteer/internal/ratelimit"
 )
 
 const metricsPrefix = "caddy_edgesteer_peer_rate_limit_"
 
 type metrics struct {
-	decisions    *prometheus.CounterVec
 	throttle     *prometheus.GaugeVec
 	load         *prometheus.GaugeVec
 	sourceErrors *prometheus.CounterVec
@@ -30,10 +30,6 @@ type metrics struct {
 }
 
 var theMetrics = &metrics{
-	decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: metricsPrefix + "decisions_total",
-		Help: "Rate-limit decisions by handler, profile, message type, and verdict (admitted, rejected, dropped).",
-	}, []string{"handler", "profile", "message_type", "verdict"}),
 	throttle: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: metricsPrefix + "dynamic_throttle_percent",
 		Help: "Percent of the static rate withheld by dynamic throttling.",
@@ -89,6 +85,48 @@ var theMetrics = &metrics{
 }
 
 func registerMetrics(ctx caddy.Context) error {
-	return metricsreg.Register(ctx, theMetrics.decisions, theMetrics.throttle, theMetrics.load, theMetrics.sourceErrors, theMetrics.orcaAnswers, theMetrics.refusalsDiscarded, theMetrics.originMismatch,
+	return metricsreg.Register(ctx, decisionsCollector{}, theMetrics.throttle, theMetrics.load, theMetrics.sourceErrors, theMetrics.orcaAnswers, theMetrics.refusalsDiscarded, theMetrics.originMismatch,
 		theMetrics.clusterSyncs, theMetrics.clusterErrors, theMetrics.clusterMalformed, theMetrics.clusterFallback, theMetrics.clusterReplicas, theMetrics.clusterFallbackPeers, theMetrics.clusterClockOffset)
+}
+
+// decisionsDesc is the decisions metric. Its values are the engines'
+// tallies (ratelimit.Store.Tallies): a series lives as long as its
+// handler's state, across reloads.
+var decisionsDesc = prometheus.NewDesc(metricsPrefix+"decisions_total",
+	"Rate-limit decisions by handler, profile, message type, and verdict (admitted, rejected, dropped).",
+	[]string{"handler", "profile", "message_type", "verdict"}, nil)
+
+// decisionsCollector exports decisionCounts.
+type decisionsCollector struct{}
+
+func (decisionsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- decisionsDesc }
+
+func (decisionsCollector) Collect(ch chan<- prometheus.Metric) {
+	for k, counts := range decisionCounts() {
+		for v, n := range counts {
+			ch <- prometheus.MustNewConstMetric(decisionsDesc, prometheus.CounterValue, float64(n),
+				k.handler, k.profile, k.msgType, ratelimit.Verdicts[v])
+		}
+	}
+}
+
+// decisionKey is a decisions series but for its verdict.
+type decisionKey struct{ handler, profile, msgType string }
+
+// decisionCounts are the live handler states' tallies by handler name,
+// profile and message type. Handlers of two kinds may have one name: the
+// metric has no kind label, so their tallies add up in one series.
+func decisionCounts() map[decisionKey][3]uint64 {
+	out := map[decisionKey][3]uint64{}
+	for _, hs := range registry.List(func(hs *handlerState) string { return hs.name }) {
+		for _, t := range hs.store.Tallies() {
+			k := decisionKey{hs.name, t.Profile, t.Type}
+			sum, n := out[k], t.Counts()
+			for v := range sum {
+				sum[v] += n[v]
+			}
+			out[k] = sum
+		}
+	}
+	return out
 }

@@ -8,18 +8,16 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/edgesteer/edgesteer/internal/monoclock"
 	"github.com/edgesteer/edgesteer/internal/ratelimit"
 )
 
-// profile is a provisioned profile: its config, engine and counters.
+// profile is a provisioned profile: its config and engine, which counts
+// its decisions by message index (0: other; i+1: cfg.Messages[i]).
 type profile struct {
 	cfg    *ProfileConfig
 	engine *ratelimit.Profile
-	// counters[message index + 1][verdict]; index 0 is "other".
-	counters [][3]prometheus.Counter
 	// Placeholder values, boxed once: storing a string in the replacer
 	// would allocate on every request. types[0] is "" (other).
 	nameVal  any
@@ -32,10 +30,11 @@ type httpProfile struct {
 	matchers []caddyhttp.MatcherSet // per message, in order
 }
 
+// The verdicts, as decide returns them.
 const (
-	admitted = iota
-	rejected
-	dropped
+	admitted = int(ratelimit.Admitted)
+	rejected = int(ratelimit.Rejected)
+	dropped  = int(ratelimit.Dropped)
 )
 
 // placeholders are the names of a handler kind's placeholders, joined
@@ -52,8 +51,6 @@ var (
 	l4Placeholders     = newPlaceholders("l4.peer_rate_limit.")
 )
 
-var verdicts = [3]string{"admitted", "rejected", "dropped"}
-
 var (
 	verdictVals      = [3]any{"admitted", "rejected", "dropped"}
 	overallVal   any = "overall"
@@ -61,9 +58,9 @@ var (
 	emptyVal     any = ""
 )
 
-// buildProfiles builds the engines and counters of cfgs and returns the
+// buildProfiles builds the engines of cfgs and returns the
 // rules marked dynamic.
-func buildProfiles(ctx caddy.Context, handler string, cfgs []ProfileConfig) ([]*profile, []*ratelimit.Profile, []*ratelimit.Rule, error) {
+func buildProfiles(ctx caddy.Context, cfgs []ProfileConfig) ([]*profile, []*ratelimit.Profile, []*ratelimit.Rule, error) {
 	if err := registerMetrics(ctx); err != nil {
 		return nil, nil, nil, err
 	}
@@ -79,19 +76,9 @@ func buildProfiles(ctx caddy.Context, handler string, cfgs []ProfileConfig) ([]*
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		p := &profile{cfg: pc, engine: engine, counters: make([][3]prometheus.Counter, len(pc.Messages)+1),
-			nameVal: pc.Name, typeVals: []any{emptyVal}}
+		p := &profile{cfg: pc, engine: engine, nameVal: pc.Name, typeVals: []any{emptyVal}}
 		for _, m := range pc.Messages {
 			p.typeVals = append(p.typeVals, m.Type)
-		}
-		for j := range p.counters {
-			typ := "other"
-			if j > 0 {
-				typ = pc.Messages[j-1].Type
-			}
-			for v, name := range verdicts {
-				p.counters[j][v] = theMetrics.decisions.WithLabelValues(handler, pc.Name, typ, name)
-			}
 		}
 		if pc.Dynamic {
 			if engine.Overall == nil {
@@ -110,9 +97,11 @@ func buildProfiles(ctx caddy.Context, handler string, cfgs []ProfileConfig) ([]*
 	return profiles, engines, dynamicRules, nil
 }
 
-// provisionHTTPProfiles is buildProfiles plus each message type's matchers.
-func provisionHTTPProfiles(ctx caddy.Context, handler string, cfgs []ProfileConfig) ([]*httpProfile, []*ratelimit.Profile, []*ratelimit.Rule, error) {
-	base, engines, dynamicRules, err := buildProfiles(ctx, handler, cfgs)
+// provisionHTTPProfiles is buildProfiles plus each message type's
+// matchers. Its second argument, the handler's name, is unused (the
+// engines count the decisions, see ratelimit.Store.Tallies).
+func provisionHTTPProfiles(ctx caddy.Context, _ string, cfgs []ProfileConfig) ([]*httpProfile, []*ratelimit.Profile, []*ratelimit.Rule, error) {
+	base, engines, dynamicRules, err := buildProfiles(ctx, cfgs)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -168,7 +157,7 @@ func (p *profile) decide(key string, msg int, msgType string, repl *caddy.Replac
 			verdict = dropped
 		}
 	}
-	p.counters[msg][verdict].Inc()
+	p.engine.Count(msg, ratelimit.Verdict(verdict))
 	limitVal := emptyVal
 	switch limit {
 	case "":
@@ -220,7 +209,7 @@ func (p *profile) refuseUnnamed(msg int, repl *caddy.Replacer, ph *placeholders)
 	if p.cfg.Action == "drop" {
 		verdict = dropped
 	}
-	p.counters[msg][verdict].Inc()
+	p.engine.Count(msg, ratelimit.Verdict(verdict))
 	repl.Set(ph.verdict, verdictVals[verdict])
 	repl.Set(ph.profile, p.nameVal)
 	repl.Set(ph.messageType, p.typeVals[msg])

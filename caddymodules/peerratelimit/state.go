@@ -155,7 +155,8 @@ func newHandlerState(kind, name string) *handlerState {
 }
 
 // Destruct stops the goroutines once no generation holds the state, and
-// drops its metric series (its counters would restart from zero anyway).
+// drops its metric series (its counters would restart from zero anyway;
+// the decisions series go with the state's registration).
 func (hs *handlerState) Destruct() error {
 	registry.Remove(hs)
 	hs.mu.Lock()
@@ -167,7 +168,6 @@ func (hs *handlerState) Destruct() error {
 	hs.cancel()
 	hs.wg.Wait()
 	labels := prometheus.Labels{"handler": hs.name}
-	theMetrics.decisions.DeletePartialMatch(labels)
 	theMetrics.throttle.Delete(labels)
 	theMetrics.load.Delete(labels)
 	theMetrics.sourceErrors.Delete(labels)

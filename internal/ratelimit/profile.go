@@ -12,6 +12,10 @@ type Profile struct {
 	messages map[string]limited
 	maxKeys  int
 	global   Allower // set: decides the overall limit instead of overall
+	// order are the message rules as given; tallies[0] counts the other
+	// types' decisions, tallies[i+1] order[i]'s (see Count).
+	order   []*Rule
+	tallies []*Tally
 }
 
 // Allower decides one request of a key at now by a limit kept elsewhere:
@@ -55,12 +59,14 @@ func (p *Profile) MessageGlobal(msgType string) Allower { return p.messages[msgT
 
 // NewProfile returns a profile whose tables hold at most maxKeys keys each.
 func NewProfile(name string, overall *Rule, messages []*Rule, maxKeys int) *Profile {
-	p := &Profile{Name: name, Overall: overall, messages: map[string]limited{}, maxKeys: maxKeys}
+	p := &Profile{Name: name, Overall: overall, messages: map[string]limited{}, maxKeys: maxKeys,
+		order: messages, tallies: []*Tally{new(Tally)}}
 	if overall != nil {
 		p.overall = NewTable(maxKeys)
 	}
 	for _, r := range messages {
 		p.messages[r.Name] = limited{rule: r, table: NewTable(maxKeys)}
+		p.tallies = append(p.tallies, new(Tally))
 	}
 	return p
 }

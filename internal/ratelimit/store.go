@@ -10,10 +10,11 @@ import (
 )
 
 // Store is the state of one named limiter that outlives a configuration:
-// the per-key buckets of each (profile, limit) pair and the dynamic
-// controller's level and reversal timing. Each configuration generation
-// attaches its own profiles, rules and controller settings; the buckets and
-// the controller's state carry over from one to the next.
+// the per-key buckets of each (profile, limit) pair, the dynamic
+// controller's level and reversal timing, and the decision tallies of
+// each (profile, message type) pair. Each configuration generation
+// attaches its own profiles, rules and controller settings; the buckets,
+// the controller's state and the tallies carry over from one to the next.
 //
 // Settings follow the newest attached generation. When a generation
 // detaches — the old one after a reload, or a new one whose load failed —
@@ -30,9 +31,12 @@ type Store struct {
 	mu     sync.Mutex
 	gens   []*Attachment // oldest first
 	tables map[tableKey]*storedTable
-	ctl    *Dynamic // the controller in force, owned by an attached generation; nil if none
-	active *Attachment
-	newest atomic.Pointer[Attachment]
+	// tallies are the decision counts by (profile, message type), kept
+	// for the store's life (see Tallies).
+	tallies map[tableKey]*Tally
+	ctl     *Dynamic // the controller in force, owned by an attached generation; nil if none
+	active  *Attachment
+	newest  atomic.Pointer[Attachment]
 }
 
 type tableKey struct{ profile, limit string }
@@ -63,7 +67,7 @@ type Attachment struct {
 
 // NewStore returns an empty store.
 func NewStore() *Store {
-	return &Store{tables: map[tableKey]*storedTable{}, Clock: func() int64 { return monoclock.Now().UnixNano() }}
+	return &Store{tables: map[tableKey]*storedTable{}, tallies: map[tableKey]*Tally{}, Clock: func() int64 { return monoclock.Now().UnixNano() }}
 }
 
 // Attach adds a generation: its profiles take over the store's tables of
@@ -71,8 +75,9 @@ func NewStore() *Store {
 // each key's outstanding admissions kept under a changed rate (see
 // Table.Rescale: debts scale by old rate / new rate); its
 // controller continues the current one's level and reversal timing (see
-// Dynamic.Continue); and its throttled rules get the current level at once.
-// The generation's profiles must not be in use yet.
+// Dynamic.Continue); its throttled rules get the current level at once;
+// and its profiles count their decisions on the store's tallies (see
+// Tallies). The generation's profiles must not be in use yet.
 func (s *Store) Attach(g Generation) *Attachment {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -85,6 +90,7 @@ func (s *Store) Attach(g Generation) *Attachment {
 			s.tables[k] = &storedTable{Table: own, rule: r}
 			return own
 		})
+		s.adoptTallies(p)
 	}
 	a := &Attachment{store: s, gen: g}
 	s.gens = append(s.gens, a)
