@@ -91,7 +91,7 @@ func (t *EgressTransport) Provision(ctx caddy.Context) error {
 			cfgs[i].Status = http.StatusServiceUnavailable
 		}
 	}
-	profiles, engines, dynamicRules, err := provisionHTTPProfiles(ctx, t.Name, cfgs)
+	profiles, engines, dynamicRules, err := provisionHTTPProfiles(ctx, cfgs)
 	if err != nil {
 		return err
 	}

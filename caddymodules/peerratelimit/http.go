@@ -60,7 +60,7 @@ func (h *HTTPHandler) Provision(ctx caddy.Context) error {
 	if len(h.Profiles) == 0 {
 		return fmt.Errorf("peer_rate_limit: no profile configured")
 	}
-	profiles, engines, dynamicRules, err := provisionHTTPProfiles(ctx, h.Name, h.Profiles)
+	profiles, engines, dynamicRules, err := provisionHTTPProfiles(ctx, h.Profiles)
 	if err != nil {
 		return err
 	}

@@ -100,7 +100,7 @@ func buildProfiles(ctx caddy.Context, cfgs []ProfileConfig) ([]*profile, []*rate
 // provisionHTTPProfiles is buildProfiles plus each message type's
 // matchers. Its second argument, the handler's name, is unused (the
 // engines count the decisions, see ratelimit.Store.Tallies).
-func provisionHTTPProfiles(ctx caddy.Context, _ string, cfgs []ProfileConfig) ([]*httpProfile, []*ratelimit.Profile, []*ratelimit.Rule, error) {
+func provisionHTTPProfiles(ctx caddy.Context, cfgs []ProfileConfig) ([]*httpProfile, []*ratelimit.Profile, []*ratelimit.Rule, error) {
 	base, engines, dynamicRules, err := buildProfiles(ctx, cfgs)
 	if err != nil {
 		return nil, nil, nil, err
