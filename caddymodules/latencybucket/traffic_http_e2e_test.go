@@ -64,7 +64,7 @@ func TestTrafficLatencyHTTP(t *testing.T) {
 
 			// Pin 20 users at once: every pick is made before any answer.
 			pins := make([]string, 20)
-			for i, a := range burst(t, url, userNames("user", len(pins))) {
+			for i, a := range burst(t, url, names("user", len(pins))) {
 				pins[i] = a.peer
 			}
 			onSlow := 0

@@ -57,14 +57,6 @@ func burst(t *testing.T, url string, users []string) []answer {
 	return out
 }
 
-func userNames(prefix string, n int) []string {
-	out := make([]string, n)
-	for i := range out {
-		out[i] = fmt.Sprintf("%s-%d", prefix, i)
-	}
-	return out
-}
-
 func count(as []answer, peer string) int {
 	n := 0
 	for _, a := range as {
@@ -104,7 +96,7 @@ func trafficTrio(t *testing.T, mode string) (c *e2e.Caddy, url string, ups []*up
 	c.WaitTCP(t, front)
 	adminView(t, c, "apps-traffic", 3)
 	url = "http://" + front + "/"
-	users = userNames("user", 30)
+	users = names("user", 30)
 	pins = burst(t, url, users)
 	for _, u := range ups {
 		if count(pins, u.name) < 2 {
@@ -212,7 +204,7 @@ func TestTrafficThreePublishersSlowAnswers(t *testing.T) {
 					t.Fatalf("probe: the slow answers moved c: %+v", sp)
 				}
 				stayed(t, burst(t, url, users), pins, "probe, c slow")
-				news := burst(t, url, userNames("new", 30))
+				news := burst(t, url, names("new", 30))
 				if n := count(news, slow.name); n < 2 {
 					t.Fatalf("probe: c, close by probe, got %d of 30 new users", n)
 				}
@@ -242,7 +234,7 @@ func TestTrafficThreePublishersSlowAnswers(t *testing.T) {
 				}
 			}
 			stayed(t, burst(t, url, users), moved, mode+": after the move")
-			if n := count(burst(t, url, userNames("new", 30)), slow.name); n != 0 {
+			if n := count(burst(t, url, names("new", 30)), slow.name); n != 0 {
 				t.Fatalf("%s: %d of 30 new users went to c", mode, n)
 			}
 
@@ -254,7 +246,7 @@ func TestTrafficThreePublishersSlowAnswers(t *testing.T) {
 			if after.ObservedSamples != before.ObservedSamples || after.DecidedBy != "traffic" || after.Bucket == "[0,500)" {
 				t.Fatalf("%s: the reload lost c's observed figures: before %+v, after %+v", mode, before, after)
 			}
-			if n := count(burst(t, url, userNames("after-reload", 30)), slow.name); n != 0 {
+			if n := count(burst(t, url, names("after-reload", 30)), slow.name); n != 0 {
 				t.Fatalf("%s: after the reload %d of 30 new users went to c", mode, n)
 			}
 
@@ -263,7 +255,7 @@ func TestTrafficThreePublishersSlowAnswers(t *testing.T) {
 			waitView(t, c, "apps-traffic", "c back in the lowest bucket", func(v latencybucket.PolicyView) bool {
 				return pub(v, slow).Bucket == "[0,500)"
 			})
-			back := burst(t, url, userNames("later", 30))
+			back := burst(t, url, names("later", 30))
 			if n := count(back, slow.name); n < 2 {
 				t.Fatalf("%s: c recovered but got %d of 30 new users", mode, n)
 			}
@@ -293,7 +285,7 @@ func TestTrafficThreePublishersSlowProbe(t *testing.T) {
 			})
 			time.Sleep(time.Second)
 			got := burst(t, url, users)
-			news := burst(t, url, userNames("new", 30))
+			news := burst(t, url, names("new", 30))
 			p := pub(policyView(t, c), slowProbe)
 			if mode == "traffic" {
 				stayed(t, got, pins, "traffic, c slow to probe only")
