@@ -14,9 +14,11 @@ import (
 // generations) at once.
 //
 // Count is the request path: the counts in force for each target id are
-// cached in a copy-on-write slice, so counting is an index, two string
-// compares and an atomic add; a publisher that changed bucket (or an id
-// reused by another address) takes the lock once.
+// cached in a copy-on-write slice with the status they were resolved for,
+// so counting is an index, a pointer compare and an atomic add. A status
+// is never changed once published (the tracker publishes a new one), so
+// the same status means the same address and bucket label; a new status
+// of the target (every probe round or re-evaluation) takes the lock once.
 type Picks struct {
 	mu     sync.Mutex
 	counts map[pickKey]*pickCount // under mu; never deleted
@@ -34,10 +36,10 @@ type pickCount struct {
 }
 
 // pickSlot is one target id's counts in its current bucket: [new, sticky],
-// nil until the first such decision.
+// nil until the first such decision, resolved for status st.
 type pickSlot struct {
-	addr, label string
-	c           [2]*pickCount
+	st *Status
+	c  [2]*pickCount
 }
 
 // PickCount is one count of Picks.Counts.
@@ -49,18 +51,18 @@ type PickCount struct {
 	Created time.Time // the first such pick
 }
 
-// Count counts decision d, if it names a probed publisher.
-func (p *Picks) Count(d Decision) {
-	st := d.Status
+// Count counts a decision for st (nil: a publisher not probed, not
+// counted), sticky or new.
+func (p *Picks) Count(st *Status, sticky bool) {
 	if st == nil {
 		return
 	}
 	i := 0
-	if d.Sticky {
+	if sticky {
 		i = 1
 	}
 	if s := p.slots.Load(); s != nil && int(st.ID) < len(*s) {
-		if e := &(*s)[st.ID]; e.label == st.Label && e.addr == st.Addr && e.c[i] != nil {
+		if e := &(*s)[st.ID]; e.st == st && e.c[i] != nil {
 			e.c[i].n.Add(1)
 			return
 		}
@@ -79,9 +81,10 @@ func (p *Picks) slot(st *Status, i int) *pickCount {
 	s = append(make([]pickSlot, 0, max(len(s), int(st.ID)+1)), s...)
 	s = s[:max(len(s), int(st.ID)+1)]
 	e := &s[st.ID]
-	if e.label != st.Label || e.addr != st.Addr {
-		*e = pickSlot{addr: st.Addr, label: st.Label}
+	if e.st == nil || e.st.Label != st.Label || e.st.Addr != st.Addr {
+		*e = pickSlot{}
 	}
+	e.st = st
 	if e.c[i] == nil {
 		k := pickKey{st.Addr, st.Label, i == 1}
 		if p.counts == nil {

@@ -130,7 +130,7 @@ func TestPicksAcrossGenerations(t *testing.T) {
 		t.Fatalf("a back: %d new picks in [0,16), want 3 + 2", got)
 	}
 
-	picks.Count(Decision{Sticky: true}) // an unprobed upstream: not counted
+	picks.Count(nil, true) // an unprobed upstream: not counted
 	if _, sticky := picks.Totals(); sticky != 6 {
 		t.Fatalf("%d sticky decisions, want 6", sticky)
 	}

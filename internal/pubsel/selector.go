@@ -66,19 +66,19 @@ type Decision struct {
 // available members and pins nothing. It returns ok false when no upstream
 // is available.
 func (s *Selector[U]) Select(pool []U, user, app string, now int64) (u U, d Decision, ok bool) {
-	return s.counted(s.sel(pool, user, app, now, s.Sticky != nil))
+	u, d, ok = s.sel(pool, user, app, now, s.Sticky != nil)
+	if ok && s.Picks != nil {
+		s.Picks.Count(d.Status, d.Sticky)
+	}
+	return u, d, ok
 }
 
 // SelectUnpinned picks as Select does for a request that has no (user,
 // app) pair: it neither follows nor makes a pin.
 func (s *Selector[U]) SelectUnpinned(pool []U, now int64) (u U, d Decision, ok bool) {
-	return s.counted(s.sel(pool, "", "", now, false))
-}
-
-// counted counts a pick's decision in Picks, if set.
-func (s *Selector[U]) counted(u U, d Decision, ok bool) (U, Decision, bool) {
+	u, d, ok = s.sel(pool, "", "", now, false)
 	if ok && s.Picks != nil {
-		s.Picks.Count(d)
+		s.Picks.Count(d.Status, d.Sticky)
 	}
 	return u, d, ok
 }
