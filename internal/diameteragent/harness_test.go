@@ -144,11 +144,18 @@ func (s *server) serve(conn net.Conn) {
 			return
 		}
 		m := readOne(s.t, append([]byte(nil), raw...))
+		request := m.flags&diam.RequestFlag != 0
 		s.mu.Lock()
 		s.got = append(s.got, m)
-		mute, hold := s.mute, s.hold
+		mute := s.mute
+		// A held request joins held in the same step as got, so a
+		// release that follows a request seen in got always answers it.
+		hold := s.hold && !mute && request && m.cmd != cmdCER && m.cmd != cmdDWR && m.cmd != cmdDPR
+		if hold {
+			s.held = append(s.held, m)
+		}
 		s.mu.Unlock()
-		if mute || m.flags&diam.RequestFlag == 0 {
+		if mute || !request || hold {
 			continue
 		}
 		switch {
@@ -160,10 +167,6 @@ func (s *server) serve(conn net.Conn) {
 			s.write(ceaTo(s.t, m, code, s.host, s.apps))
 		case m.cmd == cmdDWR || m.cmd == cmdDPR:
 			s.write(answerTo(s.t, m, ResultSuccess, s.host))
-		case hold:
-			s.mu.Lock()
-			s.held = append(s.held, m)
-			s.mu.Unlock()
 		default:
 			s.mu.Lock()
 			reply := s.reply
