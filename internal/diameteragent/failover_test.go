@@ -1,7 +1,9 @@
 package diameteragent
 
 import (
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -227,4 +229,46 @@ func (h *harness) reopen(host string) {
 		h.clock.Advance(h.agent.gen.Load().cfg.Watchdog)
 	}
 	h.waitState(host, StateOkay)
+}
+
+// A session's binding is recorded before its first request leaves, so a
+// request of the session sent once that answer is back finds it (the
+// README: a Session-Id is bound to the server its first request went to).
+// Each server notes the bindings at each request's receipt: the i-th new
+// session's is already there, even when the agent pauses (20 ms) right
+// after handing the request to the server's connection.
+func TestBindingMadeBeforeTheRequestLeaves(t *testing.T) {
+	pause := func() { time.Sleep(20 * time.Millisecond) }
+	testHookSent.Store(&pause)
+	t.Cleanup(func() { testHookSent.Store(nil) })
+	h := newHarness(t, baseConfig())
+	h.start()
+	c := h.connect("pgw1.example")
+	var mu sync.Mutex
+	var atReceipt []int
+	for _, host := range []string{"pcrf1.example", "pcrf2.example"} {
+		s := h.srv[host]
+		s.mu.Lock()
+		s.reply = func(m message) []byte {
+			mu.Lock()
+			atReceipt = append(atReceipt, h.agent.bindings.Len())
+			mu.Unlock()
+			return answerTo(t, m, ResultSuccess, host)
+		}
+		s.mu.Unlock()
+	}
+	const n = 20
+	for i := range n {
+		c.call(req{app: diameter.AppGx, ccType: 1, session: fmt.Sprint("s", i), e2e: uint32(i + 1)}.bytes(t))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for i, got := range atReceipt {
+		if got != i+1 {
+			t.Fatalf("request %d reached its server with %d bindings recorded, want %d (all: %v)", i, got, i+1, atReceipt)
+		}
+	}
+	if len(atReceipt) != n {
+		t.Fatalf("%d requests reached the servers, want %d", len(atReceipt), n)
+	}
 }

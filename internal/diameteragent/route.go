@@ -2,6 +2,7 @@ package diameteragent
 
 import (
 	"fmt"
+	"sync/atomic"
 	"time"
 )
 
@@ -145,6 +146,10 @@ func (a *Agent) server(d *downstream, in *msgInfo, r *routing, now time.Time) bo
 	return false
 }
 
+// testHookSent, set by tests only, runs once a request is handed to its
+// server's connection (as a preempted goroutine would pause there).
+var testHookSent atomic.Pointer[func()]
+
 // reserve applies steps 8–9: a place among the group's pending requests,
 // then its egress limit. True: the place is taken (send releases it).
 func (a *Agent) reserve(d *downstream, msg []byte, in *msgInfo, gr *group, now time.Time) bool {
@@ -165,9 +170,9 @@ func (a *Agent) reserve(d *downstream, msg []byte, in *msgInfo, gr *group, now t
 	return true
 }
 
-// send applies step 10: it forwards the request to r's server, or, when
-// that one has gone since, to another the group's policy picks, and
-// records the binding.
+// send applies step 10: it records the binding, then forwards the
+// request to r's server, or, when that one has gone since, to another the
+// group's policy picks (the binding moves with it).
 func (a *Agent) send(d *downstream, msg []byte, in *msgInfo, g *generation, r *routing, now time.Time) {
 	gr, target := r.gr, r.target
 	var extra []byte
@@ -181,6 +186,12 @@ func (a *Agent) send(d *downstream, msg []byte, in *msgInfo, g *generation, r *r
 	}
 	p := &pending{from: d.link, origHbh: in.hdr.HopByHopID, msg: forwarded(msg, d.host, extra), sent: now,
 		group: gr, session: r.key, ends: in.isTermination(), clientFeatures: features}
+	// The binding is recorded before the request leaves, so that a request
+	// of the session sent once this one's answer is back finds it.
+	first := target
+	if r.key != 0 {
+		a.bound(r.key, in, r.boundTo, first, p.ends, now)
+	}
 	// The server picked may have gone since: pick again, among the others.
 	for tried := 0; ; tried++ {
 		res := closed
@@ -189,6 +200,9 @@ func (a *Agent) send(d *downstream, msg []byte, in *msgInfo, g *generation, r *r
 			res = a.forward(p, l, gr.MaxPendingPerPeer, gr.RequestTimeout)
 		}
 		if res == sent {
+			if f := testHookSent.Load(); f != nil {
+				(*f)()
+			}
 			break
 		}
 		anyFull := false
@@ -198,6 +212,9 @@ func (a *Agent) send(d *downstream, msg []byte, in *msgInfo, g *generation, r *r
 			target = nil
 		}
 		if target == nil {
+			if r.key != 0 && r.boundTo == 0 && !p.ends {
+				a.bindings.Delete(r.key) // the request went nowhere: no binding
+			}
 			gr.st.pending.Add(-1)
 			if res == full || anyFull {
 				gr.st.busy.Add(1)
@@ -210,8 +227,8 @@ func (a *Agent) send(d *downstream, msg []byte, in *msgInfo, g *generation, r *r
 		}
 	}
 	gr.st.admitted.Add(1)
-	if r.key != 0 {
-		a.bound(r.key, in, r.boundTo, target, p.ends, now)
+	if r.key != 0 && target != first && !p.ends {
+		a.bound(r.key, in, first.id, target, false, now) // it moved with the request
 	}
 }
 
