@@ -6,7 +6,9 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -23,22 +25,21 @@ func redirector(t *testing.T, code int, target string) string {
 }
 
 // hugeReplica answers /edgesteer/views with a JSON object of size bytes
-// (never finished being read, if the reader is bounded); most is the most
-// one answer got out before the reader hung up.
+// (never finished being read, if the reader is bounded). most is the most
+// one answer got out before its write failed, the reader having hung up;
+// 0 until then.
 func hugeReplica(t *testing.T, size int) (url string, most *atomic.Int64) {
 	most = new(atomic.Int64)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, `{"cache_redirect":[`)
 		chunk := []byte(strings.Repeat(`{"node":"x"},`, 4096))
 		written := int64(0)
-		defer func() {
-			for m := most.Load(); written > m && !most.CompareAndSwap(m, written); m = most.Load() {
-			}
-		}()
 		for n := 0; n < size; n += len(chunk) {
 			k, err := w.Write(chunk)
 			written += int64(k)
 			if err != nil {
+				for m := most.Load(); written > m && !most.CompareAndSwap(m, written); m = most.Load() {
+				}
 				return
 			}
 		}
@@ -46,6 +47,25 @@ func hugeReplica(t *testing.T, size int) (url string, most *atomic.Int64) {
 	}))
 	t.Cleanup(srv.Close)
 	return srv.URL, most
+}
+
+// socketBuffers is the most two loopback TCP socket buffers may hold, one
+// sending and one receiving: this host's tcp_wmem and tcp_rmem maxima
+// (Linux's defaults, 4 MiB and 6 MiB, when they cannot be read).
+func socketBuffers() int64 {
+	most := func(path string, def int64) int64 {
+		b, err := os.ReadFile(path)
+		f := strings.Fields(string(b))
+		if err != nil || len(f) != 3 {
+			return def
+		}
+		n, err := strconv.ParseInt(f[2], 10, 64)
+		if err != nil {
+			return def
+		}
+		return n
+	}
+	return most("/proc/sys/net/ipv4/tcp_wmem", 4<<20) + most("/proc/sys/net/ipv4/tcp_rmem", 6<<20)
 }
 
 // viewsReplica answers /edgesteer/views with v.

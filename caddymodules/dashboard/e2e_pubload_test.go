@@ -65,14 +65,14 @@ func checkPublisherLoad(t *testing.T, b *browser, caddy *e2e.Caddy, pub1, pub2 s
 			if len(r) != 9 || r[1] != "0" || strings.Join(r[4:4+len(w)], "|") != strings.Join(w, "|") || !slow.MatchString(r[8]) {
 				return fmt.Sprintf("%s's row %q, want 9 cells: 0 in flight, %q from the load factor, a slow start", pub, r, w)
 			}
-			est, err1 := strconv.ParseFloat(r[2], 64)
+			per, err1 := strconv.ParseFloat(r[2], 64)
 			cost, err2 := strconv.ParseFloat(r[3], 64)
 			factor, _ := strconv.ParseFloat(r[4], 64)
-			// cost = estimate × (0 + 1) × factor, each shown rounded to
-			// 0.01 ms (a publisher on loopback: a probe latency of 0.04 ms
-			// once showed as 0.0 with one decimal).
-			if err1 != nil || err2 != nil || est < 0 || math.Abs(cost-est*factor) > 0.005*factor+0.006 {
-				return fmt.Sprintf("%s's row %q: cost is not estimate × factor", pub, r)
+			// cost = per request × (0 + 1) × factor, each shown rounded
+			// to 0.01 ms (a publisher on loopback: a probe latency of
+			// 0.04 ms once showed as 0.0 with one decimal).
+			if err1 != nil || err2 != nil || per < 0 || math.Abs(cost-per*factor) > 0.005*factor+0.006 {
+				return fmt.Sprintf("%s's row %q: cost is not per request × factor", pub, r)
 			}
 		}
 		for pub, w := range want {

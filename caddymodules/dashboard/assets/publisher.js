@@ -14,8 +14,8 @@ window.edgesteerPublisherLoad = function (h, c, p, src, id) {
   var slow = typeof p.slow_start_ms === "number" && p.slow_start_ms > 0;
   if (p.within !== "p2c" && !orca && !slow) return;
   var head = ["publisher", h.abbr("in flight", "requests (HTTP) or connections (layer 4) in flight to it now"),
-    h.abbr("estimate ms", "the latency p2c expects: observed moving average once traffic is counted, else the probe latency"),
-    h.abbr("cost ms", "estimate ÷ mean in flight at its requests' start × (in flight + 1) × load factor: what p2c compares"),
+    h.abbr("per request ms", "the latency p2c charges a request: its estimate (the observed moving average once traffic is counted, else the probe latency) ÷ the mean in flight its requests began with"),
+    h.abbr("cost ms", "per request × (in flight + 1) × load factor: what p2c compares"),
     h.abbr("load factor", "1 / (1 − min(u, 0.95)) of a fresh ORCA utilization u, else 1")];
   var num = [1, 2, 3, 4];
   if (orca) {
@@ -27,7 +27,7 @@ window.edgesteerPublisherLoad = function (h, c, p, src, id) {
   if (slow) head.push(h.abbr("slow start", "progress through slow_start after (re)entering the lowest bucket"));
   h.add(c.info, h.table(head, h.arr(p.publishers).map(function (u) {
     u = obj(u);
-    var row = [str(u.address), fmt(u.in_flight, 0), fmt(u.estimate_ms, 2), fmt(u.cost_ms, 2), fmt(u.load_factor, 2)];
+    var row = [str(u.address), fmt(u.in_flight, 0), fmt(u.per_request_ms, 2), fmt(u.cost_ms, 2), fmt(u.load_factor, 2)];
     if (orca) {
       var none = !u.orca_state || u.orca_state === "none";
       row.push(h.el("span", {"class": u.orca_state === "fresh" ? "yes" : "muted"}, v(u.orca_state || "—")),
